@@ -1,0 +1,30 @@
+# rulegraph — one-command setup, demo and tests on a machine with only Python.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.rulegraph-installed
+# The CPU build of torch; without the pin pip resolves a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: setup demo test test-all bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev]" "$(TORCH)"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .cache/), then explain a few sentences
+	$(PY) examples/sentiment/demo.py
+
+test: setup  ## the test suite (tiny random-weight models, no network)
+	$(PY) -m pytest -q
+
+bench: setup  ## side-by-side timings on the demo model
+	$(PY) benchmarks/explain_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

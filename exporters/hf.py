@@ -1,0 +1,286 @@
+"""Load Hugging Face sequence classifiers and export them to ONNX or torch.fx.
+
+A Hugging Face model directory (as written by ``save_pretrained``) holds
+``config.json``, the weights and, for export, the fast tokenizer's
+``tokenizer.json``. :func:`export_hf` turns it into ``model.onnx`` plus a copy of
+``tokenizer.json``, with the labels and maximum length in the ONNX metadata.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping
+
+import torch
+
+from .to_fx import export_fx
+from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
+
+#: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
+ATTENTIONS = ("eager", "sdpa")
+#: Model types whose position ids start after the padding index (RoBERTa style).
+PADDING_OFFSET_MODEL_TYPES = frozenset(
+    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "data2vec-text", "longformer", "mpnet"}
+)
+#: ONNX file and tokenizer file names in an export directory.
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+#: Metadata keys written by :func:`export_hf`.
+LABELS_KEY = "rulegraph.labels"
+MAX_LENGTH_KEY = "rulegraph.max_length"
+MODEL_TYPE_KEY = "rulegraph.model_type"
+SOURCE_KEY = "rulegraph.source"
+
+
+@dataclass(frozen=True)
+class HFInfo:
+    """What an exporter and an explainer need to know about a Hugging Face classifier.
+
+    Attributes:
+        model_type: ``config.model_type`` (``"bert"``, ``"gpt2"``, ...).
+        labels: class names in logit order, from ``config.id2label``.
+        max_length: the longest token sequence the position embeddings allow, or
+            ``None`` if the model has no such limit in its config.
+        input_names: the inputs the model takes: ``input_ids``, ``attention_mask`` and,
+            for models with more than one token type (BERT), ``token_type_ids``.
+        vocab_size: the size of the token vocabulary.
+        pad_token_id: the padding token id from the config, or ``None``.
+        source: the model directory, resolved.
+    """
+
+    model_type: str
+    labels: tuple[str, ...]
+    max_length: int | None
+    input_names: tuple[str, ...]
+    vocab_size: int
+    pad_token_id: int | None
+    source: str
+
+    def metadata(self) -> dict[str, str]:
+        """The ONNX ``metadata_props`` entries describing this model."""
+        props = {
+            LABELS_KEY: json.dumps(list(self.labels)),
+            MODEL_TYPE_KEY: self.model_type,
+            SOURCE_KEY: self.source,
+        }
+        if self.max_length is not None:
+            props[MAX_LENGTH_KEY] = str(self.max_length)
+        return props
+
+    def example_inputs(self, batch: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
+        """Deterministic example inputs for tracing: the last row is right-padded.
+
+        The padding matters: traced code that takes a shortcut for an all-ones mask
+        would otherwise bake that shortcut into the export.
+        """
+        if batch < 2 or length < 4:
+            raise ValueError("example inputs need batch >= 2 and length >= 4 so padding and dynamic axes are traced")
+        first = 1 if self.pad_token_id == 0 else 0
+        ids = first + torch.arange(batch * length).reshape(batch, length) % (self.vocab_size - first)
+        mask = torch.ones(batch, length, dtype=torch.long)
+        mask[-1, length // 2 + 1 :] = 0
+        if self.pad_token_id is not None:
+            ids = ids.masked_fill(mask == 0, self.pad_token_id)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.input_names:
+            inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
+        return inputs
+
+
+class HFClassifier(torch.nn.Module):
+    """A Hugging Face sequence classifier as ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
+
+    Inputs are passed on by keyword, ``use_cache=False`` is passed when the model
+    takes it (GPT-2 style), and only the ``logits`` tensor is returned, so the module
+    exports to a graph with plain named inputs and a single output.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+        self._takes_use_cache = "use_cache" in inspect.signature(model.forward).parameters
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Return the classification logits, shape ``(batch, num_labels)``."""
+        kwargs: dict[str, object] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        if self._takes_use_cache:
+            kwargs["use_cache"] = False
+        return self.model(**kwargs).logits
+
+
+def load_hf(
+    model_dir: str | os.PathLike,
+    *,
+    attention: str = "eager",
+    num_labels: int | None = None,
+) -> tuple[HFClassifier, HFInfo]:
+    """Load a sequence classifier from a Hugging Face model directory, in eval mode.
+
+    Args:
+        model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
+        attention: ``"eager"`` (explicit Softmax/MatMul; the default) or ``"sdpa"``.
+        num_labels: override the number of classes; a head of a different size is
+            newly initialised by transformers.
+
+    Raises:
+        FileNotFoundError: the directory or its ``config.json`` is missing.
+        ValueError: unknown attention, or the model type has no sequence-classification head.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    model_dir = _check_model_dir(model_dir)
+    if attention not in ATTENTIONS:
+        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+    overrides = {} if num_labels is None else {"num_labels": num_labels}
+    config = AutoConfig.from_pretrained(model_dir, **overrides)
+    try:
+        with _no_progress_bars():
+            model = AutoModelForSequenceClassification.from_pretrained(
+                model_dir, config=config, attn_implementation=attention
+            )
+    except ValueError as error:
+        if "Unrecognized configuration class" not in str(error):
+            raise
+        raise ValueError(
+            f"model type {config.model_type!r} in {model_dir} has no sequence-classification head in transformers"
+        ) from None
+    return HFClassifier(model).eval(), _info(model, model_dir)
+
+
+def export_hf(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    exporter: str = "torchscript",
+    attention: str = "eager",
+    opset: int = 18,
+    overwrite: bool = False,
+    metadata: Mapping[str, str] | None = None,
+) -> Path:
+    """Export a Hugging Face classifier to ``out_dir/model.onnx`` next to a copy of its ``tokenizer.json``.
+
+    The ONNX file has inputs named as in :attr:`HFInfo.input_names` with dynamic
+    ``batch`` and ``sequence`` axes, one output ``logits``, and metadata
+    ``rulegraph.labels`` (JSON list), ``rulegraph.max_length``,
+    ``rulegraph.model_type``, ``rulegraph.source`` and ``rulegraph.exporter``;
+    entries in ``metadata`` are added and take precedence.
+
+    Returns:
+        the path of ``model.onnx``.
+
+    Raises:
+        FileNotFoundError: the directory, its ``config.json`` or its ``tokenizer.json`` is missing.
+        FileExistsError: ``out_dir`` already holds ``model.onnx`` or ``tokenizer.json`` and ``overwrite`` is false.
+        ValueError: unknown exporter or attention, or an opset below 17.
+    """
+    model_dir = _check_model_dir(model_dir)
+    check_exporter_options(exporter, opset)
+    tokenizer = model_dir / TOKENIZER_FILE
+    if not tokenizer.is_file():
+        raise FileNotFoundError(f"no {TOKENIZER_FILE} in {model_dir}; save the model's fast tokenizer there")
+    out_dir = Path(out_dir)
+    model_path, tokenizer_copy = out_dir / MODEL_FILE, out_dir / TOKENIZER_FILE
+    if not overwrite:
+        refuse_overwrite(model_path)
+        refuse_overwrite(tokenizer_copy)
+    module, info = load_hf(model_dir, attention=attention)
+    export_onnx(
+        module,
+        info.example_inputs(),
+        model_path,
+        exporter=exporter,
+        opset=opset,
+        metadata={**info.metadata(), **(metadata or {})},
+        overwrite=overwrite,
+    )
+    shutil.copyfile(tokenizer, tokenizer_copy)
+    return model_path
+
+
+def export_hf_fx(
+    model_dir: str | os.PathLike,
+    *,
+    attention: str = "eager",
+    dynamic: bool = True,
+) -> tuple[torch.export.ExportedProgram, HFInfo]:
+    """Capture a Hugging Face classifier as a :class:`torch.export.ExportedProgram`.
+
+    The program takes the keyword inputs named in :attr:`HFInfo.input_names`
+    (``program.module()(**inputs)``) and returns the logits.
+
+    Raises:
+        FileNotFoundError: the directory or its ``config.json`` is missing.
+        ValueError: unknown attention.
+    """
+    module, info = load_hf(model_dir, attention=attention)
+    return export_fx(module, info.example_inputs(), dynamic=dynamic), info
+
+
+def _check_model_dir(model_dir: str | os.PathLike) -> Path:
+    """Return ``model_dir`` as a resolved path if it is a directory holding ``config.json``."""
+    path = Path(model_dir).expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no config.json in {path}; expected a Hugging Face model directory (save_pretrained)")
+    return path
+
+
+def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
+    """Read labels, maximum length and input names from a loaded model's config."""
+    config = model.config
+    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+    inputs = ("input_ids", "attention_mask")
+    forward_params = inspect.signature(model.forward).parameters
+    if getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params:
+        inputs += ("token_type_ids",)
+    return HFInfo(
+        model_type=config.model_type,
+        labels=labels,
+        max_length=_max_length(config),
+        input_names=inputs,
+        vocab_size=config.vocab_size,
+        pad_token_id=config.pad_token_id,
+        source=str(model_dir),
+    )
+
+
+def _max_length(config: object) -> int | None:
+    """The longest sequence the position embeddings cover.
+
+    RoBERTa-style models number positions from ``pad_token_id + 1``, so that many
+    embedding rows (two, usually) are out of reach.
+    """
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:
+        return None
+    if getattr(config, "model_type", None) in PADDING_OFFSET_MODEL_TYPES:
+        return positions - (getattr(config, "pad_token_id", None) or 0) - 1
+    return positions
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """Hide transformers' weight-loading progress bars for the duration."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()

@@ -1,0 +1,173 @@
+"""Export a torch module to a checked ONNX file with readable names, dynamic axes and metadata."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import onnx
+import torch
+
+from ._common import (
+    BATCH_AXIS,
+    SEQUENCE_AXIS,
+    check_dynamic_sizes,
+    check_example_inputs,
+    dynamic_input_names,
+    eval_mode,
+    quiet,
+    torch_export_dynamic_shapes,
+)
+
+#: The exporters :func:`export_onnx` can use: torch's TorchScript tracer and its torch.export-based one.
+EXPORTERS = ("torchscript", "dynamo")
+#: The lowest opset accepted (the first with a LayerNormalization op).
+MIN_OPSET = 17
+#: Metadata key under which :func:`export_onnx` records the exporter used.
+EXPORTER_KEY = "rulegraph.exporter"
+
+
+def check_exporter_options(exporter: str, opset: int) -> None:
+    """Raise ``ValueError`` for an unknown exporter name or an opset below :data:`MIN_OPSET`."""
+    if exporter not in EXPORTERS:
+        raise ValueError(f"unknown exporter {exporter!r}; valid: {', '.join(EXPORTERS)}")
+    if not isinstance(opset, int) or opset < MIN_OPSET:
+        raise ValueError(f"opset {opset!r} is too old; use {MIN_OPSET} or newer")
+
+
+def refuse_overwrite(path: Path) -> None:
+    """Raise ``FileExistsError`` if ``path`` exists."""
+    if path.exists():
+        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+
+
+def export_onnx(
+    module: torch.nn.Module,
+    example_inputs: Mapping[str, torch.Tensor],
+    path: str | os.PathLike,
+    *,
+    exporter: str = "torchscript",
+    opset: int = 18,
+    dynamic_axes: bool = True,
+    output_names: Sequence[str] = ("logits",),
+    metadata: Mapping[str, str] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Export ``module`` to an ONNX file and return its path.
+
+    ``module.forward`` is called with ``example_inputs`` as keyword arguments, so the
+    dict keys must be its parameter names (in the order they are given, they also
+    become the ONNX graph's input names). The module is traced in eval mode.
+
+    Args:
+        module: the model to export.
+        example_inputs: input name -> example tensor.
+        path: the ``.onnx`` file to write; parent folders are created.
+        exporter: ``"torchscript"`` (``torch.onnx.export(dynamo=False)``) or
+            ``"dynamo"`` (the torch.export-based exporter).
+        opset: the ONNX opset, at least :data:`MIN_OPSET`.
+        dynamic_axes: give every 2-D integer input dynamic axes named ``batch`` and
+            ``sequence`` (and axis 0 of every output the name ``batch``). With the
+            dynamo exporter these axes need example sizes of at least 2.
+        output_names: names of the module's outputs, in order.
+        metadata: string key/value pairs stored in the model's ``metadata_props``;
+            ``rulegraph.exporter`` is added unless given.
+        overwrite: replace ``path`` if it exists (otherwise ``FileExistsError``).
+
+    Raises:
+        ValueError: bad exporter name, opset, example inputs or metadata.
+        FileExistsError: ``path`` exists and ``overwrite`` is false.
+    """
+    check_exporter_options(exporter, opset)
+    check_example_inputs(example_inputs)
+    props = _metadata_props(metadata, exporter)
+    path = Path(path)
+    if not overwrite:
+        refuse_overwrite(path)
+    dynamic = dynamic_input_names(example_inputs) if dynamic_axes else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
+        raw = Path(scratch) / "raw.onnx"
+        with eval_mode(module), quiet():
+            if exporter == "torchscript":
+                _export_torchscript(module, example_inputs, raw, opset, dynamic, list(output_names))
+            else:
+                _export_dynamo(module, example_inputs, raw, opset, dynamic, list(output_names))
+        model = onnx.load(raw)
+        onnx.helper.set_model_props(model, {**_existing_props(model), **props})
+        onnx.checker.check_model(model)
+        staged = Path(scratch) / "model.onnx"
+        onnx.save(model, staged)
+        os.replace(staged, path)
+    return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """Return the ``metadata_props`` of the ONNX file at ``path`` as a dict (weights are not loaded)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ONNX file at {path}")
+    return _existing_props(onnx.load(path, load_external_data=False))
+
+
+def _metadata_props(metadata: Mapping[str, str] | None, exporter: str) -> dict[str, str]:
+    """Validate user metadata and add the exporter name."""
+    props = dict(metadata or {})
+    for key, value in props.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ValueError(f"metadata must map strings to strings; got {key!r}: {value!r}")
+    props.setdefault(EXPORTER_KEY, exporter)
+    return props
+
+
+def _existing_props(model: onnx.ModelProto) -> dict[str, str]:
+    return {prop.key: prop.value for prop in model.metadata_props}
+
+
+def _export_torchscript(
+    module: torch.nn.Module,
+    example_inputs: Mapping[str, torch.Tensor],
+    path: Path,
+    opset: int,
+    dynamic: list[str],
+    output_names: list[str],
+) -> None:
+    axes: dict[str, dict[int, str]] = {name: {0: BATCH_AXIS, 1: SEQUENCE_AXIS} for name in dynamic}
+    if dynamic:
+        axes.update({name: {0: BATCH_AXIS} for name in output_names})
+    torch.onnx.export(
+        module,
+        (),
+        str(path),
+        kwargs=dict(example_inputs),
+        input_names=list(example_inputs),
+        output_names=output_names,
+        opset_version=opset,
+        dynamic_axes=axes or None,
+        dynamo=False,
+    )
+
+
+def _export_dynamo(
+    module: torch.nn.Module,
+    example_inputs: Mapping[str, torch.Tensor],
+    path: Path,
+    opset: int,
+    dynamic: list[str],
+    output_names: list[str],
+) -> None:
+    check_dynamic_sizes(example_inputs, dynamic)
+    torch.onnx.export(
+        module,
+        (),
+        str(path),
+        kwargs=dict(example_inputs),
+        input_names=list(example_inputs),
+        output_names=output_names,
+        opset_version=opset,
+        dynamic_shapes=torch_export_dynamic_shapes(example_inputs, dynamic, named=True) if dynamic else None,
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )

@@ -1,0 +1,48 @@
+"""Errors a user can act on.
+
+Every error rulegraph raises on bad input is a :class:`RulegraphError` whose message
+is one line that names what was wrong and, where there is a choice, the valid
+choices. The CLI prints that line and exits non-zero; it never shows a traceback
+for these.
+"""
+from __future__ import annotations
+
+from difflib import get_close_matches
+from typing import Iterable
+
+
+class RulegraphError(Exception):
+    """Base class: a problem with the user's model, rule file, inputs or options."""
+
+
+class ModelError(RulegraphError):
+    """The model file is missing, unreadable, or uses something rulegraph cannot run."""
+
+
+class UnsupportedOpError(ModelError):
+    """A node's op has no implementation."""
+
+
+class RuleFileError(RulegraphError):
+    """A rule file is malformed; the message starts with ``file:line``."""
+
+
+class RuleMatchError(RulegraphError):
+    """A node has no rule, or its rule cannot apply to it."""
+
+
+class InputError(RulegraphError):
+    """The inputs given do not fit the model (names, dtypes, shapes, values)."""
+
+
+class NumericalError(RulegraphError):
+    """NaN or inf where a finite value is needed."""
+
+
+def choices(valid: Iterable[str], given: str | None = None) -> str:
+    """Format valid choices, leading with the closest matches to ``given``."""
+    valid = sorted(set(valid))
+    close = get_close_matches(given, valid, n=3, cutoff=0.6) if given else []
+    listed = ", ".join(valid) if len(valid) <= 24 else ", ".join(valid[:24]) + f", … ({len(valid)} in all)"
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"{hint}valid: {listed}"

@@ -1,0 +1,224 @@
+"""Forward interpreter: runs the IR with torch ops on CPU or CUDA, in float32 or float64.
+
+A :class:`Plan` is the graph prepared for one device and dtype. Preparing it sorts
+every value into one of three classes:
+
+``CONST``  fixed by the model (initializers and what is computed from them only) —
+           folded once, here;
+``SHAPE``  fixed by the *shapes* of the inputs (``Shape`` and the arithmetic on it,
+           position ids, the static arguments of Reshape…) — computed on the first
+           run with a given input shape and then reused from a small cache;
+``VALUE``  depends on the input values — computed on every run.
+
+So a steady-state forward executes only the value-dependent nodes. All floating
+tensors are computed in the plan's dtype (a ``Cast`` to float32 in float64 mode casts
+to float64), so one exported model serves both precisions.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import torch
+
+from .errors import InputError, ModelError, NumericalError
+from .ir import Graph, Node
+from .ops import OpSpec, lookup
+
+Tensor = torch.Tensor
+
+SHAPE_CACHE_SIZE = 32
+
+
+class Kind(IntEnum):
+    CONST = 0
+    SHAPE = 1
+    VALUE = 2
+
+
+@dataclass
+class Step:
+    """One node bound to its implementation, with attributes converted for the plan."""
+
+    node: Node
+    spec: OpSpec
+    attrs: dict[str, Any]
+    kind: Kind
+    static: tuple[int, ...]            # input positions that are passed as host lists
+    static_kinds: tuple[Kind, ...]     # the class of each of those inputs
+
+
+def classify(graph: Graph) -> dict[str, Kind]:
+    """The class of every value: CONST, SHAPE or VALUE (see the module docstring)."""
+    kind: dict[str, Kind] = {name: Kind.CONST for name in graph.constants}
+    kind.update({name: Kind.VALUE for name in graph.input_names})
+    kind[""] = Kind.CONST
+    dynamic_shape: set[str] = set()  # values whose shape depends on input values
+    for node in graph.nodes:
+        spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
+        ins = [kind[v] for v in node.inputs]
+        if node.op in ("Shape", "Size") and ins and ins[0] != Kind.CONST:
+            k = Kind.VALUE if node.inputs[0] in dynamic_shape else Kind.SHAPE
+        else:
+            k = max(ins, default=Kind.CONST)
+        if spec.data_dependent_shape or any(v in dynamic_shape for v in node.inputs):
+            dynamic_shape.update(node.outputs)
+        for v in node.outputs:
+            kind[v] = k
+    return kind
+
+
+class Plan:
+    """A graph prepared for one device and dtype. Build it with :func:`prepare`."""
+
+    def __init__(self, graph: Graph, device: torch.device, dtype: torch.dtype):
+        self.graph = graph
+        self.device = device
+        self.dtype = dtype
+        self.kind = classify(graph)
+        self.constants = {name: self._convert(t) for name, t in graph.constants.items()}
+        steps = [self._bind(node) for node in graph.nodes]
+        self._fold([s for s in steps if s.kind == Kind.CONST])
+        self.steps = [s for s in steps if s.kind != Kind.CONST]
+        self.value_steps = [s for s in self.steps if s.kind == Kind.VALUE]
+        self.step_by_name = {s.node.name: s for s in self.steps}
+        self.has_infinite_constants = any(
+            t.is_floating_point() and not torch.isfinite(t).all() for t in self.constants.values()) or any(
+            isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
+            for s in self.steps for v in s.attrs.values())
+        self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
+        self.last_statics: dict[tuple[int, int], list] = {}  # static arguments of the latest run
+
+    # -- preparation -------------------------------------------------------------------
+    def _convert(self, value: Any) -> Any:
+        if isinstance(value, Tensor):
+            if value.is_floating_point():
+                value = value.to(self.dtype)
+            return value.to(self.device)
+        if isinstance(value, torch.dtype) and value.is_floating_point:
+            return self.dtype
+        return value
+
+    def _bind(self, node: Node) -> Step:
+        spec = lookup(node.op, node.domain, node=node.name, opset=self.graph.opset)
+        attrs = {k: self._convert(v) for k, v in node.attrs.items()}
+        static = tuple(i for i in spec.static if i < len(node.inputs) and node.inputs[i])
+        kinds = tuple(self.kind[node.inputs[i]] for i in static)
+        k = max((self.kind[v] for v in node.outputs), default=Kind.CONST)
+        return Step(node, spec, attrs, k, static, kinds)
+
+    def _fold(self, steps: list[Step]) -> None:
+        env = self.constants
+        for step in steps:
+            self._execute(step, env, {})
+
+    # -- running ---------------------------------------------------------------------------
+    def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list]) -> None:
+        node = step.node
+        args = [env[v] if v else None for v in node.inputs]
+        for i, k in zip(step.static, step.static_kinds):
+            key = (node.index, i)
+            if key in statics:
+                args[i] = statics[key]
+            else:
+                args[i] = args[i].tolist()
+                if k != Kind.VALUE:
+                    statics[key] = args[i]
+        try:
+            out = step.spec.forward(*args, **step.attrs)
+        except Exception as exc:  # an op failing on these inputs: name the node
+            shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
+                                                       if isinstance(a, Tensor) else repr(a)) for a in args)
+            raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        if isinstance(out, Tensor):
+            env[node.outputs[0]] = out
+        else:
+            for name, value in zip(node.outputs, out):
+                if name:
+                    env[name] = value
+
+    def run(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Run the graph; returns every value by name (what the relevance pass needs)."""
+        feeds = self.feeds(inputs)
+        signature = tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items())
+        cached = self._shape_cache.get(signature)
+        env: dict[str, Any] = dict(self.constants)
+        env.update(feeds)
+        if cached is not None:
+            self._shape_cache.move_to_end(signature)
+            shape_values, statics = cached
+            env.update(shape_values)
+            for step in self.value_steps:
+                self._execute(step, env, statics)
+            self.last_statics = statics
+            return env
+        statics: dict = {}
+        for step in self.steps:
+            self._execute(step, env, statics)
+        shape_values = {v: env[v] for s in self.steps if s.kind == Kind.SHAPE for v in s.node.outputs if v}
+        self._shape_cache[signature] = (shape_values, statics)
+        self.last_statics = statics
+        if len(self._shape_cache) > SHAPE_CACHE_SIZE:
+            self._shape_cache.popitem(last=False)
+        return env
+
+    def feeds(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
+        """Check the user's inputs against the graph's and convert them to the plan's device and dtype."""
+        expected = {i.name: i for i in self.graph.inputs}
+        missing = [n for n in expected if n not in inputs]
+        extra = [n for n in inputs if n not in expected]
+        if missing or extra:
+            want = ", ".join(i.describe() for i in self.graph.inputs)
+            what = (f"missing input(s) {', '.join(missing)}" if missing else "") + \
+                   ("; " if missing and extra else "") + \
+                   (f"unknown input(s) {', '.join(extra)}" if extra else "")
+            raise InputError(f"{what}; the model takes: {want}")
+        feeds = {}
+        for name, info in expected.items():
+            value = inputs[name]
+            if not isinstance(value, Tensor):
+                value = torch.as_tensor(value)
+            if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
+                raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
+                                 f"got {str(value.dtype).removeprefix('torch.')}")
+            if info.shape is not None:
+                if value.dim() != len(info.shape):
+                    raise InputError(f"input {name} must have {len(info.shape)} dims ({info.describe()}), "
+                                     f"got shape {tuple(value.shape)}")
+                for d, (want, got) in enumerate(zip(info.shape, value.shape)):
+                    if isinstance(want, int) and want > 0 and want != got:
+                        raise InputError(f"input {name} dim {d} must be {want}, got {got} (shape {tuple(value.shape)})")
+            if value.is_floating_point():
+                if not torch.isfinite(value).all():
+                    raise NumericalError(f"input {name} contains NaN or inf")
+                value = value.to(self.dtype)
+            elif value.dtype != info.dtype:
+                value = value.to(info.dtype)
+            feeds[name] = value.to(self.device)
+        return feeds
+
+    def outputs(self, env: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {name: env[name] for name in self.graph.outputs}
+
+
+def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:
+    """The graph's :class:`Plan` for ``device`` and ``dtype`` (built once, then reused)."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
+    if dtype not in (torch.float32, torch.float64):
+        raise InputError(f"dtype must be float32 or float64, got {dtype}")
+    plans = graph.__dict__.setdefault("_plans", {})
+    key = (str(device), dtype)
+    if key not in plans:
+        plans[key] = Plan(graph, device, dtype)
+    return plans[key]
+
+
+def run(graph: Graph, inputs: dict[str, Any], *, device="cpu", dtype=torch.float32) -> dict[str, Tensor]:
+    """Forward only: the graph's outputs by name."""
+    plan = prepare(graph, device, dtype)
+    return plan.outputs(plan.run(inputs))

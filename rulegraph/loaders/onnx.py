@@ -1,0 +1,184 @@
+"""ONNX ModelProto → IR.
+
+Initializers and ``Constant`` nodes become constants; attributes become Python values
+under their ONNX names (``Cast.to`` becomes a torch dtype). Opset differences that
+change an op's meaning without changing its name are settled here, once, so the ops
+see one convention: Softmax before opset 13 flattens to 2-D; Split learns its number
+of outputs. Node scopes come from the dynamo exporter's ``name_scopes`` metadata or
+from TorchScript-style names (``/bert/encoder/layer.0/attention/self/MatMul``).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from ..errors import ModelError
+from ..ir import Graph, Node, ValueInfo
+
+# TensorProto data type → torch dtype
+DTYPES: dict[int, torch.dtype] = {
+    onnx.TensorProto.FLOAT: torch.float32,
+    onnx.TensorProto.DOUBLE: torch.float64,
+    onnx.TensorProto.FLOAT16: torch.float16,
+    onnx.TensorProto.BFLOAT16: torch.bfloat16,
+    onnx.TensorProto.INT64: torch.int64,
+    onnx.TensorProto.INT32: torch.int32,
+    onnx.TensorProto.INT16: torch.int16,
+    onnx.TensorProto.INT8: torch.int8,
+    onnx.TensorProto.UINT8: torch.uint8,
+    onnx.TensorProto.BOOL: torch.bool,
+}
+
+
+def read_model(path: str | Path) -> onnx.ModelProto:
+    """Read and structurally check an ONNX file, with one-line errors."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"model file not found: {path}")
+    if path.is_dir():
+        candidates = sorted(path.glob("*.onnx"))
+        if len(candidates) != 1:
+            raise ModelError(f"{path} is a directory with {len(candidates)} .onnx files; name the model file")
+        path = candidates[0]
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # protobuf raises several unrelated types
+        raise ModelError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'truncated or corrupt'})") from None
+    if not model.graph.node:
+        raise ModelError(f"{path} holds no graph nodes; is it an ONNX model?")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), "invalid")
+        if "No Op registered" not in first:  # unknown ops are reported per node, later
+            raise ModelError(f"{path} is not a valid ONNX model: {first}") from None
+    return model
+
+
+def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
+    """Convert an ONNX model (or file) into the IR."""
+    source = "onnx"
+    if not isinstance(model, onnx.ModelProto):
+        source = f"onnx:{model}"
+        model = read_model(model)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    g = model.graph
+    for n in g.node:
+        for a in n.attribute:
+            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                raise ModelError(f"node {n.name or n.op_type!r} ({n.op_type}) has a subgraph; control flow is not supported")
+
+    constants = {init.name: _tensor(init) for init in g.initializer}
+    for sparse in g.sparse_initializer:
+        constants[sparse.values.name] = torch.from_numpy(np.array(numpy_helper.to_array(sparse))).clone()
+    inputs = [_value_info(v) for v in g.input if v.name not in constants]
+
+    nodes: list[Node] = []
+    used: set[str] = set()
+    for i, n in enumerate(g.node):
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(n)
+            continue
+        name = _unique(n.name or f"{n.op_type}_{i}", used)
+        attrs = {a.name: _attribute(a) for a in n.attribute}
+        nodes.append(Node(
+            name=name, op=n.op_type, inputs=tuple(n.input), outputs=tuple(n.output),
+            attrs=_normalise(n.op_type, attrs, opset, len(n.output)), domain=n.domain,
+            scope=_scope(n)))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    return Graph(nodes, inputs, [o.name for o in g.output], constants, opset=opset,
+                 name=g.name, metadata=metadata, source=source)
+
+
+def _tensor(proto: onnx.TensorProto) -> torch.Tensor:
+    array = numpy_helper.to_array(proto)
+    if array.dtype == object:
+        raise ModelError(f"initializer {proto.name!r} holds strings; only numeric tensors are supported")
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:
+    t = v.type.tensor_type
+    dtype = DTYPES.get(t.elem_type)
+    if dtype is None:
+        raise ModelError(f"graph input {v.name!r} has element type {onnx.TensorProto.DataType.Name(t.elem_type)}, "
+                         "which rulegraph does not support")
+    shape = None
+    if t.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return ValueInfo(v.name, dtype, shape)
+
+
+def _attribute(a: onnx.AttributeProto):
+    value = onnx.helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        return _tensor(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def _constant_value(n: onnx.NodeProto) -> torch.Tensor:
+    a = n.attribute[0]
+    value = _attribute(a)
+    if a.name == "value":
+        return value
+    if a.name == "sparse_value":
+        return torch.from_numpy(np.array(numpy_helper.to_array(a.sparse_tensor)))
+    if a.name in ("value_float", "value_floats"):
+        return torch.tensor(value, dtype=torch.float32)
+    if a.name in ("value_int", "value_ints"):
+        return torch.tensor(value, dtype=torch.int64)
+    raise ModelError(f"Constant node {n.name!r} holds a {a.name}, which rulegraph does not support")
+
+
+def _normalise(op: str, attrs: dict, opset: int, n_outputs: int) -> dict:
+    """Settle opset-dependent conventions so each op implementation sees one."""
+    if op == "Cast":
+        attrs["to"] = _dtype(attrs["to"], op)
+    elif op in ("Softmax", "LogSoftmax", "Hardmax") and opset < 13:
+        attrs.setdefault("axis", 1)
+        attrs["coerce_2d"] = 1
+    elif op == "Split" and "split" not in attrs:
+        attrs.setdefault("num_outputs", n_outputs)
+    elif op == "ConstantOfShape" and "value" not in attrs:
+        attrs["value"] = torch.zeros(1, dtype=torch.float32)
+    elif op in ("EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike") and "dtype" in attrs:
+        attrs["dtype"] = _dtype(attrs["dtype"], op)
+    return attrs
+
+
+def _dtype(code: int, op: str) -> torch.dtype:
+    if code not in DTYPES:
+        raise ModelError(f"{op} to element type {onnx.TensorProto.DataType.Name(code)} is not supported")
+    return DTYPES[code]
+
+
+def _scope(n: onnx.NodeProto) -> str:
+    for p in n.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(p.value)
+            except (ValueError, SyntaxError):
+                break
+            modules = [s for s in scopes[:-1] if s and not s.startswith("_")]
+            return modules[-1] if modules else ""
+    if n.name.startswith("/"):
+        return ".".join(part for part in n.name.strip("/").split("/")[:-1])
+    return ""
+
+
+def _unique(name: str, used: set[str]) -> str:
+    base, k = name, 1
+    while name in used:
+        name = f"{base}__{k}"
+        k += 1
+    used.add(name)
+    return name

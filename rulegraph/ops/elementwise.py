@@ -1,0 +1,299 @@
+"""Elementwise ops (numpy broadcasting), comparisons and logic, casts."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import always, at_most_one, only, op, unbroadcast
+
+Tensor = torch.Tensor
+
+
+# -- arithmetic --------------------------------------------------------------------
+
+def _add_vjp(grads, inputs, outputs, wants, **_):
+    g = grads[0]
+    return [unbroadcast(g, x.shape) if w else None for x, w in zip(inputs, wants)]
+
+
+@op("Add", affine=always, additive="all", vjp=_add_vjp)
+def add(a, b):
+    return a + b
+
+
+def _sub_vjp(grads, inputs, outputs, wants, **_):
+    g = grads[0]
+    return [unbroadcast(g, inputs[0].shape) if wants[0] else None,
+            unbroadcast(-g, inputs[1].shape) if wants[1] else None]
+
+
+@op("Sub", affine=always, additive="all", vjp=_sub_vjp)
+def sub(a, b):
+    return a - b
+
+
+def _mul_vjp(grads, inputs, outputs, wants, **_):
+    g = grads[0]
+    a, b = inputs
+    return [unbroadcast(g * b, a.shape) if wants[0] else None,
+            unbroadcast(g * a, b.shape) if wants[1] else None]
+
+
+@op("Mul", affine=at_most_one(0, 1), vjp=_mul_vjp)
+def mul(a, b):
+    return a * b
+
+
+def _div_vjp(grads, inputs, outputs, wants, **_):
+    g = grads[0]
+    a, b = inputs
+    return [unbroadcast(g / b, a.shape) if wants[0] else None,
+            unbroadcast(-g * outputs[0] / b, b.shape) if wants[1] else None]
+
+
+@op("Div", affine=only(0), vjp=_div_vjp)
+def div(a, b):
+    if not a.is_floating_point() and not b.is_floating_point():
+        return torch.div(a, b, rounding_mode="trunc")
+    return a / b
+
+
+def _pow_vjp(grads, inputs, outputs, wants, **_):
+    g = grads[0]
+    x, y = inputs
+    gx = gy = None
+    if wants[0]:
+        gx = unbroadcast(g * y * torch.pow(x, y - 1), x.shape)
+    if wants[1]:
+        gy = unbroadcast(g * outputs[0] * torch.log(x), y.shape)
+    return [gx, gy]
+
+
+@op("Pow", vjp=_pow_vjp)
+def pow_(x, y):
+    out = torch.pow(x, y)
+    return out.to(x.dtype) if out.dtype != x.dtype else out
+
+
+def _variadic(fn):
+    def apply(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return out
+    return apply
+
+
+@op("Sum", affine=always, additive="all",
+    vjp=lambda grads, inputs, outputs, wants, **_: [unbroadcast(grads[0], x.shape) if w else None
+                                               for x, w in zip(inputs, wants)])
+def sum_(*xs):
+    return _variadic(torch.add)(*xs)
+
+
+@op("Mean", affine=always, additive="all")
+def mean_(*xs):
+    return _variadic(torch.add)(*xs) / len(xs)
+
+
+@op("Max")
+def max_(*xs):
+    return _variadic(torch.maximum)(*xs)
+
+
+@op("Min")
+def min_(*xs):
+    return _variadic(torch.minimum)(*xs)
+
+
+@op("Neg", affine=always, elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [-grads[0] if wants[0] else None])
+def neg(x):
+    return -x
+
+
+@op("Abs", elementwise=True)
+def abs_(x):
+    return torch.abs(x)
+
+
+@op("Sign", elementwise=True)
+def sign(x):
+    return torch.sign(x)
+
+
+@op("Reciprocal", elementwise=True)
+def reciprocal(x):
+    return torch.reciprocal(x)
+
+
+@op("Sqrt", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] / (2 * outputs[0]) if wants[0] else None])
+def sqrt(x):
+    return torch.sqrt(x)
+
+
+@op("Exp", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] if wants[0] else None])
+def exp(x):
+    return torch.exp(x)
+
+
+@op("Log", elementwise=True)
+def log(x):
+    return torch.log(x)
+
+
+@op("Floor", elementwise=True)
+def floor(x):
+    return torch.floor(x)
+
+
+@op("Ceil", elementwise=True)
+def ceil(x):
+    return torch.ceil(x)
+
+
+@op("Round", elementwise=True)
+def round_(x):
+    return torch.round(x)
+
+
+@op("Mod")
+def mod(a, b, *, fmod=0):
+    return torch.fmod(a, b) if fmod else torch.remainder(a, b)
+
+
+# -- activations ---------------------------------------------------------------------
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@op("Erf", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [
+        grads[0] * _TWO_OVER_SQRT_PI * torch.exp(-inputs[0] * inputs[0]) if wants[0] else None])
+def erf(x):
+    return torch.erf(x)
+
+
+@op("Tanh", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * (1 - outputs[0] * outputs[0]) if wants[0] else None])
+def tanh(x):
+    return torch.tanh(x)
+
+
+@op("Sigmoid", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] * (1 - outputs[0]) if wants[0] else None])
+def sigmoid(x):
+    return torch.sigmoid(x)
+
+
+@op("Relu", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * (inputs[0] > 0) if wants[0] else None])
+def relu(x):
+    return torch.relu(x)
+
+
+@op("LeakyRelu", elementwise=True)
+def leaky_relu(x, *, alpha=0.01):
+    return F.leaky_relu(x, alpha)
+
+
+@op("Elu", elementwise=True)
+def elu(x, *, alpha=1.0):
+    return F.elu(x, alpha)
+
+
+@op("Softplus", elementwise=True)
+def softplus(x):
+    return F.softplus(x)
+
+
+@op("Gelu", elementwise=True)
+def gelu(x, *, approximate="none"):
+    return F.gelu(x, approximate=approximate)
+
+
+@op("Clip", elementwise=True)
+def clip(x, lo=None, hi=None, *, min=None, max=None):
+    lo = min if lo is None else lo
+    hi = max if hi is None else hi
+    return torch.clamp(x, lo, hi)
+
+
+# -- comparisons and logic (never relevance-carrying) ---------------------------------
+
+def _compare(name, fn):
+    op(name, float_output=False)(lambda a, b: fn(a, b))
+
+
+for _name, _fn in {
+    "Equal": torch.eq, "Less": torch.lt, "LessOrEqual": torch.le, "Greater": torch.gt,
+    "GreaterOrEqual": torch.ge, "And": torch.logical_and, "Or": torch.logical_or,
+    "Xor": torch.logical_xor, "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
+}.items():
+    _compare(_name, _fn)
+
+
+@op("Not", float_output=False)
+def not_(x):
+    return torch.logical_not(x)
+
+
+@op("IsNaN", float_output=False)
+def isnan(x):
+    return torch.isnan(x)
+
+
+@op("IsInf", float_output=False)
+def isinf(x, *, detect_negative=1, detect_positive=1):
+    if detect_negative and detect_positive:
+        return torch.isinf(x)
+    return torch.isneginf(x) if detect_negative else torch.isposinf(x)
+
+
+def _where_vjp(grads, inputs, outputs, wants, **_):
+    cond, a, b = inputs
+    g = grads[0]
+    zero = torch.zeros((), dtype=g.dtype, device=g.device)
+    return [None,
+            unbroadcast(torch.where(cond, g, zero), a.shape) if wants[1] else None,
+            unbroadcast(torch.where(cond, zero, g), b.shape) if wants[2] else None]
+
+
+@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, vjp=_where_vjp)
+def where(cond, a, b):
+    return torch.where(cond, a, b)
+
+
+# -- identity-like ---------------------------------------------------------------------
+
+def _same(grads, inputs, outputs, wants, **_):
+    return [grads[0] if wants[0] else None] + [None] * (len(inputs) - 1)
+
+
+@op("Identity", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_same)
+def identity(x):
+    return x
+
+
+@op("Dropout", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_same)
+def dropout(x, ratio=None, training_mode=None, *, seed=None):
+    return x
+
+
+def _cast_vjp(grads, inputs, outputs, wants, **_):
+    return [grads[0].to(inputs[0].dtype) if wants[0] else None]
+
+
+@op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp)
+def cast(x, *, to, saturate=1):
+    return x.to(to)
+
+
+@op("CastLike", affine=always, additive=(0,), routing=True, elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0].to(inputs[0].dtype) if wants[0] else None, None])
+def cast_like(x, like, *, saturate=1):
+    return x.to(like.dtype)

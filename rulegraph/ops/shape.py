@@ -1,0 +1,342 @@
+"""Shape computation and routing ops: Reshape, Transpose, Slice, Gather, Concat, Expand…
+
+Routing ops move or select elements of their data input without arithmetic, so the
+``pass`` rule sends relevance back along the same index mapping: that is exactly
+their VJP applied to the relevance. Inputs that carry shapes, axes or pads are
+``static`` — host lists of ints, converted once per input shape.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import always, op, unbroadcast
+
+Tensor = torch.Tensor
+INT64 = torch.int64
+
+
+def _reshape_back(grads, inputs, outputs, wants, **_):
+    return [grads[0].reshape(inputs[0].shape) if wants[0] else None] + [None] * (len(inputs) - 1)
+
+
+def _axes(axes, rank):
+    return sorted(a % rank for a in axes)
+
+
+# -- shapes -------------------------------------------------------------------------
+
+@op("Shape", float_output=False)
+def shape(x, *, start=0, end=None):
+    return torch.tensor(x.shape[start:end], dtype=INT64, device=x.device)
+
+
+@op("Size", float_output=False)
+def size(x):
+    return torch.tensor(x.numel(), dtype=INT64, device=x.device)
+
+
+@op("ConstantOfShape", static=(0,))
+def constant_of_shape(shape, *, value=None):
+    if value is None:
+        return torch.zeros(shape, dtype=torch.float32)
+    return torch.full(shape, value.reshape(()).item(), dtype=value.dtype, device=value.device)
+
+
+@op("Range")
+def range_(start, limit, delta):
+    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype, device=start.device)
+
+
+# -- reshaping (routing) ---------------------------------------------------------------
+
+def onnx_reshape_target(in_shape, shape, allowzero=0):
+    """ONNX Reshape semantics: 0 copies the input dim (unless ``allowzero``), -1 is inferred."""
+    out = list(shape)
+    if not allowzero:
+        out = [in_shape[i] if d == 0 else d for i, d in enumerate(out)]
+    return out
+
+
+@op("Reshape", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+def reshape(x, shape, *, allowzero=0):
+    return x.reshape(onnx_reshape_target(x.shape, shape, allowzero))
+
+
+@op("Flatten", affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+def flatten(x, *, axis=1):
+    lead = math.prod(x.shape[:axis % x.dim()] if axis != x.dim() else x.shape)
+    return x.reshape(lead, -1)
+
+
+@op("Squeeze", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+def squeeze(x, axes_in=None, *, axes=None):
+    axes = axes_in if axes_in is not None else axes
+    if axes is None:
+        return x.squeeze()
+    return x.squeeze(tuple(_axes(axes, x.dim())))
+
+
+@op("Unsqueeze", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+def unsqueeze(x, axes_in=None, *, axes=None):
+    axes = axes_in if axes_in is not None else axes
+    rank = x.dim() + len(axes)
+    for a in _axes(axes, rank):
+        x = x.unsqueeze(a)
+    return x
+
+
+def _transpose_vjp(grads, inputs, outputs, wants, *, perm=None):
+    if not wants[0]:
+        return [None]
+    perm = perm if perm is not None else list(range(inputs[0].dim()))[::-1]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [grads[0].permute(inverse)]
+
+
+@op("Transpose", affine=always, additive=(0,), routing=True, vjp=_transpose_vjp)
+def transpose(x, *, perm=None):
+    return x.permute(perm if perm is not None else list(range(x.dim()))[::-1])
+
+
+# -- joining and splitting ----------------------------------------------------------------
+
+def _concat_vjp(grads, inputs, outputs, wants, *, axis):
+    sizes = [x.shape[axis] for x in inputs]
+    pieces = torch.split(grads[0], sizes, dim=axis)
+    return [p if w else None for p, w in zip(pieces, wants)]
+
+
+@op("Concat", affine=always, additive="all", routing=True, vjp=_concat_vjp)
+def concat(*xs, axis):
+    return torch.cat(xs, dim=axis)
+
+
+def split_sizes(x, axis, split, num_outputs):
+    if split is not None:
+        return list(split)
+    n = x.shape[axis]
+    chunk = -(-n // num_outputs)
+    return [min(chunk, n - i * chunk) for i in range(num_outputs)]
+
+
+def _split_vjp(grads, inputs, outputs, wants, *, axis=0, split=None, num_outputs=None):
+    if not wants[0]:
+        return [None] * len(inputs)
+    pieces = [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outputs)]
+    return [torch.cat(pieces, dim=axis)] + [None] * (len(inputs) - 1)
+
+
+@op("Split", static=(1,), affine=always, additive=(0,), routing=True, vjp=_split_vjp)
+def split(x, split_in=None, *, axis=0, split=None, num_outputs=None):
+    sizes = split_sizes(x, axis, split_in if split_in is not None else split, num_outputs)
+    return tuple(torch.split(x, sizes, dim=axis))
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+def slice_spec(shape, starts, ends, axes=None, steps=None):
+    """Normalised (axis, start, end, step) per sliced axis, clamped as ONNX Slice specifies."""
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    spec = []
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis %= len(shape)
+        n = shape[axis]
+        if step > 0:
+            start = min(max(start + n if start < 0 else start, 0), n)
+            end = min(max(end + n if end < 0 else end, 0), n)
+        else:
+            start = min(max(start + n if start < 0 else start, -1), n - 1)
+            end = min(max(end + n if end < 0 else end, -1), n - 1)
+        spec.append((axis, start, end, step))
+    return spec
+
+
+def _apply_slice(x, spec):
+    index = [slice(None)] * x.dim()
+    for axis, start, end, step in spec:
+        if step > 0:
+            index[axis] = slice(start, end, step)
+        else:
+            picks = torch.arange(start, end, step, device=x.device)
+            x = x.index_select(axis, picks)
+    return x[tuple(index)]
+
+
+def _slice_vjp(grads, inputs, outputs, wants, **_):
+    if not wants[0]:
+        return [None] * len(inputs)
+    x = inputs[0]
+    spec = slice_spec(x.shape, *inputs[1:])
+    g = torch.zeros_like(x)
+    if all(step > 0 for *_, step in spec):
+        index = [slice(None)] * x.dim()
+        for axis, start, end, step in spec:
+            index[axis] = slice(start, end, step)
+        g[tuple(index)] = grads[0]
+        return [g] + [None] * (len(inputs) - 1)
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(_apply_slice(leaf, spec), leaf, grads[0])
+    return [g] + [None] * (len(inputs) - 1)
+
+
+@op("Slice", static=(1, 2, 3, 4), affine=always, additive=(0,), routing=True, vjp=_slice_vjp)
+def slice_(x, starts=None, ends=None, axes=None, steps=None, **legacy):
+    if starts is None:  # opset < 10: attributes
+        starts, ends, axes = legacy["starts"], legacy["ends"], legacy.get("axes")
+    return _apply_slice(x, slice_spec(x.shape, starts, ends, axes, steps))
+
+
+def _positive(indices: Tensor, n: int) -> Tensor:
+    return torch.where(indices < 0, indices + n, indices)
+
+
+def _gather_vjp(grads, inputs, outputs, wants, *, axis=0):
+    if not wants[0]:
+        return [None, None]
+    data, indices = inputs
+    axis %= data.dim()
+    idx = _positive(indices, data.shape[axis]).reshape(-1)
+    g = grads[0].reshape(*data.shape[:axis], idx.numel(), *data.shape[axis + 1:])
+    return [torch.zeros_like(data).index_add_(axis, idx, g), None]
+
+
+@op("Gather", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_vjp)
+def gather(data, indices, *, axis=0):
+    axis %= data.dim()
+    idx = _positive(indices, data.shape[axis])
+    if idx.dim() == 0:
+        return data.select(axis, int(idx))
+    if axis == 0 and data.dim() == 2:
+        return F.embedding(idx, data)
+    out = data.index_select(axis, idx.reshape(-1))
+    return out.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
+
+
+def _gather_elements_vjp(grads, inputs, outputs, wants, *, axis=0):
+    if not wants[0]:
+        return [None, None]
+    data, indices = inputs
+    idx = _positive(indices, data.shape[axis])
+    return [torch.zeros_like(data).scatter_add_(axis, idx, grads[0]), None]
+
+
+@op("GatherElements", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_elements_vjp)
+def gather_elements(data, indices, *, axis=0):
+    return torch.gather(data, axis, _positive(indices, data.shape[axis]))
+
+
+@op("GatherND", affine=lambda t: not t[1], additive=(0,), routing=True)
+def gather_nd(data, indices, *, batch_dims=0):
+    k = indices.shape[-1]
+    batch = data.shape[:batch_dims]
+    flat_data = data.reshape(-1, *data.shape[batch_dims:])
+    flat_idx = indices.reshape(-1, *indices.shape[batch_dims:])
+    sizes = torch.tensor(data.shape[batch_dims:batch_dims + k], device=indices.device)
+    flat_idx = torch.where(flat_idx < 0, flat_idx + sizes, flat_idx)
+    b = torch.arange(flat_data.shape[0], device=data.device).reshape(-1, *[1] * (flat_idx.dim() - 2))
+    picked = flat_data[(b.expand(flat_idx.shape[:-1]),) + tuple(flat_idx[..., i] for i in range(k))]
+    return picked.reshape(*batch, *indices.shape[batch_dims:-1], *data.shape[batch_dims + k:])
+
+
+def _expand_vjp(grads, inputs, outputs, wants, **_):
+    return [unbroadcast(grads[0], inputs[0].shape) if wants[0] else None, None]
+
+
+@op("Expand", static=(1,), affine=always, additive=(0,), routing=True, vjp=_expand_vjp)
+def expand(x, shape):
+    return x.expand(torch.broadcast_shapes(x.shape, tuple(shape)))
+
+
+@op("Tile", static=(1,), affine=always, additive=(0,), routing=True)
+def tile(x, repeats):
+    return x.repeat(*repeats)
+
+
+@op("Pad", static=(1, 3), affine=lambda t: not any(t[1:]), additive=(0, 2), routing=True)
+def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
+    rank = x.dim()
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    n = len(axes)
+    begin, end = dict(zip(axes, pads[:n])), dict(zip(axes, pads[n:]))
+    torch_pads = []
+    for d in reversed(range(rank)):
+        torch_pads += [begin.get(d, 0), end.get(d, 0)]
+    modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+    if mode == "constant":
+        value = 0.0 if constant_value is None else constant_value.reshape(()).item()
+        return F.pad(x, torch_pads, mode="constant", value=value)
+    return F.pad(x, torch_pads, mode=modes[mode])
+
+
+@op("Trilu")
+def trilu(x, k=None, *, upper=1):
+    k = 0 if k is None else int(k)
+    return torch.triu(x, k) if upper else torch.tril(x, k)
+
+
+@op("CumSum", affine=lambda t: not t[1])
+def cumsum(x, axis, *, exclusive=0, reverse=0):
+    axis = int(axis)
+    if reverse:
+        x = x.flip(axis)
+    out = torch.cumsum(x, dim=axis)
+    if exclusive:
+        out = out - x
+    return out.flip(axis) if reverse else out
+
+
+@op("ArgMax", float_output=False)
+def argmax(x, *, axis=0, keepdims=1, select_last_index=0):
+    if select_last_index:
+        n = x.shape[axis]
+        return n - 1 - torch.argmax(x.flip(axis), dim=axis, keepdim=bool(keepdims))
+    return torch.argmax(x, dim=axis, keepdim=bool(keepdims))
+
+
+@op("ArgMin", float_output=False)
+def argmin(x, *, axis=0, keepdims=1, select_last_index=0):
+    if select_last_index:
+        n = x.shape[axis]
+        return n - 1 - torch.argmin(x.flip(axis), dim=axis, keepdim=bool(keepdims))
+    return torch.argmin(x, dim=axis, keepdim=bool(keepdims))
+
+
+@op("NonZero", data_dependent_shape=True, float_output=False)
+def nonzero(x):
+    return torch.nonzero(x).T.contiguous()
+
+
+@op("OneHot", static=(1,))
+def one_hot(indices, depth, values, *, axis=-1):
+    depth = int(depth if not isinstance(depth, list) else depth[0])
+    idx = torch.where(indices < 0, indices + depth, indices).long()
+    hot = F.one_hot(idx, depth).to(torch.bool)
+    out = torch.where(hot, values[1], values[0])
+    return out.movedim(-1, axis) if axis != -1 else out
+
+
+@op("ScatterND")
+def scatter_nd(data, indices, updates, *, reduction="none"):
+    out = data.clone()
+    index = tuple(indices[..., i] for i in range(indices.shape[-1]))
+    if reduction == "none":
+        out[index] = updates
+    elif reduction == "add":
+        out.index_put_(index, updates, accumulate=True)
+    else:
+        raise NotImplementedError(f"ScatterND reduction={reduction!r} is not implemented")
+    return out
+
+
+@op("TopK", static=(1,), data_dependent_shape=False)
+def topk(x, k, *, axis=-1, largest=1, sorted=1):
+    values, indices = torch.topk(x, int(k[0] if isinstance(k, list) else k), dim=axis,
+                                 largest=bool(largest), sorted=bool(sorted))
+    return values, indices

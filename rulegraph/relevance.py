@@ -1,0 +1,191 @@
+"""The relevance pass: a reverse topological walk from the explained output.
+
+Each reached node's rule turns the relevance at its outputs into contributions to
+its inputs (:mod:`rulegraph.rules`). Contributions to relevance-carrying values are
+accumulated for their producers; contributions to the rest (biases, masks, other
+constants) are absorbed. The walk stops at the boundary values, where the
+explanation is read.
+
+With the audit on, every contribution is also reduced to its sum — one reduction of
+the actual tensor, kept as a 0-d tensor in a :class:`Ledger` — and the nodes and
+edges record which ledger entries are theirs. :func:`finish` turns the whole ledger
+into numbers with a single device sync.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .interpreter import Plan
+from .rules import Contribution, Incoming, Site
+from .ruleset import Binding
+
+Tensor = torch.Tensor
+
+
+class Ledger:
+    """Sums of relevance tensors, as 0-d tensors until :meth:`settle`.
+
+    A contribution in signal form sums as one fused dot ``x · g``. Graphs holding
+    infinite constants (−inf attention masks) use a NaN-safe sum instead, taking
+    0·(−inf) as 0, the LRP convention.
+    """
+
+    def __init__(self, nan_safe: bool):
+        self.nan_safe = nan_safe
+        self.entries: list[Tensor] = []
+        self.values: list[float] = []
+
+    def total(self, t: Tensor) -> int:
+        self.entries.append(torch.nansum(t) if self.nan_safe else t.sum())
+        return len(self.entries) - 1
+
+    def contribution(self, c: Contribution, x: Tensor) -> int:
+        if c.signal is not None and not self.nan_safe:
+            self.entries.append(torch.vdot(x.reshape(-1), c.signal.reshape(-1)))
+            return len(self.entries) - 1
+        return self.total(c.tensor(x))
+
+    def settle(self) -> None:
+        if self.entries:
+            self.values = torch.stack(self.entries).tolist()
+
+    def __call__(self, indices: list[int]) -> float:
+        return sum(self.values[i] for i in indices)
+
+
+@dataclass
+class NodeFlow:
+    """Relevance through one node: ledger entries until :func:`finish`, then floats."""
+
+    name: str
+    rule: str
+    where: str
+    conserving: bool
+    entries_in: list[int] = field(default_factory=list)
+    entries_out: list[int] = field(default_factory=list)
+    entries_absorbed: list[int] = field(default_factory=list)
+    entries_mass: list[int] = field(default_factory=list)
+    relevance_in: float = 0.0
+    relevance_out: float = 0.0
+    absorbed: float = 0.0
+    mass_in: float = 0.0        # Σ|R| arriving: the scale conservation errors are measured against
+
+
+@dataclass
+class Edge:
+    """Relevance a node's rule handed to a value: ``producer`` made the value (``None``
+    for a boundary value), ``consumer`` is the node whose rule gave it (``None`` for
+    the seed at the explained output)."""
+
+    producer: str | None
+    consumer: str | None
+    entry: int
+    amount: float = 0.0
+
+
+@dataclass
+class Flow:
+    """Everything the pass produced."""
+
+    boundary: dict[str, Tensor]                 # boundary value → relevance tensor
+    output_relevance: Tensor                    # the seed: relevance at the explained output
+    ledger: Ledger
+    nodes: list[NodeFlow] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    stranded: dict[str, float] = field(default_factory=dict)  # relevance left where no rule took it
+    stranded_entries: dict[str, list[int]] = field(default_factory=dict)
+
+
+def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str, seed: Tensor,
+              *, audit: bool = True) -> Flow:
+    """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``."""
+    graph = binding.graph
+    ledger = Ledger(plan.has_infinite_constants)
+    incoming: dict[str, Incoming] = {}
+    inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
+    start = Incoming(env[output])
+    start.add(Contribution(signal=seed))
+    incoming[output] = start
+    flow = Flow(boundary={}, output_relevance=start.tensor, ledger=ledger)
+    if audit:
+        entry = ledger.total(flow.output_relevance)
+        inflow[output] = [entry]
+        flow.edges.append(Edge(_producer(graph, output), None, entry))
+    steps = plan.step_by_name
+    boundary = binding.boundary
+
+    for node in reversed(binding.reached):
+        arriving = [incoming.pop(v, None) for v in node.outputs]
+        if all(a is None for a in arriving):
+            continue
+        arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
+        assignment = binding.assignments.get(node.name)
+        if assignment is None:  # unmatched under on_unmatched: warn — relevance is stranded here
+            flow.stranded_entries[node.name] = arrived
+            continue
+        step = steps[node.name]
+        tainted = [v in binding.tainted for v in node.inputs]
+        site = Site(node=node, spec=step.spec, attrs=step.attrs,
+                    inputs=[_static(env, plan, step, v, i) for i, v in enumerate(node.inputs)],
+                    outputs=[env[v] if v else None for v in node.outputs],
+                    tainted=tainted, incoming=arriving, audit=audit)
+        contributions = assignment.rule.propagate(site)
+        if not audit:
+            for v, c, t in zip(node.inputs, contributions, tainted):
+                if c is not None and t:
+                    incoming.setdefault(v, Incoming(env[v])).add(c)
+            continue
+        record = NodeFlow(node.name, assignment.rule.name, assignment.where,
+                          assignment.rule.conserves(node, step.spec, tainted), entries_in=arrived,
+                          entries_absorbed=[ledger.total(t) for t in site.absorbed],
+                          entries_mass=[ledger.total(a.tensor.abs()) for a in arriving if a is not None])
+        for v, c, t, x in zip(node.inputs, contributions, tainted, site.inputs):
+            if c is None:
+                continue
+            entry = ledger.contribution(c, x)
+            if t:
+                incoming.setdefault(v, Incoming(env[v])).add(c)
+                inflow.setdefault(v, []).append(entry)
+                record.entries_out.append(entry)
+                flow.edges.append(Edge(_producer(graph, v) if v not in boundary else None, node.name, entry))
+            else:
+                record.entries_absorbed.append(entry)
+        flow.nodes.append(record)
+
+    for v in boundary:
+        if v in incoming:
+            flow.boundary[v] = incoming.pop(v).tensor
+    for v in incoming:  # relevance that reached a value no walked node produces
+        flow.stranded_entries[v] = inflow.get(v, [])
+    return flow
+
+
+def finish(flow: Flow) -> Flow:
+    """Turn the ledger into numbers (one device sync) and fill in the figures."""
+    ledger = flow.ledger
+    ledger.settle()
+    for n in flow.nodes:
+        n.relevance_in, n.relevance_out = ledger(n.entries_in), ledger(n.entries_out)
+        n.absorbed, n.mass_in = ledger(n.entries_absorbed), ledger(n.entries_mass)
+    for e in flow.edges:
+        e.amount = ledger.values[e.entry]
+    flow.stranded = {k: ledger(v) for k, v in flow.stranded_entries.items()}
+    return flow
+
+
+def _producer(graph, value: str) -> str | None:
+    node = graph.producer.get(value)
+    return node.name if node is not None else None
+
+
+def _static(env: dict, plan: Plan, step, value: str, index: int):
+    """Inputs as the op's forward saw them: static (shape/axes) inputs as host lists."""
+    if not value:
+        return None
+    x = env[value]
+    if index in step.static and isinstance(x, Tensor):
+        cached = plan.last_statics.get((step.node.index, index))
+        return cached if cached is not None else x.tolist()
+    return x

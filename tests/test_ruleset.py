@@ -1,0 +1,120 @@
+"""Rule files: schema errors point at file:line with the valid choices; matching is first-wins."""
+from __future__ import annotations
+
+import pytest
+
+import rulegraph
+from rulegraph import RuleSet
+from rulegraph.errors import RuleFileError, RuleMatchError
+
+
+def error(text: str) -> str:
+    with pytest.raises(RuleFileError) as info:
+        RuleSet.from_yaml(text, source="my.yaml")
+    return str(info.value)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "my.yaml:1: the rule file is empty"),
+    ("rules: [\n  - op: X\n", "my.yaml:2: not valid YAML"),
+    ("name: x\n", "my.yaml:1: missing `rules:`"),
+    ("rules: []\n", "my.yaml:1: `rules:` must be a non-empty list"),
+    ("rulez:\n  - op: Add\n", "my.yaml:1: unknown key 'rulez' in the rule file; did you mean 'rules'?"),
+    ("rules:\n  - op: Add\n", "my.yaml:2: rule entry has no `rule:`; valid: ah, epsilon"),
+    ("rules:\n  - op: Add\n    rule: epsilom\n", "my.yaml:3: unknown rule 'epsilom'; did you mean 'epsilon'?"),
+    ("rules:\n  - op: Add\n    rule: gradient\n    param: {}\n",
+     "my.yaml:4: unknown key 'param' in a rule entry; did you mean 'params'?"),
+    ("rules:\n  - op: Add\n    rule: epsilon\n    params:\n      epsilonn: 0.1\n",
+     "my.yaml:5: rule 'epsilon' has no param 'epsilonn'; did you mean 'epsilon'?"),
+    ("rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: lots}\n",
+     "my.yaml:4: param 'epsilon' must be float, got 'lots'"),
+    ("rules:\n  - op: Add\n    rule: stop\n    params: {x: 1}\n", "my.yaml:4: rule 'stop' has no param 'x'; it takes no params"),
+    ("rules:\n  - op: Add\n    rule: gradient\n    params: {detach: [one]}\n", "my.yaml:4: param 'detach' must be"),
+    ("on_unmatched: ignore\nrules:\n  - op: Add\n    rule: pass\n", "my.yaml:1: on_unmatched must be error, warn"),
+    ("boundary: embedding\nrules:\n  - op: Add\n    rule: pass\n",
+     "my.yaml:1: unknown boundary 'embedding'; did you mean 'embeddings'?"),
+    ("rules:\n  - op: MatMul\n    inputs: {zero: {from: Softmax}}\n    rule: ah\n",
+     "my.yaml:3: input position must be an integer"),
+    ("rules:\n  - op: MatMul\n    inputs:\n      0: {form: Softmax}\n    rule: ah\n",
+     "my.yaml:4: unknown key 'form' in the pattern for input 0; did you mean 'from'?"),
+    ("rules:\n  - op: {a: 1}\n    rule: ah\n", "my.yaml:2: op must be a string or a list of strings"),
+])
+def test_rule_file_errors_name_line_and_choices(text, expected):
+    assert error(text).startswith(expected)
+
+
+def test_shipped_rule_sets_load_and_unknown_names_are_refused(tmp_path):
+    assert {"gi", "lrp-ah", "lrp-ah-ln", "epsilon"} <= set(rulegraph.shipped_rule_sets())
+    for name in rulegraph.shipped_rule_sets():
+        assert RuleSet.load(name).entries
+    with pytest.raises(RuleFileError, match="no rule set named 'lrp-ah-lm'; did you mean 'lrp-ah-ln'"):
+        RuleSet.load("lrp-ah-lm")
+    with pytest.raises(RuleFileError, match="rule file not found"):
+        RuleSet.load(tmp_path / "missing.yaml")
+    path = tmp_path / "mine.yaml"
+    path.write_text("rules:\n  - op: '*'\n    rule: gradient\n    params: {detach: [1]}\n")
+    assert RuleSet.load(path).entries[0].rule.detach == [1]
+
+
+def test_first_match_wins_and_patterns_look_through(bert_onnx, bert_sdpa_onnx):
+    text = """
+rules:
+  - op: MatMul
+    inputs:
+      0: {from: Softmax, through: [Where]}
+    rule: ah
+  - name: "*/attention/output/dense/Add"
+    rule: epsilon
+  - op: Add
+    inputs:
+      0: {from: constant}
+    rule: zero
+  - op: "*"
+    rule: gradient
+"""
+    rules = RuleSet.from_yaml(text, source="m.yaml")
+    for path in (bert_onnx, bert_sdpa_onnx):
+        graph = rulegraph.load(path)
+        binding = rules.bind(graph)
+        by_rule = {}
+        for node in binding.reached:
+            by_rule.setdefault(binding.assignments[node.name].where, []).append(node)
+        assert len(by_rule["m.yaml:3"]) == 2 and all(n.op == "MatMul" for n in by_rule["m.yaml:3"])
+        assert all(n.name.endswith("attention/output/dense/Add") for n in by_rule["m.yaml:7"])
+        assert len(by_rule["m.yaml:7"]) == 2          # the name glob came first, not the bias entry
+        assert all(n.op == "Add" for n in by_rule["m.yaml:9"])
+
+
+def test_rule_that_cannot_apply_names_the_line_and_the_node(bert_onnx):
+    rules = RuleSet.from_yaml("rules:\n  - op: MatMul\n    rule: ln\n  - op: '*'\n    rule: gradient\n", source="x.yaml")
+    with pytest.raises(RuleMatchError, match=r"x.yaml:2: rule 'ln' cannot apply to node '.*MatMul' \(op MatMul\): "
+                                             r"it applies to LayerNormalization"):
+        rules.bind(rulegraph.load(bert_onnx))
+    rules = RuleSet.from_yaml("rules:\n  - op: Add\n    rule: pass\n  - op: '*'\n    rule: gradient\n", source="y.yaml")
+    with pytest.raises(RuleMatchError, match="y.yaml:2: rule 'pass' cannot apply .* only to routing ops"):
+        rules.bind(rulegraph.load(bert_onnx))
+
+
+def test_only_nodes_relevance_reaches_need_rules(bert_onnx):
+    """Under the AH rule nothing reaches queries, keys or the softmax: they need no rule."""
+    graph = rulegraph.load(bert_onnx)
+    binding = RuleSet.load("lrp-ah-ln").bind(graph)
+    reached_ops = {n.op for n in binding.reached}
+    assert "Softmax" not in reached_ops and not binding.unmatched
+    gi = RuleSet.load("gi").bind(graph)
+    assert "Softmax" in {n.op for n in gi.reached}
+
+
+def test_boundary_choices(bert_onnx):
+    graph = rulegraph.load(bert_onnx)
+    default = RuleSet.load("gi").bind(graph)
+    assert set(default.boundary.values()) == {"input_ids", "token_type_ids"}
+    nodes = RuleSet.from_yaml("boundary: {nodes: ['*embeddings/LayerNorm*']}\nrules:\n  - op: '*'\n    rule: gradient\n")
+    binding = nodes.bind(graph)
+    assert len(binding.boundary) == 1 and "LayerNorm" in next(iter(binding.boundary.values()))
+    missing = RuleSet.from_yaml("boundary: {nodes: ['nothing*']}\nrules:\n  - op: '*'\n    rule: gradient\n")
+    with pytest.raises(RuleMatchError, match="match no node"):
+        missing.bind(graph)
+    inputs = RuleSet.from_yaml("boundary: inputs\nrules:\n  - op: '*'\n    rule: gradient\n")
+    with pytest.raises(RuleMatchError, match="no relevance boundary"):
+        inputs.bind(graph)

@@ -1,0 +1,96 @@
+"""Tiny random-weight models and a word-level tokenizer, built in the tests (no network).
+
+Shared by the test modules: ``tiny.build("bert")`` gives a seeded
+BertForSequenceClassification with hidden size 32; ``tiny.onnx(...)`` exports one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+VOCAB = ["[PAD]", "<pad>", "[CLS]", "[SEP]", "[UNK]"] + [f"w{i}" for i in range(95)]
+SIZE = dict(hidden=32, layers=2, heads=4, ffn=64, positions=64)
+
+
+def _bert(attention: str) -> torch.nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+    config = BertConfig(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"], intermediate_size=SIZE["ffn"], max_position_embeddings=SIZE["positions"],
+        pad_token_id=0, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+        attn_implementation=attention,
+    )
+    return BertForSequenceClassification(config)
+
+
+def _gpt2(attention: str) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+    config = GPT2Config(
+        vocab_size=len(VOCAB), n_embd=SIZE["hidden"], n_layer=SIZE["layers"], n_head=SIZE["heads"],
+        n_positions=SIZE["positions"], num_labels=3, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+        attn_implementation=attention,
+    )
+    return GPT2ForSequenceClassification(config)
+
+
+def _distilbert(attention: str) -> torch.nn.Module:
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+    config = DistilBertConfig(
+        vocab_size=len(VOCAB), dim=SIZE["hidden"], n_layers=SIZE["layers"], n_heads=SIZE["heads"],
+        hidden_dim=SIZE["ffn"], max_position_embeddings=SIZE["positions"], pad_token_id=0,
+        attn_implementation=attention,
+    )
+    return DistilBertForSequenceClassification(config)
+
+
+def _roberta(attention: str) -> torch.nn.Module:
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+    config = RobertaConfig(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"], intermediate_size=SIZE["ffn"], max_position_embeddings=SIZE["positions"] + 2,
+        type_vocab_size=1, pad_token_id=1, bos_token_id=2, eos_token_id=3, attn_implementation=attention,
+    )
+    return RobertaForSequenceClassification(config)
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2, "distilbert": _distilbert, "roberta": _roberta}
+
+
+def build(name: str, *, seed: int = 0, attention: str = "eager") -> torch.nn.Module:
+    """A seeded tiny model of architecture ``name`` in eval mode."""
+    torch.manual_seed(seed)
+    return BUILDERS[name](attention).eval()
+
+
+def tokenizer() -> Tokenizer:
+    """Word-level tokenizer over :data:`VOCAB` with BERT-style [CLS] … [SEP]."""
+    tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok
+
+
+def token_inputs(names=("input_ids", "attention_mask", "token_type_ids"), *, batch: int = 1, length: int = 9,
+                 pad_id: int = 0, pad: int = 0, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random token ids (the last ``pad`` positions of item 0 padded), as torch tensors."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, len(VOCAB), (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    if pad:
+        mask[0, length - pad:] = 0
+        ids[0, length - pad:] = pad_id
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    return {n: feeds[n] for n in names}
+
+
+def onnx(module: torch.nn.Module, path: Path, *, names=("input_ids", "attention_mask", "token_type_ids"),
+         exporter: str = "torchscript") -> Path:
+    """Export a tiny HF classifier with the project's exporter."""
+    from rulegraph.exporters import HFClassifier, export_onnx
+    wrapped = HFClassifier(module)
+    example = token_inputs(names, batch=2, length=8, pad=2)
+    return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True,
+                       metadata={"rulegraph.labels": '["negative", "positive"]', "rulegraph.max_length": "64"})
