@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .interpreter import Plan
-from .rules import Contribution, Incoming, Site
+from .interpreter import Plan, Step
+from .ir import Node
+from .rules import Contribution, Incoming, Rule, Site
 from .ruleset import Binding
 
 Tensor = torch.Tensor
@@ -39,6 +40,11 @@ class Ledger:
 
     def total(self, t: Tensor) -> int:
         self.entries.append(torch.nansum(t) if self.nan_safe else t.sum())
+        return len(self.entries) - 1
+
+    def mass(self, t: Tensor) -> int:
+        """Σ|t|, the scale a conservation error is judged against."""
+        self.entries.append(torch.linalg.vector_norm(torch.nan_to_num(t) if self.nan_safe else t, ord=1))
         return len(self.entries) - 1
 
     def contribution(self, c: Contribution, x: Tensor) -> int:
@@ -98,10 +104,42 @@ class Flow:
     stranded_entries: dict[str, list[int]] = field(default_factory=dict)
 
 
+@dataclass
+class _Visit:
+    """What the walk knows about a reached node before any tensor exists."""
+
+    node: Node
+    step: Step | None                 # None: no rule (on_unmatched: warn)
+    rule: Rule | None
+    where: str
+    tainted: list[bool]
+    conserving: bool
+    sources: list[str | None]         # per input: the producing node for the audit's edges (None: boundary)
+    static: list[bool]                # per input: handed to the op as a host list
+
+
+def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
+    """The reached nodes in walk order (reverse topological), prepared once per binding and plan."""
+    cache = binding.__dict__.setdefault("_visits", {})
+    if id(plan) not in cache:
+        graph = binding.graph
+        visits = []
+        for node in reversed(binding.reached):
+            a = binding.assignments.get(node.name)
+            step = plan.step_by_name.get(node.name)
+            tainted = [v in binding.tainted for v in node.inputs]
+            visits.append(_Visit(
+                node, step if a else None, a.rule if a else None, a.where if a else "", tainted,
+                bool(a and step and a.rule.conserves(node, step.spec, tainted)),
+                [None if v in binding.boundary else _producer(graph, v) for v in node.inputs],
+                [i in step.static for i in range(len(node.inputs))] if step else []))
+        cache[id(plan)] = (plan, visits)
+    return cache[id(plan)][1]
+
+
 def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str, seed: Tensor,
               *, audit: bool = True) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``."""
-    graph = binding.graph
     ledger = Ledger(plan.has_infinite_constants)
     incoming: dict[str, Incoming] = {}
     inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
@@ -112,36 +150,34 @@ def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str,
     if audit:
         entry = ledger.total(flow.output_relevance)
         inflow[output] = [entry]
-        flow.edges.append(Edge(_producer(graph, output), None, entry))
-    steps = plan.step_by_name
-    boundary = binding.boundary
+        flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
+    statics = plan.last_statics
 
-    for node in reversed(binding.reached):
+    for visit in _visits(binding, plan):
+        node = visit.node
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
             continue
         arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
-        assignment = binding.assignments.get(node.name)
-        if assignment is None:  # unmatched under on_unmatched: warn — relevance is stranded here
+        if visit.rule is None:  # unmatched under on_unmatched: warn — relevance is stranded here
             flow.stranded_entries[node.name] = arrived
             continue
-        step = steps[node.name]
-        tainted = [v in binding.tainted for v in node.inputs]
-        site = Site(node=node, spec=step.spec, attrs=step.attrs,
-                    inputs=[_static(env, plan, step, v, i) for i, v in enumerate(node.inputs)],
+        step = visit.step
+        inputs = [(statics.get((node.index, i)) or env[v].tolist()) if static else (env[v] if v else None)
+                  for i, (v, static) in enumerate(zip(node.inputs, visit.static))]
+        site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
-                    tainted=tainted, incoming=arriving, audit=audit)
-        contributions = assignment.rule.propagate(site)
+                    tainted=visit.tainted, incoming=arriving, audit=audit)
+        contributions = visit.rule.propagate(site)
         if not audit:
-            for v, c, t in zip(node.inputs, contributions, tainted):
+            for v, c, t in zip(node.inputs, contributions, visit.tainted):
                 if c is not None and t:
                     incoming.setdefault(v, Incoming(env[v])).add(c)
             continue
-        record = NodeFlow(node.name, assignment.rule.name, assignment.where,
-                          assignment.rule.conserves(node, step.spec, tainted), entries_in=arrived,
+        record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
                           entries_absorbed=[ledger.total(t) for t in site.absorbed],
-                          entries_mass=[ledger.total(a.tensor.abs()) for a in arriving if a is not None])
-        for v, c, t, x in zip(node.inputs, contributions, tainted, site.inputs):
+                          entries_mass=[ledger.mass(a.tensor) for a in arriving if a is not None])
+        for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources):
             if c is None:
                 continue
             entry = ledger.contribution(c, x)
@@ -149,12 +185,12 @@ def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str,
                 incoming.setdefault(v, Incoming(env[v])).add(c)
                 inflow.setdefault(v, []).append(entry)
                 record.entries_out.append(entry)
-                flow.edges.append(Edge(_producer(graph, v) if v not in boundary else None, node.name, entry))
+                flow.edges.append(Edge(source, node.name, entry))
             else:
                 record.entries_absorbed.append(entry)
         flow.nodes.append(record)
 
-    for v in boundary:
+    for v in binding.boundary:
         if v in incoming:
             flow.boundary[v] = incoming.pop(v).tensor
     for v in incoming:  # relevance that reached a value no walked node produces
@@ -178,14 +214,3 @@ def finish(flow: Flow) -> Flow:
 def _producer(graph, value: str) -> str | None:
     node = graph.producer.get(value)
     return node.name if node is not None else None
-
-
-def _static(env: dict, plan: Plan, step, value: str, index: int):
-    """Inputs as the op's forward saw them: static (shape/axes) inputs as host lists."""
-    if not value:
-        return None
-    x = env[value]
-    if index in step.static and isinstance(x, Tensor):
-        cached = plan.last_statics.get((step.node.index, index))
-        return cached if cached is not None else x.tolist()
-    return x

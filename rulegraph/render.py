@@ -219,6 +219,9 @@ def html_report(items: list[tuple[Explanation, list[str] | None, list[bool] | No
                         f"<tr><td>breaks</td><td>{c.breaks:+.5g}</td></tr>"
                         f"<tr><td>unexplained residual</td><td>{c.residual:+.3g} (rel {c.relative_error:.1e}, "
                         f"{status})</td></tr></table>")
+            body.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
+                        "above, out: to the layer below), what its constants absorbed and what its "
+                        "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
             body.append(_layer_chart(e.audit))
     return f"<!doctype html><html><head><meta charset='utf-8'><title>rulegraph</title><style>{_CSS}</style></head>" \
            f"<body>{''.join(body)}</body></html>"

@@ -196,7 +196,8 @@ class Gradient(Rule):
         return [t and i not in self.detach for i, t in enumerate(tainted)]
 
     def conserves(self, node, spec, tainted):
-        return spec.affine(self.carries(node, spec, tainted))
+        carried = self.carries(node, spec, tainted)
+        return any(carried) and spec.affine(carried)
 
     def propagate(self, site):
         seeds = [site.ratio(k) for k in range(len(site.outputs))]
@@ -219,7 +220,8 @@ class Epsilon(Rule):
         return [t and i not in self.detach for i, t in enumerate(tainted)]
 
     def conserves(self, node, spec, tainted):
-        return spec.affine(self.carries(node, spec, tainted))
+        carried = self.carries(node, spec, tainted)
+        return any(carried) and spec.affine(carried)
 
     def propagate(self, site):
         seeds = [site.ratio(k, self.epsilon) for k in range(len(site.outputs))]

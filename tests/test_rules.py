@@ -187,3 +187,10 @@ def test_pass_through_concat_absorbs_the_constant_piece():
     x, r = rand(2, 1, 3), rand(2, 4, 3)
     rel, _, _ = apply("pass", "Expand", [x, [2, 4, 3]], r, tainted=[True, False])
     close(rel[0], r.sum(1, keepdim=True))
+
+
+def test_detaching_every_input_is_a_break_not_conservation():
+    from rulegraph.rules import Gradient
+    node = Node("n", "Mul", ("a", "b"), ("o",))
+    assert Gradient(detach=[1]).conserves(node, lookup("Mul"), [True, True])
+    assert not Gradient(detach=[0, 1]).conserves(node, lookup("Mul"), [True, True])

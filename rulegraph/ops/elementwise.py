@@ -11,6 +11,12 @@ from . import always, at_most_one, only, op, unbroadcast
 Tensor = torch.Tensor
 
 
+def f32(value: float) -> float:
+    """``value`` rounded to float32: ONNX float attributes are float32, so an attribute's
+    default must equal what the model would hold had the exporter written it out."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
 # -- arithmetic --------------------------------------------------------------------
 
 def _add_vjp(grads, inputs, outputs, wants, **_):
@@ -197,7 +203,7 @@ def relu(x):
 
 
 @op("LeakyRelu", elementwise=True)
-def leaky_relu(x, *, alpha=0.01):
+def leaky_relu(x, *, alpha=f32(0.01)):
     return F.leaky_relu(x, alpha)
 
 
@@ -218,8 +224,11 @@ def gelu(x, *, approximate="none"):
 
 @op("Clip", elementwise=True)
 def clip(x, lo=None, hi=None, *, min=None, max=None):
+    """Bounds are inputs from opset 11, attributes before; either may be absent."""
     lo = min if lo is None else lo
     hi = max if hi is None else hi
+    if lo is None and hi is None:
+        return x
     return torch.clamp(x, lo, hi)
 
 
@@ -251,7 +260,11 @@ def isnan(x):
 def isinf(x, *, detect_negative=1, detect_positive=1):
     if detect_negative and detect_positive:
         return torch.isinf(x)
-    return torch.isneginf(x) if detect_negative else torch.isposinf(x)
+    if detect_negative:
+        return torch.isneginf(x)
+    if detect_positive:
+        return torch.isposinf(x)
+    return torch.zeros_like(x, dtype=torch.bool)
 
 
 def _where_vjp(grads, inputs, outputs, wants, **_):
@@ -281,11 +294,12 @@ def identity(x):
 
 @op("Dropout", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_same)
 def dropout(x, ratio=None, training_mode=None, *, seed=None):
-    return x
+    """Inference: the identity; the optional second output is an all-true mask (a broadcast view)."""
+    return x, torch.ones((), dtype=torch.bool, device=x.device).expand(x.shape)
 
 
 def _cast_vjp(grads, inputs, outputs, wants, **_):
-    return [grads[0].to(inputs[0].dtype) if wants[0] else None]
+    return [grads[0].to(inputs[0].dtype) if wants[0] and grads[0] is not None else None]
 
 
 @op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp)
@@ -294,6 +308,7 @@ def cast(x, *, to, saturate=1):
 
 
 @op("CastLike", affine=always, additive=(0,), routing=True, elementwise=True,
-    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0].to(inputs[0].dtype) if wants[0] else None, None])
+    vjp=lambda grads, inputs, outputs, wants, **_: [
+        grads[0].to(inputs[0].dtype) if wants[0] and grads[0] is not None else None, None])
 def cast_like(x, like, *, saturate=1):
     return x.to(like.dtype)

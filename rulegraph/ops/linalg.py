@@ -9,22 +9,18 @@ Tensor = torch.Tensor
 
 
 def _matmul_vjp(grads, inputs, outputs, wants, **_):
+    """numpy matmul VJP: 1-D operands are promoted to (1, k) / (k, 1) matrices and batch dims
+    broadcast, so the cotangent is promoted alike and the VJPs summed back to each shape."""
     g = grads[0]
     a, b = inputs
-    ga = gb = None
-    if wants[0]:
-        if b.dim() == 1:
-            ga = g.unsqueeze(-1) * b
-        else:
-            ga = torch.matmul(g if a.dim() > 1 else g.unsqueeze(-2), b.mT)
-            ga = unbroadcast(ga if a.dim() > 1 else ga.squeeze(-2), a.shape)
-    if wants[1]:
-        if a.dim() == 1:
-            gb = torch.matmul(a.unsqueeze(-1), g.unsqueeze(-2) if b.dim() > 1 else g.unsqueeze(-1))
-            gb = unbroadcast(gb if b.dim() > 1 else gb.squeeze(-1), b.shape)
-        else:
-            gb = torch.matmul(a.mT, g if b.dim() > 1 else g.unsqueeze(-1))
-            gb = unbroadcast(gb if b.dim() > 1 else gb.squeeze(-1), b.shape)
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    if b.dim() == 1:
+        g = g.unsqueeze(-1)
+    if a.dim() == 1:
+        g = g.unsqueeze(-2)
+    ga = unbroadcast(torch.matmul(g, b2.mT), a2.shape).reshape(a.shape) if wants[0] else None
+    gb = unbroadcast(torch.matmul(a2.mT, g), b2.shape).reshape(b.shape) if wants[1] else None
     return [ga, gb]
 
 
@@ -54,7 +50,13 @@ def _gemm_vjp(grads, inputs, outputs, wants, *, alpha=1.0, beta=1.0, transA=0, t
     return out
 
 
-@op("Gemm", affine=at_most_one(0, 1), additive=(2,), vjp=_gemm_vjp)
+def _gemm_affine(tainted):
+    """Exactly one of A, B carried (C may be too): with neither, ``alpha·A·B`` is a constant
+    that no additive input absorbs, so the gradient rules would not conserve."""
+    return bool(tainted[0]) != bool(tainted[1])
+
+
+@op("Gemm", affine=_gemm_affine, additive=(2,), vjp=_gemm_vjp)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     """General matrix product ``alpha·A'B' + beta·C``. Also accepts batched (N-D) A,
     which the fx loader uses for ``aten.linear``."""

@@ -1,6 +1,8 @@
 """Normalisation and softmax."""
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -53,16 +55,34 @@ def layer_norm_stats(x: Tensor, axis: int, epsilon: float) -> tuple[Tensor, Tens
     return mean, torch.rsqrt(var + epsilon)
 
 
-def _layer_norm_vjp(grads, inputs, outputs, wants, *, axis=-1, epsilon=1e-5, stash_type=1):
+# ONNX's default epsilon. Kept at the exact 1e-5 (not the float32 attribute value) because the
+# LN rule in rules.py falls back to the same literal; exporters always write the attribute.
+_EPS = 1e-5
+
+
+def _layer_norm_vjp(grads, inputs, outputs, wants, *, axis=-1, epsilon=_EPS, stash_type=1):
+    """VJP of (Y, Mean, InvStdDev); the statistics' cotangents are usually absent."""
     x, scale = inputs[0], inputs[1]
     g = grads[0]
     mean, rstd = layer_norm_stats(x, axis, epsilon)
     xhat = (x - mean) * rstd
     dims = norm_dims(x, axis)
     out = [None] * len(inputs)
+    g_mean = grads[1] if len(grads) > 1 else None
+    g_rstd = grads[2] if len(grads) > 2 else None
     if wants[0]:
-        gs = g * scale
-        out[0] = rstd * (gs - gs.mean(dim=dims, keepdim=True) - xhat * (gs * xhat).mean(dim=dims, keepdim=True))
+        gx = torch.zeros_like(x)
+        if g is not None:
+            gs = g * scale
+            gx = rstd * (gs - gs.mean(dim=dims, keepdim=True) - xhat * (gs * xhat).mean(dim=dims, keepdim=True))
+        count = math.prod(x.shape[d] for d in dims)
+        if g_mean is not None:
+            gx = gx + g_mean / count
+        if g_rstd is not None:  # d rstd / dx = −rstd³ (x − mean) / N = −rstd² x̂ / N
+            gx = gx - g_rstd * rstd * rstd * xhat / count
+        out[0] = gx
+    if g is None:
+        return out
     if wants[1]:
         out[1] = unbroadcast(g * xhat, scale.shape)
     if len(inputs) > 2 and inputs[2] is not None and wants[2]:
@@ -70,8 +90,14 @@ def _layer_norm_vjp(grads, inputs, outputs, wants, *, axis=-1, epsilon=1e-5, sta
     return out
 
 
-@op("LayerNormalization", affine=lambda t: not t[0], additive=(2,), vjp=_layer_norm_vjp)
-def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+def _layer_norm_affine(tainted):
+    """Affine in (scale, bias) with x fixed; the scale must be carried, since with the bias
+    alone ``x̂·scale`` is a constant that no additive input absorbs."""
+    return not tainted[0] and len(tainted) > 1 and bool(tainted[1])
+
+
+@op("LayerNormalization", affine=_layer_norm_affine, additive=(2,), vjp=_layer_norm_vjp)
+def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=_EPS, stash_type=1):
     dims = norm_dims(x, axis)
     shape = x.shape[dims[0]:]
     if scale.shape == shape and (bias is None or bias.shape == shape):
@@ -82,18 +108,18 @@ def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_typ
     return (y if bias is None else y + bias), mean, rstd
 
 
-@op("RMSNormalization")
-def rms_normalization(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+@op("RMSNormalization", affine=_layer_norm_affine)
+def rms_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
     dims = norm_dims(x, axis)
     rms = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + epsilon)
     return x * rms * scale
 
 
-@op("SimplifiedLayerNormalization")
-def simplified_layer_normalization(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+@op("SimplifiedLayerNormalization", affine=_layer_norm_affine)
+def simplified_layer_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
     return rms_normalization(x, scale, axis=axis, epsilon=epsilon)
 
 
-@op("InstanceNormalization")
-def instance_normalization(x, scale, bias, *, epsilon=1e-5):
+@op("InstanceNormalization", affine=_layer_norm_affine, additive=(2,))
+def instance_normalization(x, scale, bias, *, epsilon=_EPS):
     return F.instance_norm(x, weight=scale, bias=bias, eps=epsilon)

@@ -39,8 +39,8 @@ def _reduction_vjp(scale_by_count: bool):
 def _reducer(name, fn, **traits):
     def forward(x, axes_in=None, *, axes=None, keepdims=1, noop_with_empty_axes=0):
         dims = _dims(x, axes_in, axes, noop_with_empty_axes)
-        if dims is None:
-            return x
+        if dims is None:  # reduce over no axes: each element alone (x² for ReduceSumSquare, |x| for L1/L2)
+            return fn(x.unsqueeze(-1), (x.dim(),), False)
         return fn(x, dims, bool(keepdims))
     forward.__name__ = name
     forward.__doc__ = f"ONNX {name}."

@@ -47,7 +47,17 @@ def constant_of_shape(shape, *, value=None):
 
 @op("Range")
 def range_(start, limit, delta):
-    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype, device=start.device)
+    """``start + i·delta`` for ``i < max(ceil((limit − start) / delta), 0)``: empty, not an error,
+    when the bounds and the step disagree."""
+    s, l, d = start.item(), limit.item(), delta.item()
+    if d == 0:
+        raise ValueError("Range delta must not be 0")
+    if isinstance(s, int) and isinstance(l, int) and isinstance(d, int):
+        n = max(-((s - l) // d), 0)
+    else:
+        n = max(math.ceil((l - s) / d), 0)
+    steps = torch.arange(n, dtype=start.dtype, device=start.device)
+    return start + steps * delta
 
 
 # -- reshaping (routing) ---------------------------------------------------------------
@@ -67,14 +77,14 @@ def reshape(x, shape, *, allowzero=0):
 
 @op("Flatten", affine=always, additive=(0,), routing=True, vjp=_reshape_back)
 def flatten(x, *, axis=1):
-    lead = math.prod(x.shape[:axis % x.dim()] if axis != x.dim() else x.shape)
-    return x.reshape(lead, -1)
+    axis = axis + x.dim() if axis < 0 else axis
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 @op("Squeeze", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
 def squeeze(x, axes_in=None, *, axes=None):
     axes = axes_in if axes_in is not None else axes
-    if axes is None:
+    if not axes:  # absent or empty: every dim of size 1
         return x.squeeze()
     return x.squeeze(tuple(_axes(axes, x.dim())))
 
@@ -121,7 +131,7 @@ def split_sizes(x, axis, split, num_outputs):
         return list(split)
     n = x.shape[axis]
     chunk = -(-n // num_outputs)
-    return [min(chunk, n - i * chunk) for i in range(num_outputs)]
+    return [max(min(chunk, n - i * chunk), 0) for i in range(num_outputs)]
 
 
 def _split_vjp(grads, inputs, outputs, wants, *, axis=0, split=None, num_outputs=None):
@@ -140,19 +150,23 @@ def split(x, split_in=None, *, axis=0, split=None, num_outputs=None):
 # -- selection ---------------------------------------------------------------------------------
 
 def slice_spec(shape, starts, ends, axes=None, steps=None):
-    """Normalised (axis, start, end, step) per sliced axis, clamped as ONNX Slice specifies."""
+    """Normalised (axis, start, end, step) per sliced axis, clamped as ONNX Slice specifies:
+    ``start`` into [0, n] and ``end`` into [0, n] for positive steps, ``start`` into [0, n−1]
+    and ``end`` into [−1, n−1] for negative ones (−1 meaning "through index 0")."""
     axes = list(range(len(starts))) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
     spec = []
     for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step == 0:
+            raise ValueError("Slice step must not be 0")
         axis %= len(shape)
         n = shape[axis]
+        start = start + n if start < 0 else start
+        end = end + n if end < 0 else end
         if step > 0:
-            start = min(max(start + n if start < 0 else start, 0), n)
-            end = min(max(end + n if end < 0 else end, 0), n)
+            start, end = min(max(start, 0), n), min(max(end, 0), n)
         else:
-            start = min(max(start + n if start < 0 else start, -1), n - 1)
-            end = min(max(end + n if end < 0 else end, -1), n - 1)
+            start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
         spec.append((axis, start, end, step))
     return spec
 
@@ -163,16 +177,25 @@ def _apply_slice(x, spec):
         if step > 0:
             index[axis] = slice(start, end, step)
         else:
-            picks = torch.arange(start, end, step, device=x.device)
+            count = max(-((start - end) // step), 0)  # ceil((end - start) / step)
+            picks = start + step * torch.arange(count, device=x.device)
             x = x.index_select(axis, picks)
     return x[tuple(index)]
 
 
-def _slice_vjp(grads, inputs, outputs, wants, **_):
+def _slice_args(inputs, legacy):
+    """(starts, ends, axes, steps): inputs from opset 10, attributes before."""
+    args = list(inputs[1:]) + [None] * (5 - len(inputs))
+    if args[0] is None:
+        return legacy["starts"], legacy["ends"], legacy.get("axes"), None
+    return tuple(args)
+
+
+def _slice_vjp(grads, inputs, outputs, wants, **legacy):
     if not wants[0]:
         return [None] * len(inputs)
     x = inputs[0]
-    spec = slice_spec(x.shape, *inputs[1:])
+    spec = slice_spec(x.shape, *_slice_args(inputs, legacy))
     g = torch.zeros_like(x)
     if all(step > 0 for *_, step in spec):
         index = [slice(None)] * x.dim()
@@ -188,9 +211,7 @@ def _slice_vjp(grads, inputs, outputs, wants, **_):
 
 @op("Slice", static=(1, 2, 3, 4), affine=always, additive=(0,), routing=True, vjp=_slice_vjp)
 def slice_(x, starts=None, ends=None, axes=None, steps=None, **legacy):
-    if starts is None:  # opset < 10: attributes
-        starts, ends, axes = legacy["starts"], legacy["ends"], legacy.get("axes")
-    return _apply_slice(x, slice_spec(x.shape, starts, ends, axes, steps))
+    return _apply_slice(x, slice_spec(x.shape, *_slice_args([x, starts, ends, axes, steps], legacy)))
 
 
 def _positive(indices: Tensor, n: int) -> Tensor:
@@ -211,8 +232,8 @@ def _gather_vjp(grads, inputs, outputs, wants, *, axis=0):
 def gather(data, indices, *, axis=0):
     axis %= data.dim()
     idx = _positive(indices, data.shape[axis])
-    if idx.dim() == 0:
-        return data.select(axis, int(idx))
+    if idx.dim() == 0:  # no host sync (int(idx) would wait on the device)
+        return data.index_select(axis, idx.reshape(1)).squeeze(axis)
     if axis == 0 and data.dim() == 2:
         return F.embedding(idx, data)
     out = data.index_select(axis, idx.reshape(-1))
@@ -259,29 +280,89 @@ def tile(x, repeats):
     return x.repeat(*repeats)
 
 
-@op("Pad", static=(1, 3), affine=lambda t: not any(t[1:]), additive=(0, 2), routing=True)
-def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
-    rank = x.dim()
+def _pad_amounts(rank, pads, axes):
+    """Per-dim (before, after) from ONNX ``pads`` (all befores, then all afters) over ``axes``."""
     axes = list(range(rank)) if axes is None else [a % rank for a in axes]
     n = len(axes)
-    begin, end = dict(zip(axes, pads[:n])), dict(zip(axes, pads[n:]))
-    torch_pads = []
-    for d in reversed(range(rank)):
-        torch_pads += [begin.get(d, 0), end.get(d, 0)]
-    modes = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+    amounts = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        amounts[a] = (pads[i], pads[n + i])
+    return amounts
+
+
+def _torch_pads(amounts):
+    """F.pad's layout: last dim first, (before, after) per dim."""
+    return [p for before, after in reversed(amounts) for p in (before, after)]
+
+
+def _mode_index(n, before, after, mode, device):
+    """Source positions along one dim for ``reflect``, ``edge`` or ``wrap`` padding."""
+    idx = torch.arange(-before, n + after, device=device)
+    if mode == "edge":
+        return idx.clamp(0, n - 1)
+    if mode == "wrap":
+        return idx.remainder(n)
+    if n == 1:  # reflect: mirror about the end elements, repeatedly if the pad is long
+        return torch.zeros_like(idx)
+    period = 2 * (n - 1)
+    idx = idx.remainder(period)
+    return torch.where(idx >= n, period - idx, idx)
+
+
+def _pad_value(constant_value, value):
+    if constant_value is None:
+        return value
+    return constant_value.reshape(()).item()
+
+
+def _pad_vjp(grads, inputs, outputs, wants, *, mode="constant", pads=None, value=0.0):
+    x = inputs[0]
+    pads = inputs[1] if len(inputs) > 1 and inputs[1] is not None else pads
+    axes = inputs[3] if len(inputs) > 3 else None
+    g = grads[0]
+    out = [None] * len(inputs)
     if mode == "constant":
-        value = 0.0 if constant_value is None else constant_value.reshape(()).item()
-        return F.pad(x, torch_pads, mode="constant", value=value)
-    return F.pad(x, torch_pads, mode=modes[mode])
+        amounts = _pad_amounts(x.dim(), pads, axes)
+        gx = F.pad(g, [-p for p in _torch_pads(amounts)])  # crop the pad, zero-fill what was cropped
+        if wants[0]:
+            out[0] = gx
+        if len(inputs) > 2 and inputs[2] is not None and wants[2]:
+            out[2] = (g.sum() - gx.sum()).reshape(inputs[2].shape).to(inputs[2].dtype)
+        return out
+    if wants[0]:
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_(True)
+            y = pad(leaf, pads, None, axes, mode=mode)
+            (out[0],) = torch.autograd.grad(y, leaf, g)
+    return out
 
 
-@op("Trilu")
+@op("Pad", static=(1, 3), affine=always, additive=(0, 2), routing=True, vjp=_pad_vjp)
+def pad(x, pads=None, constant_value=None, axes=None, *, mode="constant", value=0.0):
+    """ONNX Pad. Before opset 11 ``pads`` and ``value`` are attributes. Negative pads crop;
+    ``reflect``/``edge``/``wrap`` pad what is left after cropping."""
+    amounts = _pad_amounts(x.dim(), pads, axes)
+    if mode == "constant":
+        return F.pad(x, _torch_pads(amounts), mode="constant", value=_pad_value(constant_value, value))
+    if mode not in ("reflect", "edge", "wrap"):
+        raise ValueError(f"Pad mode {mode!r} is not one of constant, reflect, edge, wrap")
+    for d, (before, after) in enumerate(amounts):
+        if before < 0 or after < 0:
+            lo, hi = max(-before, 0), max(-after, 0)
+            x = x.narrow(d, lo, x.shape[d] - lo - hi)
+            before, after = max(before, 0), max(after, 0)
+        if before or after:
+            x = x.index_select(d, _mode_index(x.shape[d], before, after, mode, x.device))
+    return x
+
+
+@op("Trilu", affine=always, additive=(0,))
 def trilu(x, k=None, *, upper=1):
     k = 0 if k is None else int(k)
     return torch.triu(x, k) if upper else torch.tril(x, k)
 
 
-@op("CumSum", affine=lambda t: not t[1])
+@op("CumSum", affine=lambda t: not t[1], additive=(0,))
 def cumsum(x, axis, *, exclusive=0, reverse=0):
     axis = int(axis)
     if reverse:
@@ -315,23 +396,37 @@ def nonzero(x):
 
 @op("OneHot", static=(1,))
 def one_hot(indices, depth, values, *, axis=-1):
+    """Indices outside [−depth, depth−1] give rows of ``off`` values, as ONNX specifies."""
     depth = int(depth if not isinstance(depth, list) else depth[0])
-    idx = torch.where(indices < 0, indices + depth, indices).long()
-    hot = F.one_hot(idx, depth).to(torch.bool)
+    idx = indices.long()
+    idx = torch.where(idx < 0, idx + depth, idx)
+    hot = idx.unsqueeze(-1) == torch.arange(depth, device=idx.device)
     out = torch.where(hot, values[1], values[0])
     return out.movedim(-1, axis) if axis != -1 else out
 
 
 @op("ScatterND")
 def scatter_nd(data, indices, updates, *, reduction="none"):
-    out = data.clone()
-    index = tuple(indices[..., i] for i in range(indices.shape[-1]))
+    k = indices.shape[-1]
+    sizes = torch.tensor(data.shape[:k], dtype=torch.int64, device=indices.device)
+    idx = indices.long()
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    index = tuple(idx[..., i] for i in range(k))
     if reduction == "none":
-        out[index] = updates
+        out = data.index_put(index, updates)
     elif reduction == "add":
-        out.index_put_(index, updates, accumulate=True)
+        out = data.index_put(index, updates, accumulate=True)
+    elif reduction in ("mul", "max", "min"):
+        # reduce into the rows of data viewed as (prod(shape[:k]), *shape[k:])
+        strides = [math.prod(data.shape[i + 1:k]) for i in range(k)]
+        rows = sum(index[i] * strides[i] for i in range(k)).reshape(-1) if k else idx.new_zeros(1)
+        flat = data.reshape(math.prod(data.shape[:k]), *data.shape[k:])
+        upd = updates.reshape(-1, *data.shape[k:])
+        how = {"mul": "prod", "max": "amax", "min": "amin"}[reduction]
+        rows = rows.reshape(-1, *[1] * (upd.dim() - 1)).expand(upd.shape)
+        out = flat.scatter_reduce(0, rows, upd, how, include_self=True).reshape(data.shape)
     else:
-        raise NotImplementedError(f"ScatterND reduction={reduction!r} is not implemented")
+        raise ValueError(f"ScatterND reduction {reduction!r} is not one of none, add, mul, max, min")
     return out
 
 

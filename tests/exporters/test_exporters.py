@@ -257,6 +257,6 @@ def test_export_leaves_every_module_in_its_mode(tmp_path: Path, exporter: str) -
     model = build("bert")
     wrapper = HFClassifier(model)
     assert not wrapper.training
-    export_onnx(wrapper, {k: torch.from_numpy(v) for k, v in _inputs(("input_ids", "attention_mask"), 0, 2, 8).items()},
+    export_onnx(wrapper, {k: torch.from_numpy(v) for k, v in _inputs(("input_ids", "attention_mask"), 0, 3, 8).items()},
                 tmp_path / "m.onnx", exporter=exporter)
     assert not any(m.training for m in model.modules())

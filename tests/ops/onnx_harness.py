@@ -11,6 +11,7 @@ three *layouts* — which inputs are graph inputs and which are initializers:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -20,8 +21,6 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
-
-LAYOUTS = ("inputs", "data", "const")
 
 _TO_TORCH = {
     np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64, np.dtype(np.float16): torch.float16,
@@ -44,6 +43,8 @@ class Case:
     atol: float = 1e-6
     check: bool = True                          # run onnx.checker (off for ORT-internal ops)
     f64: bool = True                            # also run the float64 comparison
+    f64_rtol: float = 1e-9                      # against onnxruntime's double kernels
+    f64_atol: float = 1e-12
 
     @property
     def id(self) -> str:
@@ -63,10 +64,6 @@ class Case:
             out.append("const")
         return out
 
-    def has_float(self) -> bool:
-        return any(x is not None and x.dtype.kind == "f" for x in self.inputs) or any(
-            isinstance(v, (float, np.ndarray)) or (isinstance(v, TensorProto)) for v in self.attrs.values())
-
 
 def _as_double(case: Case) -> Case:
     """The same node with every float32 input, float tensor attribute and Cast target made double."""
@@ -77,8 +74,7 @@ def _as_double(case: Case) -> Case:
             attrs[k] = numpy_helper.from_array(numpy_helper.to_array(v).astype(np.float64), v.name)
     if case.op == "Cast" and attrs.get("to") == TensorProto.FLOAT:
         attrs["to"] = TensorProto.DOUBLE
-    return Case(case.op, inputs, attrs, case.opset, case.n_outputs, case.domain, case.name, case.layouts,
-                case.rtol, case.atol, case.check, case.f64)
+    return dataclasses.replace(case, inputs=inputs, attrs=attrs)
 
 
 def build(case: Case, layout: str = "inputs") -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -156,7 +152,7 @@ def assert_same(got: torch.Tensor, ref: np.ndarray, *, rtol: float, atol: float,
     assert isinstance(got, torch.Tensor), f"{what}: rulegraph returned {type(got).__name__}"
     assert tuple(got.shape) == ref.shape, f"{what}: shape {tuple(got.shape)} != onnxruntime's {ref.shape}"
     if ref.dtype.kind == "f":
-        assert got.dtype == float_dtype, f"{what}: dtype {got.dtype}, expected {float_dtype} (onnxruntime: {ref.dtype})"
+        assert got.dtype == float_dtype, f"{what}: dtype {got.dtype}, expected {float_dtype} (ORT: {ref.dtype})"
         np.testing.assert_allclose(got.numpy().astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol,
                                    equal_nan=True, err_msg=what)
     else:
@@ -171,7 +167,8 @@ def check_case(case: Case, layout: str) -> None:
     got = run_rulegraph(model, feeds)
     assert len(got) == len(ref)
     for k, (g, r) in enumerate(zip(got, ref)):
-        assert_same(g, r, rtol=case.rtol, atol=case.atol, float_dtype=torch.float32, what=f"{case.id}[{layout}] output {k}")
+        assert_same(g, r, rtol=case.rtol, atol=case.atol, float_dtype=torch.float32,
+                    what=f"{case.id}[{layout}] output {k}")
 
 
 def check_case_f64(case: Case, layout: str = "inputs") -> None:
@@ -184,11 +181,16 @@ def check_case_f64(case: Case, layout: str = "inputs") -> None:
     double = _as_double(case)
     dmodel, dfeeds = build(double, layout)
     ref = ort_supports(dmodel, dfeeds)
-    rtol, atol = 1e-9, 1e-12
     if ref is None:
         ref = run_ort(model, feeds)
-        rtol, atol = max(case.rtol, 1e-5), max(case.atol, 1e-6)
     got = run_rulegraph(model, dfeeds, dtype=torch.float64)
     assert len(got) == len(ref)
     for k, (g, r) in enumerate(zip(got, ref)):
-        assert_same(g, r, rtol=rtol, atol=atol, float_dtype=torch.float64, what=f"{case.id}[{layout}, float64] output {k}")
+        # an output onnxruntime keeps in float32 even in the double model (LayerNormalization's
+        # statistics with stash_type=1) or the float32 fallback: compare at float32 tolerance
+        if np.asarray(r).dtype == np.float64:
+            rtol, atol = case.f64_rtol, case.f64_atol
+        else:
+            rtol, atol = max(case.rtol, 1e-5), max(case.atol, 1e-6)
+        assert_same(g, r, rtol=rtol, atol=atol, float_dtype=torch.float64,
+                    what=f"{case.id}[{layout}, float64] output {k}")

@@ -116,7 +116,8 @@ case("Elu", f(3, 4))
 case("Elu", f(3, 4), attrs={"alpha": 0.5}, name="alpha")
 case("Softplus", f(3, 4) * 4)
 case("Gelu", f(3, 4) * 3, opset=20)
-case("Gelu", f(3, 4) * 3, attrs={"approximate": "tanh"}, opset=20, name="tanh")
+# onnxruntime's double kernel uses float32 constants (0.044715f, √(2/π) as float): 1e-8 apart
+case("Gelu", f(3, 4) * 3, attrs={"approximate": "tanh"}, opset=20, name="tanh", f64_rtol=1e-7, f64_atol=1e-8)
 
 # Clip: attributes before opset 11, optional inputs after
 _x = f(3, 4) * 2
@@ -199,9 +200,12 @@ case("Gemm", f(3, 4), f(4, 5), attrs={"alpha": 2.0}, name="alpha_no_c")
 
 for _eq, _shapes in {"ij,jk->ik": ((3, 4), (4, 5)), "bij,bjk->bik": ((2, 3, 4), (2, 4, 5)),
                      "i,j->ij": ((3,), (4,)), "bhqd,bhkd->bhqk": ((1, 2, 3, 4), (1, 2, 5, 4)),
-                     "ij->ji": ((3, 4),), "ij->": ((3, 4),), "ii->i": ((3, 3),), "...ij,...jk->...ik": ((2, 3, 4), (4, 5)),
+                     "ij->ji": ((3, 4),), "ij->": ((3, 4),), "ii->i": ((3, 3),),
+                     "...ij,...jk->...ik": ((2, 3, 4), (2, 4, 5)),
+                     "...ij,jk->...ik": ((2, 2, 3, 4), (4, 5)),
                      "ij,ij->i": ((3, 4), (3, 4))}.items():
-    case("Einsum", *[f(*s) for s in _shapes], attrs={"equation": _eq}, opset=12,
+    # onnx shape inference rejects an ellipsis that stands for different ranks; onnxruntime runs it
+    case("Einsum", *[f(*s) for s in _shapes], attrs={"equation": _eq}, opset=12, check="..." not in _eq,
          name=_eq.replace(",", "_").replace("->", "_to_").replace(".", "d") or "all")
 
 # -- softmax and normalisation ------------------------------------------------------------------
@@ -293,6 +297,7 @@ case("Squeeze", _x, opset=11, name="attr_none")
 case("Squeeze", _x, i64(2, 0), opset=13, name="input")
 case("Squeeze", _x, i64(-4), opset=13, name="input_neg")
 case("Squeeze", _x, opset=13, name="none")
+case("Squeeze", _x, np.zeros(0, np.int64), opset=13, name="empty_axes")
 case("Squeeze", np.ones((1, 1), np.float32), opset=13, name="to_scalar")
 _x = f(3, 4)
 case("Unsqueeze", _x, attrs={"axes": [0, 3]}, opset=11, name="attr")
@@ -386,10 +391,9 @@ case("GatherND", _data, np.array([[[0, 0]], [[1, 2]]], np.int64), name="batched_
 case("GatherND", _data, np.array([[1], [2]], np.int64), attrs={"batch_dims": 1}, name="batch1_k1")
 case("GatherND", _data, np.array([[[1, 3], [0, 0]], [[2, -1], [1, 2]]], np.int64), attrs={"batch_dims": 1},
      name="batch1_k2")
-case("GatherND", f(2, 3, 4, 5), np.array([[[1], [2]], [[0], [3]]], np.int64), attrs={"batch_dims": 2},
+case("GatherND", f(2, 3, 4, 5), np.array([[[1], [2], [0]], [[0], [3], [-1]]], np.int64), attrs={"batch_dims": 2},
      name="batch2")
 case("GatherND", _data, np.array([[0, 1], [1, 2]], np.int64), opset=11, name="op11")
-case("GatherND", _data, np.array([[0, 1]], np.int32), name="int32")
 
 # -- broadcasting copies, pads, triangles ---------------------------------------------------------------
 _x = f(3, 1)
@@ -484,7 +488,7 @@ OPS_COVERED = {c.op for c in CASES}
 def _params(cases, *, f64: bool = False):
     out = []
     for c in cases:
-        layouts = ["inputs"] if f64 else c.valid_layouts()
+        layouts = c.valid_layouts()[:1] if f64 else c.valid_layouts()
         for layout in layouts:
             out.append(pytest.param(c, layout, id=f"{c.id}-{layout}"))
     return out
@@ -508,3 +512,27 @@ def test_against_onnxruntime(c: Case, layout: str):
 @pytest.mark.parametrize("c, layout", _params([c for c in CASES if _has_float(c)], f64=True))
 def test_float64_against_onnxruntime(c: Case, layout: str):
     check_case_f64(c, layout)
+
+
+@pytest.mark.parametrize("op, first, second", [
+    ("Reshape", [i64(6, 4)], [i64(4, -1)]),
+    ("Slice", [i64(1), i64(3), i64(0), i64(1)], [i64(-1), i64(INT64_MIN), i64(0), i64(-1)]),
+    ("Unsqueeze", [i64(0)], [i64(-1)]),
+])
+def test_static_graph_inputs_are_read_every_run(op, first, second):
+    """A static argument (shape, starts…) fed as a graph input changes between runs of one plan."""
+    import rulegraph
+    import torch
+
+    from .onnx_harness import build, run_ort
+
+    x = f(2, 3, 4)
+    graph = None
+    for extra in (first, second, first):
+        c = Case(op, [x, *extra], opset=18)
+        model, feeds = build(c, "inputs")
+        ref = run_ort(model, feeds)[0]
+        if graph is None:  # the same graph (and plan) for every run
+            graph = rulegraph.load(model)
+        got = rulegraph.run(graph, {k: torch.from_numpy(v) for k, v in feeds.items()})[graph.outputs[0]]
+        np.testing.assert_array_equal(got.numpy(), ref)

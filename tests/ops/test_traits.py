@@ -1,0 +1,234 @@
+"""The declared traits of every op, checked numerically in float64.
+
+What the relevance rules rely on:
+
+``affine(T)``   the gradient/z rules claim exact conservation on the node when the op is
+                affine in the carried inputs T (others fixed). Beyond f(a·x + (1−a)·y) =
+                a·f(x) + (1−a)·f(y), conservation needs the constant term to be exactly what
+                the *additive* constant inputs contribute:
+                Σ_{i ∈ T ∪ additive} ⟨x_i, VJP_i(s)⟩ = ⟨s, f(x)⟩   (Euler's identity)
+                — ``_gradient_contributions`` hands ``x ⊙ VJP(s)`` to both kinds.
+``additive``    an additive input's absorbed share ``x_k ⊙ VJP_k(s)`` must be the part of the
+                output it contributes: ⟨s, f(x) − f(x | x_k = 0)⟩ = ⟨x_k, VJP_k(s)⟩.
+``routing``     the ``pass`` rule sends relevance back along the VJP, so it must be a 0/1
+                selection: each output element is one input element (or a fill with no
+                source), and VJP(e_j) is one-hot on that element.
+``elementwise`` the ``identity`` rule: output i depends on input i only (same shape).
+``float_output=False``  outputs are never floating point.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from rulegraph.ops import REGISTRY, never, vjp
+
+from .samples import SAMPLES, Sample, distinct
+
+Tensor = torch.Tensor
+
+
+def _float(t) -> bool:
+    return isinstance(t, Tensor) and t.is_floating_point()
+
+
+def _close(a: Tensor, b: Tensor, what: str) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=lambda m: f"{what}: {m}")
+
+
+def _cotangents(s: Sample, outs: list[Tensor], seed: int) -> list[Tensor | None]:
+    g = torch.Generator().manual_seed(seed)
+    grads = [torch.randn(o.shape, generator=g, dtype=o.dtype) if _float(o) else None for o in outs]
+    if s.first_output_only:
+        grads[1:] = [None] * (len(grads) - 1)
+    return grads
+
+
+def _dot(a: list, b: list) -> float:
+    return sum(float((x * y).sum()) for x, y in zip(a, b) if x is not None and y is not None)
+
+
+def _patterns(s: Sample):
+    """Every non-empty set of float inputs, as a tainted mask over all inputs."""
+    floats = s.float_inputs()
+    for k in range(1, len(floats) + 1):
+        for chosen in itertools.combinations(floats, k):
+            yield [i in chosen for i in range(len(s.inputs))]
+
+
+def _float64(s: Sample) -> bool:
+    return all(s.inputs[i].dtype == torch.float64 for i in s.float_inputs())
+
+
+def _affine_cases():
+    out = []
+    for s in SAMPLES:
+        if s.spec.affine is never or not _float64(s):
+            continue
+        for t in _patterns(s):
+            if s.spec.affine(t):
+                out.append(pytest.param(s, t, id=f"{s.id}-T{''.join('1' if x else '0' for x in t)}"))
+    return out
+
+
+AFFINE = _affine_cases()
+
+
+def test_every_trait_is_sampled():
+    sampled_affine = {p.values[0].op for p in AFFINE}
+    for (_, name), spec in REGISTRY.items():
+        if spec.affine is not never and any(_float(o) for s in SAMPLES if s.op == name for o in s.call()):
+            assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
+    sampled = {s.op for s in SAMPLES}
+    for trait in ("routing", "elementwise", "additive"):
+        declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
+        assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
+
+
+@pytest.mark.parametrize("s, tainted", AFFINE)
+def test_declared_affine_is_affine(s: Sample, tainted: list[bool]):
+    g = torch.Generator().manual_seed(7)
+    other = [torch.randn(x.shape, generator=g, dtype=x.dtype) if t else x for x, t in zip(s.inputs, tainted)]
+    f1, f2 = s.call(), s.call(other)
+    for a in (0.3, -1.2):
+        mixed = [a * x + (1 - a) * y if t else x for x, y, t in zip(s.inputs, other, tainted)]
+        for k, (fm, y1, y2) in enumerate(zip(s.call(mixed), f1, f2)):
+            if _float(fm):
+                _close(fm, a * y1 + (1 - a) * y2, f"{s.id} output {k} is not affine in inputs {tainted} (a={a})")
+
+
+@pytest.mark.parametrize("s, tainted", AFFINE)
+def test_affine_conserves_with_additive_constants(s: Sample, tainted: list[bool]):
+    """What the gradient rule hands to carried and absorbing inputs adds up to ⟨s, f(x)⟩."""
+    spec = s.spec
+    outs = s.call()
+    grads = _cotangents(s, outs, 11)
+    receiving = [t or (spec.is_additive(i) and _float(x)) for i, (t, x) in enumerate(zip(tainted, s.inputs))]
+    got = vjp(spec, grads, s.inputs, outs, receiving, s.attrs)
+    handed = sum(float((x * g).sum()) for x, g, w in zip(s.inputs, got, receiving) if w and g is not None)
+    total = _dot(grads, outs)
+    assert abs(handed - total) <= 1e-9 * (1 + abs(total)), (
+        f"{s.id}: carried {tainted} + additive constants receive {handed}, the output holds {total}: "
+        "a non-additive input (or an attribute) contributes a constant term")
+
+
+ADDITIVE = [pytest.param(s, i, id=f"{s.id}-in{i}") for s in SAMPLES if _float64(s)
+            for i in s.float_inputs() if s.spec.is_additive(i)]
+
+
+@pytest.mark.parametrize("s, k", ADDITIVE)
+def test_additive_input_share_is_its_contribution(s: Sample, k: int):
+    spec = s.spec
+    outs = s.call()
+    grads = _cotangents(s, outs, 13)
+    zeroed = list(s.inputs)
+    zeroed[k] = torch.zeros_like(s.inputs[k])
+    contribution = _dot(grads, [o - z if _float(o) else None for o, z in zip(outs, s.call(zeroed))])
+    wants = [i == k for i in range(len(s.inputs))]
+    share = float((s.inputs[k] * vjp(spec, grads, s.inputs, outs, wants, s.attrs)[k]).sum())
+    assert abs(share - contribution) <= 1e-9 * (1 + abs(contribution)), (
+        f"{s.id}: input {k} is declared additive; its absorbed share is {share} but it contributes {contribution}")
+    # and it enters affinely, whatever the other inputs are
+    g = torch.Generator().manual_seed(17)
+    other = list(s.inputs)
+    other[k] = torch.randn(s.inputs[k].shape, generator=g, dtype=s.inputs[k].dtype)
+    mixed = list(s.inputs)
+    mixed[k] = 0.3 * s.inputs[k] + 0.7 * other[k]
+    for j, (fm, y1, y2) in enumerate(zip(s.call(mixed), outs, s.call(other))):
+        if _float(fm):
+            _close(fm, 0.3 * y1 + 0.7 * y2, f"{s.id} output {j} is not affine in additive input {k}")
+
+
+def _with_distinct_values(s: Sample) -> list:
+    """The sample's inputs with every float value replaced by a distinct, non-zero one."""
+    floats = s.float_inputs()
+    n = sum(s.inputs[i].numel() for i in floats)
+    values = distinct(n) + 0.5 * n  # all positive, so a fill of 0 is told apart
+    out, at = list(s.inputs), 0
+    for i in floats:
+        x = s.inputs[i]
+        out[i] = values[at:at + x.numel()].reshape(x.shape).to(x.dtype)
+        at += x.numel()
+    return out
+
+
+ROUTING = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.routing]
+
+
+@pytest.mark.parametrize("s", ROUTING)
+def test_routing_selects_input_elements(s: Sample):
+    spec = s.spec
+    inputs = _with_distinct_values(s)
+    outs = s.call(inputs)
+    floats = [i for i in s.float_inputs()]
+    wants = [i in floats for i in range(len(inputs))]
+    fills = 0
+    for k, out in enumerate(outs):
+        if not _float(out):
+            continue
+        for j in range(out.numel()):
+            grads = [torch.zeros(o.shape, dtype=o.dtype) if _float(o) else None for o in outs]
+            grads[k].view(-1)[j] = 1.0
+            back = vjp(spec, grads, inputs, outs, wants, s.attrs)
+            picks = []
+            for i in floats:
+                if back[i] is None:  # an input the output does not depend on (Dropout's ratio, CastLike's like)
+                    continue
+                gi = back[i].reshape(-1)
+                assert torch.all((gi == 0) | (gi == 1)), f"{s.id}: VJP of output {k}[{j}] is not 0/1 on input {i}"
+                picks += [(i, int(p)) for p in torch.nonzero(gi).reshape(-1)]
+            value = out.reshape(-1)[j]
+            if not picks:  # a fill (Pad's default 0): no source, so relevance there has nowhere to go
+                assert value == 0, f"{s.id}: output {k}[{j}] = {value} has no source element"
+                fills += 1
+                continue
+            assert len(picks) == 1, f"{s.id}: output {k}[{j}] draws on {len(picks)} input elements"
+            i, p = picks[0]
+            assert inputs[i].reshape(-1)[p] == value, f"{s.id}: output {k}[{j}] is not the element its VJP selects"
+    if s.op != "Pad":
+        assert fills == 0
+
+
+ELEMENTWISE = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.elementwise]
+
+
+@pytest.mark.parametrize("s", ELEMENTWISE)
+def test_elementwise_is_position_by_position(s: Sample):
+    x = s.inputs[0]
+    out = s.call()[0]
+    assert out.shape == x.shape, f"{s.id}: elementwise output shape {tuple(out.shape)} != input {tuple(x.shape)}"
+    # the other inputs are scalars here (Clip's bounds, Dropout's ratio): permuting x permutes f(x)
+    assert all(not isinstance(y, Tensor) or y.numel() == 1 for y in s.inputs[1:])
+    perm = torch.randperm(x.numel(), generator=torch.Generator().manual_seed(3))
+    permuted = [x.reshape(-1)[perm].reshape(x.shape)] + list(s.inputs[1:])
+    torch.testing.assert_close(s.call(permuted)[0].reshape(-1), out.reshape(-1)[perm], rtol=0, atol=0)
+
+
+NON_FLOAT = [
+    ("Shape", [torch.randn(2, 3)], {}), ("Size", [torch.randn(2, 3)], {}),
+    ("ArgMax", [torch.randn(2, 3)], {"axis": 1}), ("ArgMin", [torch.randn(2, 3)], {"axis": 0}),
+    *[(op, [torch.randn(2, 3), torch.randn(3)], {})
+      for op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")],
+    *[(op, [torch.rand(2, 3) < 0.5, torch.rand(3) < 0.5], {}) for op in ("And", "Or", "Xor")],
+    *[(op, [torch.arange(6).reshape(2, 3), torch.arange(3)], {}) for op in ("BitwiseAnd", "BitwiseOr")],
+    ("Not", [torch.rand(2, 3) < 0.5], {}), ("IsNaN", [torch.randn(2, 3)], {}), ("IsInf", [torch.randn(2, 3)], {}),
+    ("NonZero", [torch.randn(2, 3)], {}),
+]
+
+
+def test_float_output_false_ops_never_output_floats():
+    declared = {name for (_, name), spec in REGISTRY.items() if not spec.float_output}
+    assert declared == {op for op, _, _ in NON_FLOAT}, f"update NON_FLOAT: {declared ^ {op for op, _, _ in NON_FLOAT}}"
+    for op, inputs, attrs in NON_FLOAT:
+        out = REGISTRY[("", op)].forward(*inputs, **attrs)
+        for o in (out if isinstance(out, (tuple, list)) else [out]):
+            assert not o.is_floating_point(), f"{op} is declared float_output=False but returns {o.dtype}"
+
+
+@pytest.mark.parametrize("s", [pytest.param(s, id=s.id) for s in SAMPLES if s.float_inputs()])
+def test_float_ops_keep_float_outputs(s: Sample):
+    """Ops left at float_output=True give a float output 0 on float inputs (relevance can flow)."""
+    assert s.spec.float_output
+    assert s.call()[0].is_floating_point(), f"{s.id}: float inputs but a {s.call()[0].dtype} output"

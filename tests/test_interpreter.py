@@ -1,0 +1,100 @@
+"""Whole-model forward against onnxruntime, for every architecture and both exporters;
+value classes and the per-shape cache; input checks."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import rulegraph
+import tiny
+from rulegraph.errors import InputError
+from rulegraph.interpreter import Kind, classify, prepare
+
+NAMES = {"bert": ("input_ids", "attention_mask", "token_type_ids")}
+PAD = {"roberta": 1}
+
+
+@pytest.fixture(scope="module", params=[(a, e) for a in tiny.BUILDERS for e in ("torchscript", "dynamo")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def exported(request, tmp_path_factory):
+    arch, exporter = request.param
+    names = NAMES.get(arch, ("input_ids", "attention_mask"))
+    module = tiny.build(arch, attention="sdpa" if exporter == "dynamo" else "eager")
+    path = tiny.onnx(module, tmp_path_factory.mktemp(f"{arch}_{exporter}") / "m.onnx", names=names, exporter=exporter)
+    return arch, names, path
+
+
+def test_outputs_match_onnxruntime(exported):
+    arch, names, path = exported
+    graph = rulegraph.load(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch, length, pad in [(1, 5, 0), (3, 11, 4), (2, 23, 7)]:
+        feeds = tiny.token_inputs(names, batch=batch, length=length, pad=pad, pad_id=PAD.get(arch, 0), seed=length)
+        expected = session.run(None, {k: v.numpy() for k, v in feeds.items()})[0]
+        got = rulegraph.run(graph, feeds)["logits"].numpy()
+        assert got.shape == expected.shape
+        assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+        got64 = rulegraph.run(graph, feeds, dtype=torch.float64)["logits"].numpy()
+        assert np.abs(got64 - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_every_shipped_rule_set_covers_the_export(exported):
+    _, _, path = exported
+    graph = rulegraph.load(path)
+    for name in rulegraph.shipped_rule_sets():
+        binding = rulegraph.RuleSet.load(name).bind(graph)
+        assert not binding.unmatched, (name, [n.op for n in binding.unmatched])
+
+
+def test_shape_arithmetic_runs_once_per_shape(bert_onnx):
+    graph = rulegraph.load(bert_onnx)
+    kinds = classify(graph)
+    shape_nodes = [n for n in graph.nodes if n.op == "Shape"]
+    assert shape_nodes and all(kinds[n.outputs[0]] == Kind.SHAPE for n in shape_nodes)
+    plan = prepare(graph)
+    assert len(plan.value_steps) < len(plan.steps) < len(graph.nodes)
+    first = plan.run(tiny.token_inputs(length=7))
+    again = plan.run(tiny.token_inputs(length=7, seed=5))
+    other = plan.run(tiny.token_inputs(length=12))
+    assert first["logits"].shape == again["logits"].shape == other["logits"].shape == (1, 2)
+    assert len(plan._shape_cache) == 2
+    assert prepare(graph) is plan and prepare(graph, dtype=torch.float64) is not plan
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f.pop("attention_mask"), "missing input(s) attention_mask; the model takes: input_ids (int64, batch×sequence)"),
+    (lambda f: f.update(extra=torch.zeros(1)), "unknown input(s) extra"),
+    (lambda f: f.update(input_ids=f["input_ids"].float()), "input input_ids must be int64, got float32"),
+    (lambda f: f.update(input_ids=f["input_ids"][0]), "input input_ids must have 2 dims"),
+])
+def test_inputs_are_checked(bert_onnx, change, message):
+    feeds = tiny.token_inputs()
+    change(feeds)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        rulegraph.run(rulegraph.load(bert_onnx), feeds)
+
+
+def test_a_failing_op_names_its_node(bert_onnx):
+    feeds = tiny.token_inputs()
+    feeds["token_type_ids"] = feeds["token_type_ids"] + 7          # beyond the 2-row type embedding table
+    with pytest.raises(rulegraph.errors.ModelError, match=r"node '.*' \(Gather\) failed on inputs"):
+        rulegraph.run(rulegraph.load(bert_onnx), feeds)
+
+
+def test_sequence_outputs_explain_one_position(tmp_path):
+    """A language-model head ([batch, positions, vocab]): the explained scalar is one position's logit."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tiny.VOCAB), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                        attn_implementation="eager")
+    path = tiny.onnx(GPT2LMHeadModel(config).eval(), tmp_path / "lm.onnx", names=("input_ids", "attention_mask"))
+    feeds = tiny.token_inputs(("input_ids", "attention_mask"), length=6)
+    last = rulegraph.explain(path, "lrp-ah-ln", feeds, dtype=torch.float64)
+    third = rulegraph.explain(path, "lrp-ah-ln", feeds, position=2, dtype=torch.float64)
+    assert last.position == -1 and third.position == 2
+    assert last.target == [int(last.output_tensor[0, -1].argmax())]
+    scores = third.relevance["input_ids"][0]
+    assert torch.all(scores[3:] == 0)                   # causal: later tokens cannot matter
+    assert third.audit.conservation.relative_error < 1e-10
