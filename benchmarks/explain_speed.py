@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     rules = rulegraph.RuleSet.load("lrp-ah-ln")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    # onnxruntime's workers spin after each run by default, taking the cores from whatever runs next
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     plan = rulegraph.prepare(graph)
     from transformers import BertForSequenceClassification

@@ -41,7 +41,6 @@ copies become ``Identity``, and nodes whose results nothing uses are removed.
 from __future__ import annotations
 
 import math
-import operator
 import re
 from typing import Any, Callable, Sequence
 
@@ -115,6 +114,7 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
         raise ModelError(f"load_fx takes a torch.export.ExportedProgram or an fx GraphModule, "
                          f"not a {type(program).__name__}")
     b = Builder(opset)
+    outputs: list[str] = []
     inputs: list[ValueInfo] = []
     specs = {}
     if signature is not None:
@@ -289,7 +289,8 @@ class Builder:
         self.fx, self.scope = n, ""
         names = []
         for i, v in enumerate(flat):
-            if not isinstance(v, fx.Node) or not isinstance(self.env.get(v.name), str) or isinstance(self.env[v.name], Sym):
+            value = self.env.get(v.name) if isinstance(v, fx.Node) else None
+            if not isinstance(value, str) or isinstance(value, Sym):
                 raise ModelError(f"graph output {i} is {v!r}, not a tensor computed by the program")
             name = self.env[v.name]
             if name in names or not any(name in node.outputs for node in self.nodes):
@@ -497,7 +498,8 @@ def _drop(b: Builder, n: fx.Node, a: dict) -> None:
 
 @lowers("aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default",
         "aten.feature_alpha_dropout.default", "aten.contiguous.default", "aten.clone.default",
-        "aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default", "aten.lift_fresh.default")
+        "aten.alias.default", "aten.detach.default", "aten.detach_.default", "aten.lift_fresh_copy.default",
+        "aten.lift_fresh.default")
 def _identity(b: Builder, n: fx.Node, a: dict) -> str:
     return b.emit("Identity", [b.value(n.args[0])])
 
@@ -884,6 +886,19 @@ lowers("aten.mean.dim", "aten.mean.default")(_reduce("ReduceMean"))
 lowers("aten.sum.dim_IntList", "aten.sum.default")(_reduce("ReduceSum"))
 lowers("aten.amax.default", "aten.max.default")(_reduce("ReduceMax"))
 lowers("aten.amin.default", "aten.min.default")(_reduce("ReduceMin"))
+
+
+@lowers("aten.any.default", "aten.any.dim", "aten.any.dims", "aten.all.default", "aten.all.dim", "aten.all.dims")
+def _any_all(b: Builder, n: fx.Node, a: dict) -> str:
+    """``any`` / ``all`` as ReduceMax / ReduceMin over the input cast to int64, cast back to bool."""
+    x = a["self"]
+    dims = a.get("dim")
+    dims = [dims] if isinstance(dims, int) else (list(dims) if dims else [])
+    keep = int(bool(a.get("keepdim", False)))
+    op = "ReduceMax" if "any" in str(n.target) else "ReduceMin"
+    xs = b.emit("Cast", [b.tensor(x, torch.bool, "input")], "int", to=INT64)
+    inputs = [xs, b.ints([_axis(d, rank(x)) for d in dims], "axes")] if dims else [xs]
+    return b.emit("Cast", [b.emit(op, inputs, "reduce", keepdims=keep)], to=torch.bool)
 
 
 @lowers("aten.max.dim", "aten.min.dim")

@@ -58,8 +58,7 @@ def _gemm_affine(tainted):
 
 @op("Gemm", affine=_gemm_affine, additive=(2,), vjp=_gemm_vjp)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
-    """General matrix product ``alpha·A'B' + beta·C``. Also accepts batched (N-D) A,
-    which the fx loader uses for ``aten.linear``."""
+    """General matrix product ``alpha·A'B' + beta·C`` (batched A is accepted too)."""
     a2, b2 = _gemm_operands(a, b, transA, transB)
     y = torch.matmul(a2, b2)
     if alpha != 1.0:

@@ -1,0 +1,353 @@
+"""The torch.export loader: tiny random-weight transformers, exported with dynamic
+batch/sequence axes, must run like the torch module and explain like their ONNX
+exports under every shipped rule set."""
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("transformers")
+from transformers import (  # noqa: E402
+    BertConfig,
+    BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    GPT2Config,
+    GPT2ForSequenceClassification,
+    GPT2LMHeadModel,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
+
+import rulegraph  # noqa: E402
+from rulegraph.errors import UnsupportedOpError  # noqa: E402
+from rulegraph.exporters import HFClassifier, export_fx, export_onnx  # noqa: E402
+from rulegraph.interpreter import prepare  # noqa: E402
+from rulegraph.loaders.fx import LOWERINGS, load_fx  # noqa: E402
+from rulegraph.ruleset import RuleSet, shipped_rule_sets  # noqa: E402
+
+VOCAB = 100
+HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 32, 2, 4, 64, 64
+ARCHS = ("bert", "roberta", "distilbert", "gpt2", "gpt2-lm")
+ATTENTIONS = ("eager", "sdpa")
+RULE_SETS = ("gi", "lrp-ah", "lrp-ah-ln", "epsilon")
+PAD = {"roberta": 1}
+
+
+def _config(arch: str):
+    if arch == "bert":
+        return BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                          intermediate_size=FFN, max_position_embeddings=POSITIONS, pad_token_id=0)
+    if arch == "roberta":
+        return RobertaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                             num_attention_heads=HEADS, intermediate_size=FFN,
+                             max_position_embeddings=POSITIONS + 2, type_vocab_size=1, pad_token_id=1,
+                             bos_token_id=2, eos_token_id=3)
+    if arch == "distilbert":
+        return DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN,
+                                max_position_embeddings=POSITIONS, pad_token_id=0)
+    labels = {} if arch == "gpt2-lm" else {"num_labels": 3}
+    return GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS,
+                      pad_token_id=0, bos_token_id=2, eos_token_id=3, **labels)
+
+
+MODELS = {"bert": BertForSequenceClassification, "roberta": RobertaForSequenceClassification,
+          "distilbert": DistilBertForSequenceClassification, "gpt2": GPT2ForSequenceClassification,
+          "gpt2-lm": GPT2LMHeadModel}
+
+
+def build(arch: str, attention: str = "eager") -> HFClassifier:
+    """``forward(input_ids, attention_mask) -> logits`` around a tiny random-weight model (same weights
+    for every call with the same ``arch``)."""
+    config = _config(arch)
+    config._attn_implementation = attention
+    torch.manual_seed(0)
+    model = MODELS[arch](config).eval()
+    model.config._attn_implementation = attention
+    return HFClassifier(model).eval()
+
+
+def example(arch: str) -> dict[str, torch.Tensor]:
+    """The export example: 2 × 8, last row right-padded."""
+    ids = 5 + torch.arange(16).reshape(2, 8) % (VOCAB - 5)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[-1, 5:] = 0
+    return {"input_ids": ids.masked_fill(mask == 0, PAD.get(arch, 0)), "attention_mask": mask}
+
+
+def feeds(arch: str, batch: int = 3, length: int = 11) -> dict[str, torch.Tensor]:
+    """Inputs in a shape unlike the export example, with padding in two rows."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, VOCAB, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, length - 4:] = 0
+    if batch > 2:
+        mask[2, 5:] = 0
+    return {"input_ids": ids.masked_fill(mask == 0, PAD.get(arch, 0)), "attention_mask": mask}
+
+
+@functools.lru_cache(maxsize=None)
+def program(arch: str, attention: str) -> torch.export.ExportedProgram:
+    return export_fx(build(arch, attention), example(arch))
+
+
+@functools.lru_cache(maxsize=None)
+def graph(arch: str, attention: str) -> rulegraph.Graph:
+    return load_fx(program(arch, attention))
+
+
+@pytest.fixture(scope="module")
+def onnx_graphs(tmp_path_factory):
+    """TorchScript-exported ONNX (eager attention) of each architecture, loaded, built on demand."""
+    folder = tmp_path_factory.mktemp("onnx")
+    cache: dict[str, rulegraph.Graph] = {}
+
+    def get(arch: str) -> rulegraph.Graph:
+        if arch not in cache:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                path = export_onnx(build(arch), example(arch), folder / f"{arch}.onnx")
+            cache[arch] = rulegraph.load(path)
+        return cache[arch]
+    return get
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    assert actual.shape == expected.shape
+    return ((actual - expected).abs().max() / expected.abs().max()).item()
+
+
+# -- 1. the lowered graph computes the module's logits ------------------------------------------------
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_match_module(arch: str, attention: str) -> None:
+    g = graph(arch, attention)
+    x = feeds(arch)
+    (name,) = g.outputs
+    with torch.no_grad():
+        expected32 = build(arch, attention)(**x)
+        expected64 = build(arch, attention).double()(**x)
+    assert rel_err(rulegraph.run(g, x)[name], expected32) <= 1e-5
+    assert rel_err(rulegraph.run(g, x, dtype=torch.float64)[name], expected64) <= 1e-10
+    # a second shape through the same graph (shape-dependent values are recomputed, not baked in)
+    y = feeds(arch, batch=2, length=17)
+    with torch.no_grad():
+        assert rel_err(rulegraph.run(g, y)[name], build(arch, attention)(**y)) <= 1e-5
+
+
+def test_shape_arithmetic_is_shape_only() -> None:
+    """Shape, Range, Concat… depend on input shapes only: the interpreter caches them, no per-call cost."""
+    for arch in ("bert", "gpt2"):
+        g = graph(arch, "sdpa")
+        plan = prepare(g)
+        per_call = [s.node for s in plan.value_steps]
+        assert not {n.op for n in per_call} & {"Shape", "Range", "ConstantOfShape", "Trilu"}
+        assert not [n.name for n in per_call if n.name.endswith(".shape")]   # Reshape/Expand targets
+        shape_nodes = [n for n in g.nodes if n.op == "Shape"]
+        assert shape_nodes and all(n.attrs["end"] == n.attrs["start"] + 1 for n in shape_nodes
+                                   if n.name.startswith("sym_size_int"))
+        assert all(isinstance(d, str) for d in g.inputs[0].shape)   # symbolic dims, by name
+
+
+# -- 2. one rule file, the same relevance on the fx and the ONNX export -------------------------------
+
+@pytest.mark.parametrize("rules", RULE_SETS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_relevance_matches_onnx_export(onnx_graphs, arch: str, rules: str) -> None:
+    x = feeds(arch)
+    reference = rulegraph.explain(onnx_graphs(arch), rules, x, dtype=torch.float64)
+    for attention in ATTENTIONS:   # the SDPA lowering gives the eager pattern: same relevance
+        e = rulegraph.explain(graph(arch, attention), rules, x, dtype=torch.float64)
+        assert rel_err(e.output_tensor, reference.output_tensor) <= 1e-7   # ONNX keeps float32 scalars
+        assert e.target == reference.target
+        assert rel_err(e.relevance["input_ids"], reference.relevance["input_ids"]) <= 1e-6, (attention, rules)
+        assert abs(e.audit.conservation.residual - reference.audit.conservation.residual) <= \
+            1e-6 * max(abs(v) for v in e.output_value)
+
+
+# -- 3. every shipped rule set covers every lowered architecture --------------------------------------
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shipped_rule_sets_cover_fx_graphs(arch: str, attention: str) -> None:
+    g = graph(arch, attention)
+    assert set(shipped_rule_sets()) >= set(RULE_SETS)
+    for name in shipped_rule_sets():
+        binding = RuleSet.load(name).bind(g)
+        assert binding.unmatched == [], (name, [(n.name, n.op) for n in binding.unmatched])
+        binding.require_complete()
+        assert binding.reached
+
+
+def test_attention_head_rule_applies_to_lowered_sdpa() -> None:
+    g = graph("bert", "sdpa")
+    out = g.node("scaled_dot_product_attention")
+    assert out.op == "MatMul" and g.producer[out.inputs[0]].op == "Softmax"
+    assert out.scope == "model.bert.encoder.layer.0.attention.self"
+    binding = RuleSet.load("lrp-ah").bind(g)
+    assert binding.assignments["scaled_dot_product_attention"].rule.name == "ah"
+    assert binding.assignments["scaled_dot_product_attention_1"].rule.name == "ah"
+
+
+# -- 4. errors ------------------------------------------------------------------------------------------
+
+class _Cumprod(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumprod(x, dim=1) + 1
+
+
+def test_unsupported_aten_op_names_node_target_and_choices() -> None:
+    ep = torch.export.export(_Cumprod(), (torch.randn(2, 3),))
+    with pytest.raises(UnsupportedOpError) as info:
+        load_fx(ep)
+    message = str(info.value)
+    assert "'cumprod'" in message and "aten.cumprod.default" in message
+    assert "did you mean" in message and "valid: " in message and "aten.cumsum.default" in message
+    assert "\n" not in message
+
+
+def test_load_rejects_other_objects() -> None:
+    with pytest.raises(rulegraph.errors.ModelError):
+        load_fx(torch.nn.Linear(2, 2))
+
+
+# -- names, scopes, constants ----------------------------------------------------------------------------
+
+def test_names_scopes_and_transposed_weights() -> None:
+    g = graph("bert", "eager")
+    state = program("bert", "eager").state_dict
+    add, matmul = g.node("linear"), g.node("linear.matmul")
+    assert (add.op, matmul.op) == ("Add", "MatMul")
+    assert add.scope == matmul.scope == "model.bert.encoder.layer.0.attention.self.query"
+    weight = "model.bert.encoder.layer.0.attention.self.query.weight"
+    assert matmul.inputs[1] == weight + ".T"
+    assert torch.equal(g.constants[weight + ".T"], state[weight].T)
+    assert add.inputs[0] == "model.bert.encoder.layer.0.attention.self.query.bias"
+    pooler = g.node("linear_12")   # 2-D input: Gemm, as the ONNX exporters emit
+    assert pooler.op == "Gemm" and pooler.attrs["transB"] == 1 and pooler.scope == "model.bert.pooler.dense"
+    assert g.node("layer_norm_1").op == "LayerNormalization"
+    assert g.node("embedding").op == "Gather" and g.node("embedding").inputs[1] == "input_ids"
+    assert g.node("gelu").op == "Mul" and g.node("gelu.erf").op == "Erf"   # opset 18: as the exporters
+    assert g.opset == 18 and g.outputs == ["linear_13"]
+    assert {layer for layer in g.layers.values()} >= {"embeddings", "block 0", "block 1", "head"}
+    assert not any(n.name.startswith("_assert") for n in g.nodes)
+
+
+def test_gelu_node_from_opset_20() -> None:
+    g20 = load_fx(program("bert", "eager"), opset=20)
+    assert g20.node("gelu").op == "Gelu" and g20.opset == 20
+    x = feeds("bert")
+    g18 = graph("bert", "eager")
+    for rules in ("gi", "epsilon"):
+        a = rulegraph.explain(g18, rules, x, dtype=torch.float64).relevance["input_ids"]
+        b = rulegraph.explain(g20, rules, x, dtype=torch.float64).relevance["input_ids"]
+        assert rel_err(b, a) <= 1e-9
+
+
+def test_graph_module_and_pt2_file(tmp_path) -> None:
+    ep = program("gpt2", "eager")
+    x = feeds("gpt2")
+    expected = rulegraph.run(graph("gpt2", "eager"), x)["index_1"]
+    from_module = load_fx(ep.module())
+    assert torch.equal(rulegraph.run(from_module, x)[from_module.outputs[0]], expected)
+    path = tmp_path / "gpt2.pt2"
+    torch.export.save(ep, str(path))
+    from_file = rulegraph.load(path)
+    assert from_file.source == f"fx:{path}"
+    assert torch.equal(rulegraph.run(from_file, x)[from_file.outputs[0]], expected)
+    assert rulegraph.load(ep).outputs == ["index_1"]
+
+
+# -- lowerings the five architectures do not reach -------------------------------------------------------
+
+class _Zoo(torch.nn.Module):
+    """Causal / float-mask / default-scale SDPA, advanced indexing, splits, reductions, factories and
+    SymInt arithmetic, all under dynamic batch and sequence sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 8)
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("table", torch.randn(20, 3))
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor):
+        b, s = ids.shape
+        x = self.emb(ids)
+        h = x.view(b, s, 2, 4).permute(0, 2, 1, 3)
+        causal = F.scaled_dot_product_attention(h, h, h, is_causal=True)
+        bias = (1.0 - mask[:, None, None, :].to(x.dtype)) * -1e4
+        masked = F.scaled_dot_product_attention(h, h, h, attn_mask=bias)
+        y = (causal + masked).transpose(1, 2).flatten(2)
+        y = torch.cat([y, F.silu(self.lin(y))], dim=-1)
+        a, c = torch.split(y, [6, 10], dim=-1)
+        d = torch.stack([a.sum(-1), c.mean(-1), c.amax(-1)], dim=1)
+        cs = torch.cumsum(mask, dim=1)
+        z = d.masked_fill(mask[:, None, :] == 0, 0.0) * torch.rsqrt(cs[:, None, :].to(x.dtype) + 1)
+        z = z.clamp(-3, 3) ** 2 - torch.ones_like(z) * 0.5
+        sel = z[:, :, 1:].unflatten(1, (1, 3)).squeeze(1)
+        pos = torch.arange(1, s, 1)
+        g = torch.gather(sel, 2, (pos % 3)[None, None, :].expand(b, 3, -1))
+        t = self.table[ids]                                   # index with a buffer as data
+        t2 = t[:, torch.arange(s - 1)]                        # index on a later axis
+        w = torch.where(g > 0, g, t2.transpose(1, 2))
+        first = w[torch.arange(b), :, cs.argmax(-1) % (s - 1)]   # index / slice / index
+        pair = t[:, torch.zeros(1, dtype=torch.long), torch.arange(3)]   # consecutive, not leading
+        out = torch.triu(torch.ones(3, 3, dtype=first.dtype)) @ first.transpose(0, 1)
+        flat = y.reshape(b * s, -1)                           # SymInt product
+        grid = y.new_zeros((b, s + 1))                        # SymInt sum, symbolic factory
+        return (out.transpose(0, 1) + 1 - torch.full((1, 3), 2.0), y.reshape(b, -1).repeat(1, 2)[:, : s // 2],
+                pair.sum(-1), flat.amin(0), grid + F.gelu(d[:, 0, :1], approximate="tanh"))
+
+
+def test_zoo_of_lowerings_matches_torch() -> None:
+    torch.manual_seed(0)
+    module = _Zoo().eval()
+    ep = export_fx(module, {"ids": torch.randint(0, 20, (2, 6)), "mask": torch.ones(2, 6, dtype=torch.long)})
+    g = load_fx(ep)
+    assert {"Trilu", "Range", "GatherND", "Split", "CumSum", "ConstantOfShape", "Tanh"} <= g.op_types()
+    ids = torch.randint(0, 20, (3, 9), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        expected = module(ids, mask)
+        expected64 = module.double()(ids, mask)
+    got = rulegraph.run(g, {"ids": ids, "mask": mask})
+    got64 = rulegraph.run(g, {"ids": ids, "mask": mask}, dtype=torch.float64)
+    for name, e, e64 in zip(g.outputs, expected, expected64):
+        assert rel_err(got[name], e) <= 1e-5, name
+        assert rel_err(got64[name], e64) <= 1e-10, name
+
+
+def test_table_lists_aten_overloads() -> None:
+    for target in ("aten.linear.default", "aten.scaled_dot_product_attention.default", "aten.sym_size.int",
+                   "aten.index.Tensor", "aten.embedding.default", "operator.getitem", "operator.floordiv"):
+        assert target in LOWERINGS
+    assert math.isfinite(len(LOWERINGS)) and len(LOWERINGS) > 100
+
+
+class _Index(torch.nn.Module):
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self.pattern = pattern
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        i = torch.tensor([[0], [2]])
+        j = torch.tensor([1, -1, 0])
+        return {"lead": lambda: x[i, j],            # consecutive from axis 0, broadcast indices
+                "inner": lambda: x[:, i, j],        # consecutive, not leading: dims stay in place
+                "split": lambda: x[i, :, j],        # separated: torch puts the index dims first
+                "one": lambda: x[:, :, j]}[self.pattern]()
+
+
+@pytest.mark.parametrize("pattern", ["lead", "inner", "split", "one"])
+def test_advanced_indexing(pattern: str) -> None:
+    x = torch.randn(3, 4, 5, 2)
+    module = _Index(pattern)
+    g = load_fx(torch.export.export(module, (x,)))
+    assert torch.equal(rulegraph.run(g, {"x": x})[g.outputs[0]], module(x))
