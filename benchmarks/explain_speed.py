@@ -93,7 +93,7 @@ def main(argv=None) -> int:
 
         methods = {
             "onnxruntime forward": lambda: session.run(None, numpy_feeds),
-            "rulegraph forward": lambda: plan.run(feeds),
+            "rulegraph forward": lambda: plan.run(feeds, keep=frozenset()),
             "rulegraph explain lrp-ah-ln (with audit)": lambda: rulegraph.explain(graph, rules, feeds),
             "rulegraph explain lrp-ah-ln (no audit)": lambda: rulegraph.explain(graph, rules, feeds, audit=False),
             "torch autograd GI (HF module)": torch_gi,

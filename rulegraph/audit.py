@@ -9,8 +9,9 @@ Per node (from the tensors each rule produced):
 ``breaks``         in − out − absorbed, for a rule that does not conserve on this node
                    by design (GI through GELU, ``stop``)
 ``error``          the same difference for a rule that should conserve — rounding,
-                   or a defect; ``relative_error`` is it over Σ|R| arriving (sums of
-                   relevance can cancel to near zero, as GI's do after a LayerNorm)
+                   or a defect; ``relative_error`` is it over the largest of |in|,
+                   |out|, |absorbed| and, where those cancel, Σ|R| arriving (GI's
+                   relevance after a LayerNorm sums to ~0 from large terms)
 
 Per layer (``embeddings`` / ``block i`` / ``head``), ``relevance_in`` and
 ``relevance_out`` are the flows crossing the layer's border. For the graph:
@@ -115,7 +116,8 @@ def build_audit(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
             name=rec.name, op=node.op, layer=layer_of[rec.name], rule=rec.rule, where=rec.where,
             conserving=rec.conserving, relevance_in=rec.relevance_in, relevance_out=rec.relevance_out,
             absorbed=rec.absorbed, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
-            relative_error=abs(gap) / max(rec.mass_in, 1e-30) if rec.conserving else 0.0))
+            relative_error=abs(gap) / max(rec.mass_in, abs(rec.relevance_in), abs(rec.relevance_out),
+                                          abs(rec.absorbed), 1e-30) if rec.conserving else 0.0))
 
     layers: dict[str, LayerAudit] = {}
     for n in sorted(nodes, key=lambda n: graph.node(n.name).index):

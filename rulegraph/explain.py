@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .audit import Audit, build_audit
+from .audit import TOLERANCE, Audit, build_audit
 from .errors import InputError, NumericalError
 from .interpreter import prepare
 from .ir import Graph
@@ -103,7 +103,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: in
     if output not in graph.outputs:
         raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
 
-    env = plan.run(inputs)
+    env = plan.run(inputs, keep=binding.needed_values)
     out = env[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
@@ -112,7 +112,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: in
         raise InputError(f"output {output!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(binding.boundary.values())))})")
 
-    flow = propagate(binding, plan, env, output, seed, audit=audit)
+    flow = propagate(binding, plan, env, output, seed, audit=audit, tolerance=TOLERANCE.get(dtype, 1e-4))
     if audit:
         finish(flow)
     boundary: dict[str, Tensor] = {}

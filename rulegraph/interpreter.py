@@ -90,6 +90,7 @@ class Plan:
             for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.last_statics: dict[tuple[int, int], list] = {}  # static arguments of the latest run
+        self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
 
     # -- preparation -------------------------------------------------------------------
     def _convert(self, value: Any) -> Any:
@@ -140,8 +141,10 @@ class Plan:
                 if name:
                     env[name] = value
 
-    def run(self, inputs: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Run the graph; returns every value by name (what the relevance pass needs)."""
+    def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None) -> dict[str, Tensor]:
+        """Run the graph; returns the values by name — all of them, or with ``keep`` only
+        those plus the outputs (the rest is freed after its last use, which lets memory be
+        reused while the forward runs)."""
         feeds = self.feeds(inputs)
         signature = tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items())
         cached = self._shape_cache.get(signature)
@@ -151,19 +154,45 @@ class Plan:
             self._shape_cache.move_to_end(signature)
             shape_values, statics = cached
             env.update(shape_values)
-            for step in self.value_steps:
-                self._execute(step, env, statics)
+            self._run_steps(self.value_steps, env, statics, keep)
             self.last_statics = statics
             return env
         statics: dict = {}
-        for step in self.steps:
-            self._execute(step, env, statics)
+        self._run_steps(self.steps, env, statics, keep)
         shape_values = {v: env[v] for s in self.steps if s.kind == Kind.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         self.last_statics = statics
         if len(self._shape_cache) > SHAPE_CACHE_SIZE:
             self._shape_cache.popitem(last=False)
         return env
+
+    def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None) -> None:
+        if keep is None:
+            for step in steps:
+                self._execute(step, env, statics)
+            return
+        schedule = self._free_schedule(steps, keep)
+        for step, dead in zip(steps, schedule):
+            self._execute(step, env, statics)
+            for v in dead:
+                del env[v]
+
+    def _free_schedule(self, steps: list[Step], keep: frozenset[str]) -> list[tuple[str, ...]]:
+        """Per step, the value-dependent values no later step reads and ``keep`` does not hold."""
+        key = (id(steps), keep)
+        if key not in self._schedules:
+            last: dict[str, int] = {}
+            for i, step in enumerate(steps):
+                for v in (*step.node.inputs, *step.node.outputs):
+                    if v and self.kind.get(v) == Kind.VALUE:
+                        last[v] = i
+            spare = set(keep) | set(self.graph.outputs) | set(self.graph.input_names)
+            dead: list[list[str]] = [[] for _ in steps]
+            for v, i in last.items():
+                if v not in spare:
+                    dead[i].append(v)
+            self._schedules[key] = [tuple(d) for d in dead]
+        return self._schedules[key]
 
     def feeds(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
         """Check the user's inputs against the graph's and convert them to the plan's device and dtype."""
@@ -221,4 +250,4 @@ def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype
 def run(graph: Graph, inputs: dict[str, Any], *, device="cpu", dtype=torch.float32) -> dict[str, Tensor]:
     """Forward only: the graph's outputs by name."""
     plan = prepare(graph, device, dtype)
-    return plan.outputs(plan.run(inputs))
+    return plan.outputs(plan.run(inputs, keep=frozenset()))

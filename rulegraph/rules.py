@@ -295,7 +295,7 @@ class LayerNorm(Rule):
         if op == "LayerNormalization":
             _, rstd = layer_norm_stats(x, axis, eps)
             gs = s * scale
-            out[0] = Contribution(signal=rstd * (gs - gs.mean(dim=dims, keepdim=True)))
+            out[0] = Contribution(signal=gs.sub_(gs.mean(dim=dims, keepdim=True)).mul_(rstd))
             if site.audit and len(site.inputs) > 2 and site.inputs[2] is not None:
                 out[2] = Contribution(signal=unbroadcast(s, site.inputs[2].shape))
         else:

@@ -261,6 +261,16 @@ class Binding:
         self.reached = reached[::-1]
         self.unmatched.reverse()
 
+    @property
+    def needed_values(self) -> frozenset[str]:
+        """What the relevance pass reads from the forward: every value a reached node touches."""
+        if "_needed" not in self.__dict__:
+            needed = set(self.boundary) | set(self.graph.outputs)
+            for node in self.reached:
+                needed.update(v for v in (*node.inputs, *node.outputs) if v)
+            self._needed = frozenset(needed)
+        return self._needed
+
     def require_complete(self) -> None:
         """Raise if a reached node has no rule and the rule set says ``on_unmatched: error``."""
         if self.unmatched and self.ruleset.on_unmatched == "error":

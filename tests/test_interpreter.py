@@ -98,3 +98,14 @@ def test_sequence_outputs_explain_one_position(tmp_path):
     scores = third.relevance["input_ids"][0]
     assert torch.all(scores[3:] == 0)                   # causal: later tokens cannot matter
     assert third.audit.conservation.relative_error < 1e-10
+
+
+def test_keep_frees_what_is_not_asked_for(bert_onnx):
+    plan = prepare(rulegraph.load(bert_onnx))
+    feeds = tiny.token_inputs(length=6)
+    full = plan.run(feeds)
+    lean = plan.run(feeds, keep=frozenset())
+    assert set(lean) < set(full) and "logits" in lean
+    assert torch.equal(lean["logits"], full["logits"])
+    some = next(v for v in full if v not in lean)
+    assert some in plan.run(feeds, keep=frozenset({some}))
