@@ -3,13 +3,13 @@
 * :func:`export_onnx` — any module to a checked ONNX file (TorchScript or dynamo
   exporter) with named inputs, dynamic ``batch``/``sequence`` axes and metadata.
 * :func:`export_fx` — any module to a :class:`torch.export.ExportedProgram`.
-* :func:`load_hf`, :func:`export_hf`, :func:`export_hf_fx` — the same for a Hugging
-  Face sequence-classifier directory, via the :class:`HFClassifier` wrapper.
+* :func:`load_hf`, :func:`export_hf`, :func:`export_hf_fx`, :func:`save_hf_fx` — the same
+  for a Hugging Face sequence-classifier directory, via the :class:`HFClassifier` wrapper.
 * :func:`read_metadata` — the ``metadata_props`` of an ONNX file.
 
 Transformers is needed only for the Hugging Face functions.
 """
-from .hf import ATTENTIONS, HFClassifier, HFInfo, export_hf, export_hf_fx, load_hf
+from .hf import ATTENTIONS, HFClassifier, HFInfo, export_hf, export_hf_fx, load_hf, save_hf_fx
 from .to_fx import export_fx
 from .to_onnx import EXPORTERS, MIN_OPSET, export_onnx, read_metadata
 
@@ -25,4 +25,5 @@ __all__ = [
     "export_onnx",
     "load_hf",
     "read_metadata",
+    "save_hf_fx",
 ]

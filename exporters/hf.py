@@ -29,6 +29,7 @@ PADDING_OFFSET_MODEL_TYPES = frozenset(
 )
 #: ONNX file and tokenizer file names in an export directory.
 MODEL_FILE = "model.onnx"
+FX_FILE = "model.pt2"
 TOKENIZER_FILE = "tokenizer.json"
 #: Metadata keys written by :func:`export_hf`.
 LABELS_KEY = "rulegraph.labels"
@@ -227,6 +228,38 @@ def export_hf_fx(
     """
     module, info = load_hf(model_dir, attention=attention)
     return export_fx(module, info.example_inputs(), dynamic=dynamic), info
+
+
+def save_hf_fx(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    attention: str = "eager",
+    overwrite: bool = False,
+) -> Path:
+    """Capture a Hugging Face classifier with ``torch.export`` and save it as
+    ``out_dir/model.pt2`` (``torch.export.save``) next to a copy of its ``tokenizer.json``.
+
+    ``rulegraph.load`` reads the ``.pt2`` file back as an fx program.
+
+    Raises:
+        FileNotFoundError: the directory, its ``config.json`` or its ``tokenizer.json`` is missing.
+        FileExistsError: ``out_dir`` already holds ``model.pt2`` or ``tokenizer.json`` and ``overwrite`` is false.
+    """
+    model_dir = _check_model_dir(model_dir)
+    tokenizer = model_dir / TOKENIZER_FILE
+    if not tokenizer.is_file():
+        raise FileNotFoundError(f"no {TOKENIZER_FILE} in {model_dir}; save the model's fast tokenizer there")
+    out_dir = Path(out_dir)
+    model_path, tokenizer_copy = out_dir / FX_FILE, out_dir / TOKENIZER_FILE
+    if not overwrite:
+        refuse_overwrite(model_path)
+        refuse_overwrite(tokenizer_copy)
+    program, _ = export_hf_fx(model_dir, attention=attention)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(model_path))
+    shutil.copyfile(tokenizer, tokenizer_copy)
+    return model_path
 
 
 def _check_model_dir(model_dir: str | os.PathLike) -> Path:

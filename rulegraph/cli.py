@@ -289,17 +289,23 @@ def rules_cmd(name):
 @cli.command("export")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["onnx", "fx"]), default="onnx", show_default=True,
+              help="onnx: OUT_DIR/model.onnx; fx: a torch.export program saved as OUT_DIR/model.pt2")
+@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
+              help="ONNX exporter")
 @click.option("--opset", type=int, default=18, show_default=True)
 @click.option("--attention", type=click.Choice(["eager", "sdpa"]), default="eager", show_default=True,
               help="attention implementation to export (eager gives an explicit Softmax → MatMul)")
 @click.option("--force", is_flag=True, help="overwrite an existing export")
-def export_cmd(source, out_dir, exporter, opset, attention, force):
-    """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx (+ tokenizer.json)."""
-    from .exporters import export_hf
-    with err.status(f"exporting {source} with the {exporter} exporter…"):
+def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
+    """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx or model.pt2 (+ tokenizer.json)."""
+    from .exporters import export_hf, save_hf_fx
+    with err.status(f"exporting {source} ({fmt}{', ' + exporter + ' exporter' if fmt == 'onnx' else ''})…"):
         try:
-            path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force)
+            if fmt == "fx":
+                path = save_hf_fx(source, out_dir, attention=attention, overwrite=force)
+            else:
+                path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force)
         except (ValueError, FileNotFoundError, FileExistsError) as exc:
             raise InputError(str(exc)) from exc
     out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")

@@ -91,6 +91,7 @@ class Plan:
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.last_statics: dict[tuple[int, int], list] = {}  # static arguments of the latest run
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
+        self._skipping: dict[tuple, list[Step]] = {}
 
     # -- preparation -------------------------------------------------------------------
     def _convert(self, value: Any) -> Any:
@@ -141,30 +142,65 @@ class Plan:
                 if name:
                     env[name] = value
 
-    def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None) -> dict[str, Tensor]:
+    def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
+            overrides: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Run the graph; returns the values by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
-        reused while the forward runs)."""
+        reused while the forward runs).
+
+        ``overrides`` maps value names to tensors used in place of what the graph would
+        compute (e.g. embedding vectors replaced by interpolations, for integrated
+        gradients): the nodes producing them are skipped. Only value-dependent values
+        can be overridden, and each override must have the shape the graph would give it.
+        """
         feeds = self.feeds(inputs)
         signature = tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items())
         cached = self._shape_cache.get(signature)
         env: dict[str, Any] = dict(self.constants)
         env.update(feeds)
+        skipped: frozenset[str] = frozenset()
+        if overrides:
+            env.update(self._overrides(overrides))
+            skipped = frozenset(overrides)
         if cached is not None:
             self._shape_cache.move_to_end(signature)
             shape_values, statics = cached
             env.update(shape_values)
-            self._run_steps(self.value_steps, env, statics, keep)
+            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep)
             self.last_statics = statics
             return env
         statics: dict = {}
-        self._run_steps(self.steps, env, statics, keep)
+        self._run_steps(self._without(self.steps, skipped), env, statics, keep)
         shape_values = {v: env[v] for s in self.steps if s.kind == Kind.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         self.last_statics = statics
         if len(self._shape_cache) > SHAPE_CACHE_SIZE:
             self._shape_cache.popitem(last=False)
         return env
+
+    def _overrides(self, overrides: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Check the overridden values' names and convert the tensors to the plan's device and dtype."""
+        out = {}
+        for name, value in overrides.items():
+            if self.kind.get(name) != Kind.VALUE or name in self.graph.input_names:
+                what = "no such value" if name not in self.kind else (
+                    "it is a graph input (pass it as an input)" if name in self.graph.input_names else
+                    "it does not depend on the input values")
+                raise InputError(f"cannot override {name!r}: {what}")
+            if not isinstance(value, Tensor):
+                value = torch.as_tensor(value)
+            out[name] = self._convert(value)
+        return out
+
+    def _without(self, steps: list[Step], skipped: frozenset[str]) -> list[Step]:
+        """``steps`` less those whose outputs are all overridden (the list is cached: the
+        free schedule is keyed by it)."""
+        if not skipped:
+            return steps
+        key = (id(steps), skipped)
+        if key not in self._skipping:
+            self._skipping[key] = [s for s in steps if not all(v in skipped for v in s.node.outputs if v)]
+        return self._skipping[key]
 
     def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None) -> None:
         if keep is None:

@@ -107,6 +107,9 @@ class Flow:
     edges: list[Edge] = field(default_factory=list)
     stranded: dict[str, float] = field(default_factory=dict)  # relevance left where no rule took it
     stranded_entries: dict[str, list[int]] = field(default_factory=dict)
+    # boundary value → g where its relevance arrived in signal form (R = x ⊙ g); under the
+    # gradient rules g is ∂f/∂x, which the gradient baselines (GS, IG) read
+    signals: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,7 +207,10 @@ def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str,
 
     for v in binding.boundary:
         if v in incoming:
-            flow.boundary[v] = incoming.pop(v).tensor
+            arrived = incoming.pop(v)
+            flow.boundary[v] = arrived.tensor
+            if arrived.signal is not None:
+                flow.signals[v] = arrived.signal
     for v in incoming:  # relevance that reached a value no walked node produces
         flow.stranded_entries[v] = inflow.get(v, [])
     return flow

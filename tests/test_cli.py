@@ -173,5 +173,13 @@ def test_export_then_explain(capsys, tmp_path):
     assert code == 0, err
     code, _, err = run(capsys, "export", source, tmp_path / "out")
     assert_one_line_error(code, err, "overwrite")
-    code, out, err = run(capsys, "explain", tmp_path / "out" / "model.onnx", "-r", "lrp-ah-ln", "-t", "w3 w9")
+    code, out, err = run(capsys, "explain", tmp_path / "out" / "model.onnx", "-r", "lrp-ah-ln", "-t", "w3 w9",
+                         "--json", tmp_path / "onnx.json")
     assert code == 0, err
+    code, out, err = run(capsys, "export", source, tmp_path / "fx", "--format", "fx")
+    assert code == 0, err
+    code, out, err = run(capsys, "explain", tmp_path / "fx" / "model.pt2", "-r", "lrp-ah-ln", "-t", "w3 w9",
+                         "--json", tmp_path / "fx.json")
+    assert code == 0, err
+    from_onnx, from_fx = (json.loads((tmp_path / f).read_text()) for f in ("onnx.json", "fx.json"))
+    assert from_fx["relevance"]["input_ids"] == pytest.approx(from_onnx["relevance"]["input_ids"], rel=1e-4, abs=1e-7)

@@ -118,3 +118,11 @@ def test_boundary_choices(bert_onnx):
     inputs = RuleSet.from_yaml("boundary: inputs\nrules:\n  - op: '*'\n    rule: gradient\n")
     with pytest.raises(RuleMatchError, match="no relevance boundary"):
         inputs.bind(graph)
+
+
+def test_on_unmatched_can_name_a_fallback_rule(bert_onnx):
+    rules = RuleSet.from_yaml("on_unmatched: gradient\nrules:\n  - op: Tanh\n    rule: identity\n", source="f.yaml")
+    binding = rules.bind(rulegraph.load(bert_onnx))
+    assert not binding.unmatched
+    wheres = {a.where for a in binding.assignments.values()}
+    assert wheres == {"f.yaml:3", "f.yaml: on_unmatched"}
