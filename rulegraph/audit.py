@@ -7,9 +7,11 @@ Per node (from the tensors each rule produced):
 ``absorbed``       Σ relevance handed to constants (biases, position embeddings,
                    LayerNorm β, masks) and to stabilisers (ε)
 ``breaks``         in − out − absorbed, for a rule that does not conserve on this node
-                   by design (GI through GELU, ``stop``)
+                   by design (GI through GELU, the AttnLRP softmax rule, ``stop``):
+                   an *expected* break; each rule says how it departs from
+                   conservation (``Rule.breaking``, reported per node as ``semantics``)
 ``error``          the same difference for a rule that should conserve — rounding,
-                   or a defect; ``relative_error`` is it over the largest of |in|,
+                   or a defect; above the tolerance it is an *unexpected* break; ``relative_error`` is it over the largest of |in|,
                    |out|, |absorbed| and, where those cancel, Σ|R| arriving (GI's
                    relevance after a LayerNorm sums to ~0 from large terms)
 
@@ -28,6 +30,7 @@ import torch
 
 from .relevance import Flow
 from .ruleset import Binding
+from .rules import RULES
 
 #: a conserving node whose relative error exceeds this is flagged, per dtype
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-9}
@@ -47,6 +50,7 @@ class NodeAudit:
     breaks: float
     error: float
     relative_error: float
+    semantics: str = ""       # how the rule departs from conservation (Rule.breaking)
 
 
 @dataclass
@@ -90,6 +94,11 @@ class Audit:
         return [n for n in self.nodes if n.conserving and n.relative_error > self.tolerance]
 
     @property
+    def expected(self) -> list[NodeAudit]:
+        """Nodes whose rule does not conserve there by design and broke conservation (breaks ≠ 0)."""
+        return [n for n in self.nodes if not n.conserving and n.breaks != 0.0]
+
+    @property
     def ok(self) -> bool:
         return self.conservation.relative_error <= self.tolerance
 
@@ -101,7 +110,28 @@ class Audit:
             "tolerance": self.tolerance,
             "layers": [{**asdict(layer), "relative_error": layer.relative_error} for layer in self.layers],
             "unexpected": [n.name for n in self.unexpected],
+            "expected_breaks": {
+                "total": sum(n.breaks for n in self.expected),
+                "by_rule": _by_rule(self.expected, "breaks"),
+                "nodes": [n.name for n in self.expected],
+            },
+            "unexpected_breaks": {
+                "total": sum(n.error for n in self.unexpected),
+                "by_rule": _by_rule(self.unexpected, "error"),
+                "nodes": [{"name": n.name, "rule": n.rule, "error": n.error, "relative_error": n.relative_error}
+                          for n in self.unexpected],
+            },
         }
+
+
+def _by_rule(nodes: list[NodeAudit], figure: str) -> dict[str, dict]:
+    """Per rule: how many nodes, their summed figure, and how the rule departs from conservation."""
+    out: dict[str, dict] = {}
+    for n in nodes:
+        d = out.setdefault(n.rule, {"nodes": 0, figure: 0.0, "semantics": n.semantics})
+        d["nodes"] += 1
+        d[figure] += getattr(n, figure)
+    return out
 
 
 def build_audit(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
@@ -117,7 +147,8 @@ def build_audit(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
             conserving=rec.conserving, relevance_in=rec.relevance_in, relevance_out=rec.relevance_out,
             absorbed=rec.absorbed, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
             relative_error=abs(gap) / max(rec.mass_in, abs(rec.relevance_in), abs(rec.relevance_out),
-                                          abs(rec.absorbed), 1e-30) if rec.conserving else 0.0))
+                                          abs(rec.absorbed), 1e-30) if rec.conserving else 0.0,
+            semantics=RULES[rec.rule].breaking if rec.rule in RULES else ""))
 
     layers: dict[str, LayerAudit] = {}
     for n in sorted(nodes, key=lambda n: graph.node(n.name).index):

@@ -92,13 +92,15 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
         t.add_row("Σ relevance at inputs", fmt(c.input_total))
         t.add_row("absorbed (biases, constants, ε)", fmt(c.absorbed))
-        t.add_row("breaks (non-conservative rules)", fmt(c.breaks))
+        t.add_row("expected breaks (by rule design)", f"{fmt(c.breaks)}  in {len(e.audit.expected)} node(s)")
         t.add_row("unexplained residual", f"{fmt(c.residual)}  rel {c.relative_error:.2e} {flag}")
         if c.stranded:
             t.add_row("stranded (no rule)", ", ".join(f"{k}: {fmt(v)}" for k, v in c.stranded.items()))
         if e.audit.unexpected:
             t.add_row("unexpected breaks", f"[red]{len(e.audit.unexpected)} conserving node(s) off by > "
                                            f"{e.audit.tolerance:g}[/] (see `rulegraph audit`)")
+        else:
+            t.add_row("unexpected breaks", f"[green]none[/] (every conserving node within {e.audit.tolerance:g})")
     return t
 
 

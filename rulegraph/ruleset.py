@@ -18,6 +18,17 @@ the first entry that matches gives its rule::
 
 Entries may also match on ``name`` (glob on the node name) and ``scope`` (glob on
 the module path), and set ``params`` checked against the rule's declared fields.
+``per_layer`` overrides params for some of the nodes an entry matches, first match
+wins, by transformer block number (``blocks: 3``, ``"0-3"``, or a list) or by node
+name / scope glob::
+
+      - op: Conv
+        rule: gamma
+        params: {gamma: 0.25}
+        per_layer:
+          - {blocks: "0-3", params: {gamma: 0.5}}
+          - {name: "*layer4*", params: {gamma: 0.1}}
+
 Mistakes are reported as ``file:line: what was wrong; valid: …``.
 """
 from __future__ import annotations
@@ -33,12 +44,15 @@ from typing import Any
 import yaml
 
 from .errors import RuleFileError, RuleMatchError, choices
-from .ir import Graph, Node
+from .ir import Graph, Node, block_index
 from .ops import lookup
 from .rules import RULES, Rule
 
-ENTRY_KEYS = ("op", "name", "scope", "inputs", "rule", "params", "note")
-TOP_KEYS = ("name", "description", "boundary", "on_unmatched", "rules")
+ENTRY_KEYS = ("op", "name", "scope", "inputs", "rule", "params", "per_layer", "note")
+OVERRIDE_KEYS = ("blocks", "name", "scope", "params")
+TOP_KEYS = ("name", "description", "pass", "models", "boundary", "on_unmatched", "canonize", "rules")
+MODELS = ("transformers", "cnns")   # what a rule set is written for (`models:`, default transformers)
+PASSES = ("relevance", "decomposition")   # `pass: decomposition` names rules of rulegraph.decomposition
 PATTERN_KEYS = ("from", "through")
 BOUNDARY_KINDS = ("embeddings", "inputs")
 # index-preserving ops that may sit between an integer input and the embedding Gather
@@ -78,6 +92,28 @@ def _data_input(graph: Graph, node: Node) -> str | None:
 
 
 @dataclass
+class Override:
+    """A ``per_layer`` item: the entry's rule with other params, for nodes in ``blocks``
+    (transformer block numbers) or matching ``names`` / ``scopes`` globs."""
+
+    rule: Rule
+    line: int
+    blocks: frozenset[int] | None = None
+    names: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+
+    def matches(self, node: Node) -> bool:
+        if self.blocks is not None:
+            b = block_index(node.scope) if node.scope else None
+            b = block_index(node.name) if b is None else b
+            if b is None or b not in self.blocks:
+                return False
+        if self.names and not any(fnmatchcase(node.name, g) for g in self.names):
+            return False
+        return not self.scopes or any(fnmatchcase(node.scope, g) for g in self.scopes)
+
+
+@dataclass
 class Entry:
     """One rule-file entry: what it matches and the rule it assigns."""
 
@@ -88,6 +124,14 @@ class Entry:
     scopes: tuple[str, ...] = ()
     inputs: dict[int, Pattern] = field(default_factory=dict)
     source: str = ""
+    overrides: list[Override] = field(default_factory=list)
+
+    def assign(self, node: Node) -> tuple[Rule, str]:
+        """The rule for a node this entry matched, and where it came from (``file:line``)."""
+        for o in self.overrides:
+            if o.matches(node):
+                return o.rule, f"{self.source}:{o.line}"
+        return self.rule, self.where
 
     def matches(self, graph: Graph, node: Node) -> bool:
         if "*" not in self.ops and node.op not in self.ops:
@@ -163,6 +207,9 @@ class RuleSet:
     on_unmatched: str = "error"         # "error", "warn", or a rule name
     fallback: Rule | None = None        # the rule when on_unmatched names one
     source: str = ""
+    pass_name: str = "relevance"        # "relevance" (backward, rules.py) or "decomposition" (forward)
+    canonize: tuple[str, ...] = ()      # graph rewrites before binding (rulegraph.canonize), e.g. batchnorm
+    models: str = "transformers"        # what the rule set is written for: transformers | cnns
 
     # -- loading ---------------------------------------------------------------------
     @classmethod
@@ -173,7 +220,7 @@ class RuleSet:
             if not path.exists():
                 raise RuleFileError(f"rule file not found: {path}")
             return cls.from_yaml(path.read_text(), source=str(path))
-        shipped = shipped_rule_sets()
+        shipped = shipped_rule_sets(None)
         if str(name_or_path) not in shipped:
             raise RuleFileError(f"no rule set named {str(name_or_path)!r}; {choices(shipped, str(name_or_path))}, "
                                 "or a path to a .yaml file")
@@ -197,10 +244,17 @@ class RuleSet:
         return Binding(graph, self)
 
 
-def shipped_rule_sets() -> dict[str, Path]:
-    """Name → path of the rule sets shipped in ``rules/``."""
+def shipped_rule_sets(models: str | None = "transformers") -> dict[str, Path]:
+    """Name → path of the rule sets shipped in ``rules/`` written for ``models``
+    (``transformers``, ``cnns``; ``None``: all) — a rule file's ``models:`` key."""
     folder = resources.files("rulegraph.rulesets")
-    return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml")}
+    found = {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml")}
+    return {k: v for k, v in found.items() if models is None or _models(v) == models}
+
+
+def _models(path: Path) -> str:
+    doc = yaml.safe_load(path.read_text())
+    return str(doc.get("models", "transformers")) if isinstance(doc, dict) else "transformers"
 
 
 @dataclass
@@ -243,7 +297,7 @@ class Binding:
             tainted = [v in self.tainted for v in node.inputs]
             entry = rs.match(graph, node)
             if entry is not None:
-                assignment = Assignment(entry.rule, entry.where)
+                assignment = Assignment(*entry.assign(node))
             elif rs.fallback is not None:
                 assignment = Assignment(rs.fallback, f"{rs.source}: on_unmatched")
             else:  # keep walking as if it passed relevance on, so `check` lists every node upstream too
@@ -304,6 +358,16 @@ def _float_output(graph: Graph, node: Node) -> bool:
 class _Parser:
     def __init__(self, source: str):
         self.source = source
+        self.rules = RULES
+
+    def _pass(self, node) -> str:
+        value = str(self.scalar(node, "pass"))
+        if value not in PASSES:
+            raise self.fail(node, f"unknown pass {value!r}; {choices(PASSES, value)}")
+        if value == "decomposition":
+            from .decomposition.rules import DECOMPOSITION_RULES
+            self.rules = DECOMPOSITION_RULES
+        return value
 
     def fail(self, node: yaml.Node | None, message: str) -> RuleFileError:
         line = node.start_mark.line + 1 if node is not None else 1
@@ -341,12 +405,26 @@ class _Parser:
         if "rules" not in top:
             raise self.fail(root, "missing `rules:` (an ordered list of entries)")
         rs = RuleSet(entries=[], source=self.source)
+        if "pass" in top:
+            rs.pass_name = self._pass(top["pass"][1])
+        RULES = self.rules
         if "name" in top:
             rs.name = str(self.scalar(top["name"][1], "name"))
+        if "models" in top:
+            value = str(self.scalar(top["models"][1], "models"))
+            if value not in MODELS:
+                raise self.fail(top["models"][1], f"unknown models {value!r}; {choices(MODELS, value)}")
+            rs.models = value
         if "description" in top:
             rs.description = str(self.scalar(top["description"][1], "description"))
         if "boundary" in top:
             rs.boundary = self.boundary(top["boundary"][1])
+        if "canonize" in top:
+            from .canonize import CANONIZERS
+            rs.canonize = self.strings(top["canonize"][1], "canonize")
+            for name in rs.canonize:
+                if name not in CANONIZERS:
+                    raise self.fail(top["canonize"][1], f"unknown canonizer {name!r}; {choices(CANONIZERS, name)}")
         if "on_unmatched" in top:
             node = top["on_unmatched"][1]
             value = str(self.scalar(node, "on_unmatched"))
@@ -374,6 +452,7 @@ class _Parser:
 
     def entry(self, node) -> Entry:
         fields = self.mapping(node, "a rule entry", ENTRY_KEYS)
+        RULES = self.rules
         if "rule" not in fields:
             raise self.fail(node, f"rule entry has no `rule:`; {choices(RULES)}")
         rule_node = fields["rule"][1]
@@ -382,11 +461,10 @@ class _Parser:
             raise self.fail(rule_node, f"unknown rule {rule_name!r}; {choices(RULES, rule_name)}")
         cls = RULES[rule_name]
         params = self.params(cls, fields["params"][1]) if "params" in fields else {}
-        try:
-            rule = cls(**params)
-        except (TypeError, ValueError) as exc:
-            raise self.fail(fields.get("params", fields["rule"])[1], f"bad params for rule {rule_name!r}: {exc}") from None
+        rule = self.make(cls, params, fields.get("params", fields["rule"])[1])
         entry = Entry(rule=rule, line=node.start_mark.line + 1, source=self.source)
+        if "per_layer" in fields:
+            entry.overrides = self.per_layer(cls, params, fields["per_layer"][1])
         if "op" in fields:
             entry.ops = self.strings(fields["op"][1], "op")
         if "name" in fields:
@@ -396,6 +474,49 @@ class _Parser:
         if "inputs" in fields:
             entry.inputs = self.inputs(fields["inputs"][1])
         return entry
+
+    def make(self, cls: type[Rule], params: dict[str, Any], node) -> Rule:
+        try:
+            return cls(**params)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(node, f"bad params for rule {cls.name!r}: {exc}") from None
+
+    def per_layer(self, cls: type[Rule], base: dict[str, Any], node) -> list[Override]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.fail(node, "per_layer must be a non-empty list of {blocks|name|scope: …, params: {…}}")
+        out = []
+        for item in node.value:
+            fields = self.mapping(item, "a per_layer item", OVERRIDE_KEYS)
+            if "params" not in fields:
+                raise self.fail(item, "a per_layer item needs `params:` (the params it changes)")
+            if not ({"blocks", "name", "scope"} & set(fields)):
+                raise self.fail(item, "a per_layer item needs `blocks:`, `name:` or `scope:` to say where it applies")
+            params = {**base, **self.params(cls, fields["params"][1])}
+            o = Override(self.make(cls, params, fields["params"][1]), item.start_mark.line + 1)
+            if "blocks" in fields:
+                o.blocks = self.blocks(fields["blocks"][1])
+            if "name" in fields:
+                o.names = self.strings(fields["name"][1], "name")
+            if "scope" in fields:
+                o.scopes = self.strings(fields["scope"][1], "scope")
+            out.append(o)
+        return out
+
+    def blocks(self, node) -> frozenset[int]:
+        """``3``, ``"0-3"`` (inclusive) or a list of those."""
+        items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        out: set[int] = set()
+        for item in items:
+            text = str(item.value).strip() if isinstance(item, yaml.ScalarNode) else ""
+            lo, sep, hi = text.partition("-")
+            try:
+                first, last = (int(lo), int(hi)) if sep else (int(text), int(text))
+            except ValueError:
+                raise self.fail(item, f"blocks must be block numbers or ranges like \"0-3\", got {text or item!r}") from None
+            if first > last:
+                raise self.fail(item, f"empty block range {text!r} (the first number must not exceed the last)")
+            out.update(range(first, last + 1))
+        return frozenset(out)
 
     def inputs(self, node) -> dict[int, Pattern]:
         if not isinstance(node, yaml.MappingNode):
@@ -442,6 +563,8 @@ class _Parser:
         if origin is list:
             (item,) = typing.get_args(hint) or (Any,)
             items = value if isinstance(value, list) else [value]
+            if item is float and all(isinstance(i, (int, float)) and not isinstance(i, bool) for i in items):
+                return [float(i) for i in items]
             if item is Any or all(isinstance(i, item) and not isinstance(i, bool) for i in items):
                 return list(items)
         if hint is None or hint is Any:

@@ -194,3 +194,174 @@ def test_detaching_every_input_is_a_break_not_conservation():
     node = Node("n", "Mul", ("a", "b"), ("o",))
     assert Gradient(detach=[1]).conserves(node, lookup("Mul"), [True, True])
     assert not Gradient(detach=[0, 1]).conserves(node, lookup("Mul"), [True, True])
+
+
+# -- ε without bias, γ, αβ, z⁺, flat, w², zB (references written from the formulas, per element) -----
+
+def stab(z, eps):
+    """z + ε·sign z, sign 0 := +1 (Zennit's stabiliser)."""
+    return z + eps * torch.where(z >= 0, 1.0, -1.0).to(F64)
+
+
+def distribute(contrib, denom, r):
+    """R_i = Σ_j contrib_ij / denom_j · R_j, for a batch: contrib (B, I, J), denom and r (B, J)."""
+    return torch.einsum("bij,bj->bi", contrib, r / denom)
+
+
+def test_epsilon_without_bias_leaves_the_bias_out_of_z():
+    x, w, b, r = rand(3, 5), rand(5, 4), rand(4), rand(3, 4)
+    rel, extra, _ = apply("epsilon", "Gemm", [x, w, b], r, tainted=[True, False, False],
+                          params={"epsilon": 0.01, "bias": False})
+    contrib = torch.einsum("bi,ij->bij", x, w)
+    close(rel[0], distribute(contrib, stab(contrib.sum(1), 0.01), r))
+    assert rel[2] is None                                        # the bias absorbs nothing
+    close(rel[0].sum() + sum(extra), r.sum())                    # ε absorbs the rest
+
+
+def gemm_case(positive_x=False):
+    x = rand(4, 6)
+    if positive_x:
+        x = x.abs()
+    return x, rand(6, 5), rand(5), rand(4, 5)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.25, 1.0])
+def test_gamma_on_positive_inputs_is_montavon_eq7(gamma):
+    """x ≥ 0, z_j > 0: R_i = Σ_j x_i (w_ij + γ w_ij⁺) / (Σ_i' x_i' (w_i'j + γ w_i'j⁺) + b_j + γ b_j⁺ + ε) R_j."""
+    x, w, b, r = gemm_case(positive_x=True)
+    rel, extra, z = apply("gamma", "Gemm", [x, w, b], r, tainted=[True, False, False], params={"gamma": gamma})
+    contrib = torch.einsum("bi,ij->bij", x, w + gamma * w.clamp(min=0))
+    pos = distribute(contrib, stab(contrib.sum(1) + b + gamma * b.clamp(min=0), 1e-6), r * (z > 0))
+    contrib_n = torch.einsum("bi,ij->bij", x, w + gamma * w.clamp(max=0))
+    neg = distribute(contrib_n, stab(contrib_n.sum(1) + b + gamma * b.clamp(max=0), 1e-6), r * (z < 0))
+    close(rel[0], pos + neg)
+    close(rel[0].sum() + sum(extra), r.sum())
+
+
+def test_gamma_signed_inputs_crosses_weight_signs():
+    """Signed x (Zennit's generalised γ): positive outputs favour x⁺w⁺ and x⁻w⁻, negative the reverse."""
+    x, w, b, r = gemm_case()
+    g = 0.5
+    rel, extra, z = apply("gamma", "Gemm", [x, w, b], r, tainted=[True, False, False], params={"gamma": g})
+    out = torch.zeros_like(x)
+    for n in range(x.shape[0]):
+        for j in range(w.shape[1]):
+            if z[n, j] == 0:
+                continue
+            up = z[n, j] > 0
+            c = []
+            for i in range(x.shape[1]):
+                favoured = max(w[i, j], 0) if (x[n, i] > 0) == bool(up) else min(w[i, j], 0)
+                c.append(x[n, i] * (w[i, j] + g * favoured))
+            bias = b[j] + g * (max(b[j], 0) if up else min(b[j], 0))
+            denom = sum(c) + bias
+            denom = denom + 1e-6 * (1 if denom >= 0 else -1)
+            for i in range(x.shape[1]):
+                out[n, i] += c[i] / denom * r[n, j]
+    close(rel[0], out)
+    close(rel[0].sum() + sum(extra), r.sum())
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (2.0, 1.0), (1.5, 0.5)])
+def test_alphabeta_on_signed_contributions(alpha, beta):
+    x, w, b, r = gemm_case()
+    rel, extra, _ = apply("alphabeta", "Gemm", [x, w, b], r, tainted=[True, False, False],
+                          params={"alpha": alpha, "beta": beta})
+    c = torch.einsum("bi,ij->bij", x, w)                         # contributions x_i w_ij
+    p, n = c.clamp(min=0), c.clamp(max=0)
+    reference = (alpha * distribute(p, stab(p.sum(1) + b.clamp(min=0), 1e-6), r)
+                 - beta * distribute(n, stab(n.sum(1) + b.clamp(max=0), 1e-6), r))
+    close(rel[0], reference)
+    close(rel[0].sum() + sum(extra), r.sum())
+
+
+def test_zplus_uses_positive_contributions_not_positive_weights():
+    x, w, b, r = gemm_case()
+    rel, _, _ = apply("zplus", "Gemm", [x, w, b], r, tainted=[True, False, False])
+    ab, _, _ = apply("alphabeta", "Gemm", [x, w, b], r, tainted=[True, False, False],
+                     params={"alpha": 1.0, "beta": 0.0})
+    close(rel[0], ab[0])
+    wplus = torch.einsum("bi,ij->bij", x, w.clamp(min=0))        # the w⁺-only variant differs on signed x
+    assert float((rel[0] - distribute(wplus, stab(wplus.sum(1) + b.clamp(min=0), 1e-6), r)).abs().max()) > 1e-3
+
+
+def test_alphabeta_requires_alpha_minus_beta_one():
+    from rulegraph.errors import RuleFileError
+    from rulegraph.ruleset import RuleSet
+    text = "rules:\n  - op: Gemm\n    rule: alphabeta\n    params: {alpha: 2, beta: 2}\n"
+    with pytest.raises(RuleFileError, match=r"<string>:4: bad params for rule 'alphabeta': alpha − beta must be 1"):
+        RuleSet.from_yaml(text)
+
+
+def test_flat_and_wsquare_on_gemm():
+    x, w, b, r = gemm_case()
+    rel, extra, _ = apply("flat", "Gemm", [x, w, b], r, tainted=[True, False, False])
+    close(rel[0], (r / (6 + 1e-6)).sum(1, keepdim=True).expand(4, 6))   # every input of the 6 gets R_j / 6
+    close(rel[0].sum() + sum(extra), r.sum())
+    rel, extra, _ = apply("wsquare", "Gemm", [x, w, b], r, tainted=[True, False, False])
+    w2 = (w ** 2).expand(4, 6, 5)
+    close(rel[0], distribute(w2, stab(w2.sum(1) + b ** 2, 1e-6), r))
+    close(rel[0].sum() + sum(extra), r.sum())
+
+
+def test_flat_on_padded_conv_counts_the_receptive_field():
+    """1-d conv, kernel 3, pad 1: edge outputs see 2 inputs, the others 3."""
+    x, w, b, r = rand(1, 2, 5), rand(4, 2, 3), rand(4), rand(1, 4, 5)
+    rel, _, _ = apply("flat", "Conv", [x, w, b], r, tainted=[True, False, False], pads=[1, 1])
+    reference = torch.zeros_like(x)
+    for j in range(5):                       # output position
+        inputs = [(c, i) for c in range(2) for i in range(j - 1, j + 2) if 0 <= i < 5]
+        for c, i in inputs:
+            reference[0, c, i] += r[0, :, j].sum() / (len(inputs) + 1e-6)
+    close(rel[0], reference)
+
+
+@pytest.mark.parametrize("bounds", [(-1.0, 2.0), ([-1.0, -2.0, 0.0], [1.0, 2.0, 3.0])])
+def test_zbox_on_a_pointwise_conv(bounds):
+    """R_i = Σ_j (x_i w_ij − l_i w_ij⁺ − h_i w_ij⁻) / Σ_i' (…) · R_j, per pixel (1×1 conv = channel matmul)."""
+    low, high = bounds
+    lows = torch.tensor(low if isinstance(low, list) else [low] * 3, dtype=F64)
+    highs = torch.tensor(high if isinstance(high, list) else [high] * 3, dtype=F64)
+    x = lows.reshape(1, 3, 1, 1) + (highs - lows).reshape(1, 3, 1, 1) * torch.rand(2, 3, 4, 4, dtype=F64)
+    w, b, r = rand(5, 3, 1, 1), rand(5), rand(2, 5, 4, 4)
+    rel, extra, _ = apply("zbox", "Conv", [x, w, b], r, tainted=[True, False, False],
+                          params={"low": low if isinstance(low, list) else [low],
+                                  "high": high if isinstance(high, list) else [high]})
+    xs = x.permute(0, 2, 3, 1).reshape(-1, 3)                   # pixels × channels
+    wm = w[:, :, 0, 0].T                                         # channels × outputs
+    c = (torch.einsum("bi,ij->bij", xs, wm) - torch.einsum("i,ij->ij", lows, wm.clamp(min=0))
+         - torch.einsum("i,ij->ij", highs, wm.clamp(max=0)))
+    rs = r.permute(0, 2, 3, 1).reshape(-1, 5)
+    reference = distribute(c, stab(c.sum(1), 1e-6), rs).reshape(2, 4, 4, 3).permute(0, 3, 1, 2)
+    close(rel[0], reference)
+    close(rel[0].sum() + sum(extra), r.sum())
+
+
+def test_modified_weight_rules_on_matmul_with_weight_first():
+    """y = W·x (the weight as input 0): the rules follow the op, not a fixed input position."""
+    w, x, r = rand(5, 6), rand(6, 3), rand(5, 3)
+    rel, _, _ = apply("alphabeta", "MatMul", [w, x], r, tainted=[False, True])
+    c = torch.einsum("ji,ib->bij", w, x)
+    p, n = c.clamp(min=0), c.clamp(max=0)
+    reference = 2 * distribute(p, stab(p.sum(1), 1e-6), r.T) - distribute(n, stab(n.sum(1), 1e-6), r.T)
+    close(rel[1], reference.T)
+
+
+# -- AttnLRP (Achtibat et al. 2024) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_rule_is_proposition_3_1(axis):
+    x, r = rand(2, 4, 5), rand(2, 4, 5)
+    rel, _, s = apply("softmax", "Softmax", [x], r, axis=axis)
+    close(rel[0], x * (r - s * r.sum(axis, keepdim=True)))
+
+
+def test_uniform_rule_splits_a_product_of_activations_in_half():
+    a, b, r = rand(3, 4), rand(4, 5), rand(3, 5)
+    rel, extra, z = apply("uniform", "MatMul", [a, b], r)
+    close(rel[0], torch.einsum("ik,kj,ij->ik", a, b, r / z) / 2)
+    close(rel[1], torch.einsum("ik,kj,ij->kj", a, b, r / z) / 2)
+    close(rel[0].sum() + rel[1].sum(), r.sum())
+    rel, extra, z = apply("uniform", "Mul", [a, a.flip(0)], r[:, :4], params={"epsilon": 0.1})
+    close(rel[0], r[:, :4] * z / stab(z, 0.1) / 2)
+    close(rel[0].sum() + rel[1].sum() + sum(extra), r[:, :4].sum())

@@ -20,7 +20,7 @@ def error(text: str) -> str:
     ("name: x\n", "my.yaml:1: missing `rules:`"),
     ("rules: []\n", "my.yaml:1: `rules:` must be a non-empty list"),
     ("rulez:\n  - op: Add\n", "my.yaml:1: unknown key 'rulez' in the rule file; did you mean 'rules'?"),
-    ("rules:\n  - op: Add\n", "my.yaml:2: rule entry has no `rule:`; valid: ah, epsilon"),
+    ("rules:\n  - op: Add\n", "my.yaml:2: rule entry has no `rule:`; valid: ah, alphabeta, epsilon"),
     ("rules:\n  - op: Add\n    rule: epsilom\n", "my.yaml:3: unknown rule 'epsilom'; did you mean 'epsilon'?"),
     ("rules:\n  - op: Add\n    rule: gradient\n    param: {}\n",
      "my.yaml:4: unknown key 'param' in a rule entry; did you mean 'params'?"),

@@ -156,5 +156,5 @@ def vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool
     return autograd_vjp(spec, grads, inputs, outputs, wants, attrs)
 
 
-for _module in ("elementwise", "linalg", "nn", "shape", "reduce"):
+for _module in ("elementwise", "linalg", "nn", "shape", "reduce", "vision"):
     importlib.import_module(f"{__name__}.{_module}")

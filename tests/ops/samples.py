@@ -235,3 +235,17 @@ sample("OneHot", torch.tensor([0, 2, -1]), [4], r(2), name="float_values")
 sample("ConstantOfShape", [2, 3], attrs={"value": torch.tensor([1.5], dtype=torch.float64)}, name="float")
 sample("Range", torch.tensor(0.5, dtype=torch.float64), torch.tensor(2.1, dtype=torch.float64),
        torch.tensor(0.25, dtype=torch.float64), name="float")
+
+# -- vision ----------------------------------------------------------------------------------------
+sample("Conv", r(1, 2, 5, 4), r(3, 2, 3, 3), r(3), attrs={"pads": [1, 1, 1, 1], "strides": [2, 1]}, name="2d")
+sample("Conv", r(1, 4, 6), r(4, 2, 3), attrs={"group": 2, "dilations": [2], "pads": [0, 1]}, name="1d_groups")
+sample("ConvTranspose", r(1, 3, 3, 4), r(3, 2, 3, 3), r(2), attrs={"strides": [2, 2], "pads": [1, 0, 1, 0]}, name="2d")
+sample("AveragePool", r(1, 2, 6, 7), attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+sample("MaxPool", distinct(1, 2, 7, 7), attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+sample("GlobalAveragePool", r(2, 3, 4, 5))
+sample("GlobalMaxPool", distinct(2, 3, 4, 5))
+sample("BatchNormalization", r(2, 3, 4, 5), r(3), r(3), r(3), r(3, lo=0.5))
+sample("HardSigmoid", r(3, 4, away=0.1) * 2, fd=False)
+sample("HardSwish", r(3, 4, away=0.1) * 2, fd=False)
+sample("Resize", r(1, 2, 4, 5), None, [1.0, 1.0, 2.0, 1.5], attrs={"mode": "linear"}, name="linear")
+sample("Resize", r(1, 2, 4, 5), None, None, [1, 2, 6, 3], attrs={"mode": "nearest"}, name="nearest")

@@ -482,6 +482,47 @@ case("TopK", _x, i64(5), n_outputs=2, opset=10, name="op10")
 case("TopK", ints(3, 5, lo=-100, hi=100) * 0 + np.arange(15).reshape(3, 5)[:, ::-1], i64(2), n_outputs=2, name="int")
 
 
+# -- vision: convolution, pooling, batch normalisation ------------------------------------------
+case("Conv", f(1, 2, 7), f(3, 2, 3), f(3), name="1d")
+case("Conv", f(2, 3, 6, 5), f(4, 3, 3, 3), f(4), attrs={"pads": [1, 1, 1, 1], "strides": [2, 1]}, name="2d_pad_stride")
+case("Conv", f(1, 4, 7, 7), f(6, 2, 3, 2), attrs={"group": 2, "dilations": [2, 1], "pads": [0, 1, 2, 0]},
+     name="2d_groups_dilated_asym")
+case("Conv", f(1, 2, 7, 6), f(3, 2, 3, 3), attrs={"auto_pad": "SAME_UPPER", "strides": [2, 2]}, name="same_upper")
+case("Conv", f(1, 2, 7, 6), f(3, 2, 2, 3), attrs={"auto_pad": "SAME_LOWER"}, name="same_lower")
+case("Conv", f(1, 2, 4, 5, 4), f(2, 2, 2, 3, 2), f(2), attrs={"strides": [1, 2, 1]}, name="3d")
+case("ConvTranspose", f(1, 3, 4, 5), f(3, 2, 3, 3), f(2), attrs={"strides": [2, 2], "pads": [1, 0, 1, 0]}, name="2d")
+case("ConvTranspose", f(1, 4, 5), f(4, 1, 3), attrs={"group": 2, "strides": [2], "output_padding": [1]}, name="1d_groups")
+case("AveragePool", f(1, 2, 6, 7), attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, name="pad")
+case("AveragePool", f(1, 2, 6, 7), attrs={"kernel_shape": [3, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+     name="include_pad")
+case("AveragePool", f(1, 2, 7), attrs={"kernel_shape": [2], "strides": [2], "ceil_mode": 1}, name="1d_ceil")
+case("MaxPool", f(1, 2, 7, 7), attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, name="resnet")
+case("MaxPool", f(1, 2, 6, 6), attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, name="vgg")
+case("MaxPool", f(1, 2, 7, 6), attrs={"kernel_shape": [3, 2], "dilations": [2, 1], "pads": [0, 0, 1, 1]}, name="asym")
+case("GlobalAveragePool", f(2, 3, 4, 5))
+case("GlobalMaxPool", f(2, 3, 4, 5))
+case("BatchNormalization", f(2, 3, 4, 5), f(3), f(3), f(3), np.abs(f(3)) + 0.5, name="2d")
+case("BatchNormalization", f(2, 3, 4), f(3), f(3), f(3), np.abs(f(3)) + 0.5, attrs={"epsilon": 1e-3}, name="1d")
+case("HardSigmoid", f(3, 4) * 4)
+case("HardSigmoid", f(3, 4) * 4, attrs={"alpha": 0.3, "beta": 0.4}, name="params")
+case("HardSwish", f(3, 4) * 4)
+
+
+_img = f(1, 2, 4, 5)
+# float64 runs would make `scales` double, which Resize refuses: float32 only
+case("Resize", _img, None, np.array([1, 1, 2, 2], np.float32),
+     attrs={"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+     name="nearest_upsample", f64=False)
+case("Resize", _img, None, np.array([1, 1, 1.5, 0.6], np.float32), attrs={"mode": "nearest"}, name="nearest_half_pixel", f64=False)
+case("Resize", _img, None, np.array([1, 1, 2, 2], np.float32), attrs={"mode": "linear"}, name="linear_half_pixel", f64=False)
+case("Resize", _img, None, np.array([1, 1, 0.5, 0.6], np.float32),
+     attrs={"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, name="linear_down", f64=False)
+case("Resize", _img, None, None, np.array([1, 2, 7, 3], np.int64),
+     attrs={"mode": "linear", "coordinate_transformation_mode": "align_corners"}, name="linear_sizes_corners", f64=False)
+case("Resize", _img, None, None, np.array([1, 2, 6, 9], np.int64),
+     attrs={"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "ceil"},
+     name="nearest_sizes_ceil", f64=False)
+
 OPS_COVERED = {c.op for c in CASES}
 
 

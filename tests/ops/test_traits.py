@@ -203,7 +203,8 @@ def test_elementwise_is_position_by_position(s: Sample):
     assert all(not isinstance(y, Tensor) or y.numel() == 1 for y in s.inputs[1:])
     perm = torch.randperm(x.numel(), generator=torch.Generator().manual_seed(3))
     permuted = [x.reshape(-1)[perm].reshape(x.shape)] + list(s.inputs[1:])
-    torch.testing.assert_close(s.call(permuted)[0].reshape(-1), out.reshape(-1)[perm], rtol=0, atol=0)
+    # a few ulp apart at most: vectorised kernels round the tail of a vector differently (Softplus)
+    torch.testing.assert_close(s.call(permuted)[0].reshape(-1), out.reshape(-1)[perm], rtol=4 * 2.0**-52, atol=0)
 
 
 NON_FLOAT = [

@@ -1,0 +1,92 @@
+"""Images in and heatmaps out, for vision models (``rulegraph explain MODEL --image PATH``).
+
+Preprocessing is the torchvision ImageNet convention: convert to RGB, resize the shorter
+side to ``resize`` pixels (bilinear), center-crop ``size``×``size``, scale to [0, 1], then
+normalise each channel as ``(x − mean) / std``. The result is a ``[1, 3, size, size]``
+float32 tensor. The zB bounds of ``rules/epsilon-gamma-box.yaml`` assume these default
+``mean`` / ``std``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .errors import InputError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,
+               mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> torch.Tensor:
+    """The image at ``path`` preprocessed (see the module docstring) as ``[1, 3, size, size]``."""
+    from PIL import Image, UnidentifiedImageError
+
+    if len(mean) != 3 or len(std) != 3:
+        raise InputError(f"mean and std need 3 values (R, G, B), got {len(mean)} and {len(std)}")
+    if any(s <= 0 for s in std):
+        raise InputError(f"std values must be positive, got {list(std)}")
+    try:
+        img = Image.open(path).convert("RGB")
+    except FileNotFoundError:
+        raise InputError(f"image not found: {path}") from None
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InputError(f"cannot read {path} as an image: {exc}") from None
+    resize = resize or size
+    if resize < size:
+        raise InputError(f"resize ({resize}) must be at least the crop size ({size})")
+    w, h = img.size
+    scale = resize / min(w, h)
+    img = img.resize((max(resize, round(w * scale)), max(resize, round(h * scale))), Image.BILINEAR)
+    w, h = img.size
+    left, top = (w - size) // 2, (h - size) // 2
+    img = img.crop((left, top, left + size, top + size))
+    x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
+    x = (x - torch.tensor(mean).reshape(3, 1, 1)) / torch.tensor(std).reshape(3, 1, 1)
+    return x.unsqueeze(0).float()
+
+
+def pixel_map(relevance: torch.Tensor) -> np.ndarray:
+    """``[H, W]`` relevance per pixel: the sum over channels of a ``[(1,) C, H, W]`` tensor."""
+    r = relevance.detach().double().cpu()
+    if r.dim() == 4:
+        r = r[0]
+    if r.dim() == 3:
+        r = r.sum(0)
+    if r.dim() != 2:
+        raise InputError(f"relevance of shape {tuple(relevance.shape)} is not an image ([C, H, W])")
+    return r.numpy()
+
+
+def write_heatmap(relevance: torch.Tensor, path: str | Path, *, image: torch.Tensor | None = None,
+                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+                  title: str = "") -> Path:
+    """A PNG of the per-pixel relevance (red positive, blue negative, symmetric scale), beside
+    the de-normalised input image when ``image`` is given."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heat = pixel_map(relevance)
+    bound = float(np.abs(heat).max()) or 1.0
+    panels = 2 if image is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
+    if image is not None:
+        x = image.detach().double().cpu()[0] if image.dim() == 4 else image.detach().double().cpu()
+        x = x * torch.tensor(std, dtype=x.dtype).reshape(3, 1, 1) + torch.tensor(mean, dtype=x.dtype).reshape(3, 1, 1)
+        axes[0][0].imshow(x.clamp(0, 1).permute(1, 2, 0).numpy())
+        axes[0][0].set_title("input")
+    ax = axes[0][-1]
+    shown = ax.imshow(heat, cmap="bwr", vmin=-bound, vmax=bound)
+    ax.set_title(title or "relevance")
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
+    for a in axes[0]:
+        a.axis("off")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,217 @@
+"""Convolution, pooling and batch normalisation: the ops of CNN and ViT exports."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import always, op
+from .elementwise import f32
+
+Tensor = torch.Tensor
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def _one_factor(tainted) -> bool:
+    """Exactly one of X, W carried (the bias may be too): as Gemm."""
+    return bool(tainted[0]) != bool(tainted[1])
+
+
+def _spatial(x: Tensor) -> int:
+    n = x.dim() - 2
+    if n not in (1, 2, 3):
+        raise ValueError(f"expected a 3-, 4- or 5-d input (N, C, spatial…), got {x.dim()}-d")
+    return n
+
+
+def _pads(x: Tensor, kernel, strides, dilations, pads, auto_pad: str) -> list[int]:
+    """ONNX ``pads`` ([begin…, end…]) with ``auto_pad`` resolved."""
+    n = len(kernel)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for i in range(n):
+            size = x.shape[2 + i]
+            target = math.ceil(size / strides[i])
+            total = max((target - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            out.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+        return [b for b, _ in out] + [e for _, e in out]
+    if auto_pad == "VALID" or pads is None:
+        return [0] * (2 * n)
+    return list(pads)
+
+
+def _pad_input(x: Tensor, pads: list[int], value: float = 0.0) -> tuple[Tensor, list[int]]:
+    """Symmetric padding as torch's ``padding=``; asymmetric padding applied to ``x`` here."""
+    n = len(pads) // 2
+    begin, end = pads[:n], pads[n:]
+    if begin == end:
+        return x, begin
+    flat = []
+    for b, e in zip(reversed(begin), reversed(end)):
+        flat += [b, e]
+    return F.pad(x, flat, value=value), [0] * n
+
+
+@op("Conv", affine=_one_factor, additive=(2,))
+def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """ONNX Conv (1d/2d/3d, groups, strides, pads, dilations, auto_pad)."""
+    n = _spatial(x)
+    kernel = list(kernel_shape or w.shape[2:])
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    x, padding = _pad_input(x, _pads(x, kernel, strides, dilations, pads, auto_pad))
+    return _CONV[n](x, w, b, stride=strides, padding=padding, dilation=dilations, groups=group)
+
+
+@op("ConvTranspose", affine=_one_factor, additive=(2,))
+def conv_transpose(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    """ONNX ConvTranspose (explicit ``pads``; ``output_shape`` / ``auto_pad`` are not supported)."""
+    n = _spatial(x)
+    if output_shape is not None or auto_pad not in ("NOTSET", "VALID"):
+        raise ValueError("ConvTranspose with output_shape or auto_pad SAME_* is not supported; export with explicit pads")
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    pads = list(pads or [0] * (2 * n))
+    begin, end = pads[:n], pads[n:]
+    y = _CONV_T[n](x, w, None, stride=strides, padding=0, output_padding=list(output_padding or [0] * n),
+                   groups=group, dilation=dilations)
+    index = [slice(None), slice(None)] + [slice(bg, y.shape[2 + i] - e) for i, (bg, e) in enumerate(zip(begin, end))]
+    y = y[tuple(index)]
+    if b is not None:
+        y = y + b.reshape(1, -1, *([1] * n))
+    return y
+
+
+@op("AveragePool", affine=always)
+def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None, kernel_shape,
+                 pads=None, strides=None):
+    """ONNX AveragePool (dilations must be 1)."""
+    n = _spatial(x)
+    if dilations and any(d != 1 for d in dilations):
+        raise ValueError("AveragePool with dilations ≠ 1 is not supported")
+    strides = list(strides or [1] * n)
+    pads = _pads(x, kernel_shape, strides, [1] * n, pads, auto_pad)
+    if pads[:n] != pads[n:] or any(2 * p > k for p, k in zip(pads[:n], kernel_shape)):
+        if not count_include_pad:
+            raise ValueError("AveragePool with asymmetric pads and count_include_pad=0 is not supported")
+        x, padding = _pad_input(x, pads)
+    else:
+        padding = pads[:n]
+    return _AVG[n](x, list(kernel_shape), strides, padding, ceil_mode=bool(ceil_mode),
+                   count_include_pad=bool(count_include_pad))
+
+
+@op("MaxPool", routing=True)
+def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None, storage_order=0,
+             strides=None):
+    """ONNX MaxPool (first output only). Relevance routes to each window's maximum."""
+    n = _spatial(x)
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    pads = _pads(x, kernel_shape, strides, dilations, pads, auto_pad)
+    if pads[:n] != pads[n:] or any(2 * p > k for p, k in zip(pads[:n], kernel_shape)):
+        x, padding = _pad_input(x, pads, value=-math.inf)
+    else:
+        padding = pads[:n]
+    return _MAX[n](x, list(kernel_shape), strides, padding, dilation=dilations, ceil_mode=bool(ceil_mode))
+
+
+@op("GlobalAveragePool", affine=always)
+def global_average_pool(x):
+    return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+@op("GlobalMaxPool", routing=True)
+def global_max_pool(x):
+    return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+def _channel(v: Tensor, x: Tensor) -> Tensor:
+    return v.reshape(1, -1, *([1] * (x.dim() - 2)))
+
+
+def batch_norm_affine(scale, bias, mean, var, epsilon):
+    """BatchNormalization as ``y = a·x + c`` per channel: ``a = scale/√(var+ε)``, ``c = bias − a·mean``."""
+    a = scale / torch.sqrt(var + epsilon)
+    return a, bias - a * mean
+
+
+@op("BatchNormalization")
+def batch_normalization(x, scale, bias, mean, var, *, epsilon=f32(1e-5), momentum=0.9, training_mode=0):
+    """ONNX BatchNormalization in inference mode: ``(x − mean)/√(var+ε)·scale + bias``."""
+    if training_mode:
+        raise ValueError("BatchNormalization with training_mode=1 is not supported (export in eval mode)")
+    return (x - _channel(mean, x)) / torch.sqrt(_channel(var, x) + epsilon) * _channel(scale, x) + _channel(bias, x)
+
+
+@op("HardSigmoid", elementwise=True)
+def hard_sigmoid(x, *, alpha=f32(0.2), beta=f32(0.5)):
+    return (alpha * x + beta).clamp(0, 1)
+
+
+@op("HardSwish", elementwise=True)
+def hard_swish(x):
+    return x * (f32(1 / 6) * x + 0.5).clamp(0, 1)
+
+
+def _source_coords(out: int, size: int, scale: float, mode: str, dtype, device) -> Tensor:
+    """Input coordinate of each output position along one axis (ONNX Resize's
+    ``coordinate_transformation_mode``)."""
+    o = torch.arange(out, dtype=dtype, device=device)
+    if mode == "half_pixel":
+        return (o + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (o + 0.5) / scale - 0.5 if out > 1 else torch.zeros_like(o)
+    if mode == "align_corners":
+        return o * ((size - 1) / (out - 1)) if out > 1 else torch.zeros_like(o)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) / scale
+    raise ValueError(f"Resize coordinate_transformation_mode {mode!r} is not supported; valid: align_corners, "
+                     "asymmetric, half_pixel, pytorch_half_pixel, tf_half_pixel_for_nn")
+
+
+_NEAREST = {"round_prefer_floor": lambda c: torch.ceil(c - 0.5), "round_prefer_ceil": lambda c: torch.floor(c + 0.5),
+            "floor": torch.floor, "ceil": torch.ceil}
+
+
+@op("Resize", static=(1, 2, 3), affine=always, additive=(0,))
+def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_transformation_mode="half_pixel",
+           nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
+           antialias=0, axes=None, keep_aspect_ratio_policy="stretch"):
+    """ONNX Resize (opset ≥ 11), modes ``nearest`` and ``linear`` (no antialias, ``axes`` or
+    aspect-ratio policy), one axis at a time: nearest selects, linear blends two neighbours."""
+    if mode not in ("nearest", "linear") or antialias or axes is not None or keep_aspect_ratio_policy != "stretch":
+        raise ValueError("Resize supports mode nearest or linear, without antialias, axes or keep_aspect_ratio_policy")
+    if nearest_mode not in _NEAREST:
+        raise ValueError(f"Resize nearest_mode {nearest_mode!r} is not one of {', '.join(_NEAREST)}")
+    if sizes:
+        out_sizes = [int(s) for s in sizes]
+        factors = [o / i for o, i in zip(out_sizes, x.shape)]
+    elif scales:
+        factors = [float(s) for s in scales]
+        out_sizes = [int(math.floor(i * f)) for i, f in zip(x.shape, factors)]
+    else:
+        raise ValueError("Resize needs scales or sizes")
+    coord_dtype = x.dtype if x.is_floating_point() else torch.float64
+    for d, (size, out, factor) in enumerate(zip(x.shape, out_sizes, factors)):
+        if out == size and factor == 1.0:
+            continue
+        c = _source_coords(out, size, factor, coordinate_transformation_mode, coord_dtype, x.device)
+        if mode == "nearest":
+            x = x.index_select(d, _NEAREST[nearest_mode](c).clamp(0, size - 1).long())
+            continue
+        c = c.clamp(0, size - 1)
+        lo = torch.floor(c).long()
+        hi = (lo + 1).clamp(max=size - 1)
+        w = (c - lo).to(x.dtype).reshape(-1, *([1] * (x.dim() - d - 1)))
+        x = x.index_select(d, lo) * (1 - w) + x.index_select(d, hi) * w
+    return x
