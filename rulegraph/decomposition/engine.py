@@ -1,0 +1,343 @@
+"""The decomposition pass: a forward walk that carries G+1 components per value.
+
+After the ordinary forward (every value by name), the values the boundary reads are
+split by the partition: group g gets the rows of its positions (dim 1), the bias
+component nothing (Eq. 14). Then, in topological order, each node the rule set
+reaches maps the components of its inputs to those of its outputs with its rule
+(:mod:`rulegraph.decomposition.rules`). Values that carry no components — weights,
+biases, position embeddings, masks, attention probabilities, LayerNorm statistics —
+are constants or coefficients of the node that reads them.
+
+Components are kept as a ``[G, *shape]`` tensor plus the bias ``[*shape]``, freed
+after their last reader, so memory is about (G+1)× the largest live activations;
+elementwise rules work on the group components in chunks to bound temporaries.
+
+The audit checks, at every node, that Σ components equals the forward value, and
+reports the largest error per node and per layer (``graph.layers``).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..audit import TOLERANCE, Audit, Conservation, LayerAudit, NodeAudit
+from ..errors import InputError, NumericalError
+from ..explain import Explanation, _labels, _seed, bind
+from ..interpreter import Plan, prepare
+from ..ir import Graph
+from ..loaders import load
+from ..ruleset import Binding, RuleSet
+from .partition import Partition, assign
+from .rules import Parts, Site
+
+Tensor = torch.Tensor
+
+#: elements per chunk of group components in elementwise rules (bounds temporaries)
+CHUNK_ELEMENTS = 1 << 25
+MODES = ("auto", "components", "linearized")
+
+
+@dataclass
+class LayerReconstruction:
+    """Largest |Σ components − forward value| over a layer's nodes, absolute and relative
+    to the node's largest |value|."""
+
+    name: str
+    nodes: int = 0
+    max_abs_error: float = 0.0
+    max_relative_error: float = 0.0
+    worst_node: str = ""
+
+
+@dataclass
+class DecompositionAudit(Audit):
+    """The relevance :class:`~rulegraph.audit.Audit` shape, plus the reconstruction table.
+
+    ``conservation``: the explained output = Σ group contributions (``input_total``) +
+    the bias component (``absorbed``) + ``residual``; ``breaks`` is always 0. Per node,
+    ``relevance_in`` is Σ of the forward value, ``relevance_out`` Σ of its components,
+    ``error`` the largest elementwise |Σ components − value| and ``relative_error`` that
+    over the largest |value|.
+    """
+
+    reconstruction: list[LayerReconstruction] = field(default_factory=list)
+
+    @property
+    def max_relative_error(self) -> float:
+        return max((layer.max_relative_error for layer in self.reconstruction), default=0.0)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["reconstruction"] = [asdict(layer) for layer in self.reconstruction]
+        return d
+
+
+@dataclass
+class Pass:
+    """The result of :func:`run_pass`."""
+
+    binding: Binding
+    plan: Plan
+    env: dict[str, Tensor]
+    partitions: list[Partition]
+    parts: dict[str, Parts]                      # components of the values kept (the outputs, or all)
+    errors: dict[str, tuple[Tensor, Tensor]]     # node → (max abs error, max |value|)
+    stranded: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)   # the activation params in effect (first activation reached)
+    leaves: dict[str, Tensor] = field(default_factory=dict)   # the boundary values, in the linearized pass
+
+
+def options_of(alpha: str | None = None, threshold: float | None = None, variant: str | None = None) -> dict:
+    return {k: v for k, v in dict(alpha=alpha, threshold=threshold, variant=variant).items() if v is not None}
+
+
+def run_pass(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], *, groups: Any = "token",
+             word_ids: Sequence[Sequence[int | None]] | None = None, tokens: Sequence[Sequence[str]] | None = None,
+             device: str = "cpu", dtype: torch.dtype = torch.float32, options: dict | None = None,
+             audit: bool = True, keep: bool = False, linearized: bool = False) -> Pass:
+    """Forward, then the decomposition pass. ``keep=True`` keeps every value's components
+    (for tests and inspection); otherwise only the graph outputs' are kept.
+
+    ``linearized=True`` carries one group (all positions) whose boundary values are
+    autograd leaves (``Pass.leaves``): with signed α or D̄ every rule is linear in the
+    group components once its factors are fixed, so the contribution of any group is
+    ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` (Group Additivity, App. C) — one backward pass instead of
+    G components. The audit then checks that one group + bias rebuild every value.
+    """
+    if getattr(ruleset, "pass_name", "relevance") != "decomposition":
+        raise InputError(f"rule set {ruleset.name or ruleset.source!r} is a relevance rule set; "
+                         "the decomposition pass needs `pass: decomposition`")
+    binding = bind(graph, ruleset)
+    binding.require_complete()
+    if binding.unmatched and ruleset.on_unmatched == "warn":
+        warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; their outputs are taken as constants "
+                      f"(first: {binding.unmatched[0].name!r}, op {binding.unmatched[0].op})", stacklevel=3)
+    plan = prepare(graph, device, dtype)
+    env = plan.run(inputs, keep=binding.needed_values)
+    rules = effective_rules(binding, options or {})
+    if linearized and not linear_in_groups(rules):
+        raise InputError("the linearized pass needs signed α or D̄ (--alpha signed or --variant bar); "
+                         "abs and hybrid α are not linear in the groups")
+    partitions, onehot = _partition(binding, env, groups, word_ids, tokens)
+    if linearized:
+        onehot = torch.ones_like(onehot[:1])
+    with torch.set_grad_enabled(linearized):
+        return _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized)
+
+
+def effective_rules(binding: Binding, options: dict) -> dict:
+    """The rule of each assignment with ``options`` (--alpha, --lambda, --variant) applied, by rule id."""
+    rules = {}
+    for a in binding.assignments.values():
+        if id(a.rule) not in rules:
+            try:
+                rules[id(a.rule)] = a.rule.with_options(options)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
+    return rules
+
+
+def linear_in_groups(rules: dict) -> bool:
+    """Whether every activation is signed D̂ or D̄ (then the pass is linear in the group components)."""
+    return all(r.variant == "bar" or r.alpha == "signed" for r in rules.values() if r.name == "activation")
+
+
+def _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized) -> Pass:
+    graph = binding.graph
+    wanted = set(graph.outputs)
+    last: dict[str, int] = {}
+    for i, node in enumerate(binding.reached):
+        for v, c in zip(node.inputs, binding.carried.get(node.name, ())):
+            if c:
+                wanted.add(v)
+                last[v] = i
+    parts: dict[str, Parts] = {}
+    leaves: dict[str, Tensor] = {}
+    for v in binding.boundary:
+        if v in wanted:
+            x = env[v]
+            if linearized:
+                leaves[v] = x.detach().clone().requires_grad_(True)
+                parts[v] = Parts(leaves[v].unsqueeze(0), torch.zeros_like(x))
+                continue
+            mask = onehot.reshape(onehot.shape + (1,) * (x.dim() - 2)).to(x.dtype)
+            parts[v] = Parts(mask * x, torch.zeros_like(x))
+    errors: dict[str, tuple[Tensor, Tensor]] = {}
+    stranded: list[str] = []
+    spare = set(graph.outputs) if not keep else None
+    for i, node in enumerate(binding.reached):
+        assignment = binding.assignments.get(node.name)
+        if assignment is None:
+            stranded.append(node.name)
+            continue
+        rule = rules[id(assignment.rule)]
+        step = plan.step_by_name[node.name]
+        args = _arguments(plan, step, env)
+        carried = binding.carried[node.name]
+        in_parts = [parts.get(v) if c else None for v, c in zip(node.inputs, carried)]
+        if any(c and p is None for c, p in zip(carried, in_parts)):
+            stranded.append(node.name)       # an input whose producer had no rule: taken as a constant
+        if not any(p is not None for p in in_parts):
+            continue
+        outputs = [env.get(v) for v in node.outputs]
+        numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
+        site = Site(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
+                    linearized=linearized)
+        result = rule.decompose(site)
+        for v, value, p in zip(node.outputs, outputs, result):
+            if p is None or v not in wanted:
+                continue
+            parts[v] = p
+            if audit:
+                with torch.no_grad():
+                    gap = (p.total() - value).abs().max()
+                    errors[node.name] = (gap, value.abs().max())
+        for v in node.inputs:
+            if last.get(v) == i and v in parts and (spare is not None and v not in spare):
+                del parts[v]
+    settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
+                     if r.name == "activation"), {})
+    return Pass(binding, plan, env, partitions, parts, errors, stranded, settings, leaves)
+
+
+def _arguments(plan: Plan, step, env: dict) -> list:
+    """The node's forward arguments as the interpreter passed them (static inputs as lists)."""
+    node = step.node
+    args = [env[v] if v else None for v in node.inputs]
+    for i in step.static:
+        cached = plan.last_statics.get((node.index, i))
+        args[i] = cached if cached is not None else args[i].tolist()
+    return args
+
+
+def _partition(binding: Binding, env: dict, groups, word_ids, tokens) -> tuple[list[Partition], Tensor]:
+    """One partition per batch item, and the one-hot ``[G, batch, positions]`` assignment."""
+    shapes = {tuple(env[v].shape[:2]) for v in binding.boundary if v in env and env[v].dim() >= 2}
+    if not shapes:
+        raise InputError("the decomposition boundary has no value with a positions dimension (dim 1)")
+    if len(shapes) > 1:
+        raise InputError(f"boundary values disagree on [batch, positions]: {sorted(shapes)}")
+    batch, length = shapes.pop()
+    if word_ids is not None and len(word_ids) != batch:
+        raise InputError(f"got word ids for {len(word_ids)} items, but the batch has {batch}")
+    partitions = [assign(groups, length, word_ids[b] if word_ids is not None else None,
+                         tokens[b] if tokens is not None else None) for b in range(batch)]
+    size = max(p.size for p in partitions)
+    device = next(iter(env.values())).device
+    index = torch.tensor([p.index for p in partitions], device=device)
+    onehot = torch.nn.functional.one_hot(index, size).permute(2, 0, 1)
+    return partitions, onehot
+
+
+def decompose(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
+              output: str | None = None, position: int | None = None, device: str = "cpu",
+              dtype: torch.dtype = torch.float32, groups: Any = "token",
+              word_ids: Sequence[Sequence[int | None]] | None = None, tokens: Sequence[Sequence[str]] | None = None,
+              alpha: str | None = None, threshold: float | None = None, variant: str | None = None,
+              mode: str = "auto", audit: bool = True) -> Explanation:
+    """Linear decomposition (seeds/000) of ``model``'s output into group contributions.
+
+    ``groups``: ``token`` (default), ``word`` (needs ``word_ids``, one list per batch
+    item, as :class:`~rulegraph.text.Encoded` has them), ``source:K``, ``"0-3,4-9"`` or
+    a list of position lists. ``alpha`` / ``threshold`` (λ) / ``variant`` override the
+    rule file's ``activation`` params. ``mode``: ``components`` carries every group's
+    component through the graph; ``linearized`` one group and a backward pass (signed α
+    or D̄ only; see :func:`run_pass`); ``auto`` (default) takes ``linearized`` where it
+    applies. Returns an :class:`~rulegraph.explain.Explanation`:
+    ``relevance[key]`` (and ``boundary[key]``) holds per-position scores (a group's
+    contribution spread evenly over its positions), ``extra["decomposition"]`` the group contributions and the
+    bias component's share, ``audit`` a :class:`DecompositionAudit`.
+    """
+    graph = load(model)
+    ruleset = rules if isinstance(rules, RuleSet) else RuleSet.load(rules)
+    output = output or graph.outputs[0]
+    if output not in graph.outputs:
+        raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    options = options_of(alpha, threshold, variant)
+    if mode == "auto":
+        ruleset_binding = bind(graph, ruleset)
+        mode = "linearized" if linear_in_groups(effective_rules(ruleset_binding, options)) else "components"
+    result = run_pass(graph, ruleset, inputs, groups=groups, word_ids=word_ids, tokens=tokens, device=device,
+                      dtype=dtype, options=options, audit=audit, linearized=mode == "linearized")
+    out = result.env[output]
+    if not torch.isfinite(out).all():
+        raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
+    if output not in result.parts:
+        raise InputError(f"output {output!r} does not depend on the decomposition boundary "
+                         f"({', '.join(sorted(set(result.binding.boundary.values())))})")
+    seed, targets, position = _seed(out, target, position)
+    p = result.parts[output]
+    if result.leaves:
+        scores = _scores_by_gradient(result, p, seed)
+    else:
+        scores = (p.groups * seed).flatten(2).sum(2).T.double()          # [batch, G]
+    bias = (p.bias * seed).flatten(1).sum(1).double()                  # [batch]
+    explained = (out * seed).flatten(1).sum(1).double()
+    if not torch.isfinite(scores).all():
+        raise NumericalError("a group contribution is NaN or inf; try --alpha hybrid or abs")
+    per_position = torch.zeros(len(result.partitions), len(result.partitions[0].index), dtype=torch.float64)
+    items = []
+    for b, part in enumerate(result.partitions):
+        members = part.members()
+        for g, positions in enumerate(members):
+            per_position[b, positions] = float(scores[b, g]) / len(positions)
+        items.append({"groups": [{"label": part.labels[g], "positions": members[g], "score": float(scores[b, g])}
+                                 for g in range(part.size)], "bias": float(bias[b])})
+    key = next(iter(dict.fromkeys(result.binding.boundary.values())))
+    info = {"partition": groups if isinstance(groups, str) else "explicit", "mode": mode, **result.settings,
+            **(items[0] if len(items) == 1 else {"items": items})}
+    e = Explanation(
+        output=output, output_tensor=out.detach().cpu(), target=targets, position=position,
+        output_value=explained.tolist(), relevance={key: per_position.to(out.dtype)},
+        boundary={key: per_position.to(out.dtype)}, rules=ruleset.name or ruleset.source,
+        audit=_audit(result, dtype, explained, scores, bias) if audit else None, labels=_labels(graph))
+    e.extra["decomposition"] = info
+    return e
+
+
+def _scores_by_gradient(result: Pass, p: Parts, seed: Tensor) -> Tensor:
+    """Group contributions ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` of the linearized pass, ``[batch, G]``."""
+    leaves = list(result.leaves.values())
+    grads = torch.autograd.grad((p.groups[0] * seed).sum(), leaves, allow_unused=True)
+    per_position = sum((x * g).detach().reshape(x.shape[0], x.shape[1], -1).sum(2)
+                       for x, g in zip(leaves, grads) if g is not None)
+    index = torch.tensor([q.index for q in result.partitions], device=per_position.device)
+    size = max(q.size for q in result.partitions)
+    onehot = torch.nn.functional.one_hot(index, size).to(per_position.dtype)      # [batch, T, G]
+    return torch.einsum("bt,btg->bg", per_position, onehot).double()
+
+
+def _audit(result: Pass, dtype: torch.dtype, explained: Tensor, scores: Tensor, bias: Tensor) -> DecompositionAudit:
+    graph, binding = result.binding.graph, result.binding
+    layer_of = graph.layers
+    names = [n for n in (node.name for node in binding.reached) if n in result.errors]
+    figures = torch.stack([torch.stack(result.errors[n]) for n in names]).double().cpu() if names else torch.zeros(0, 2)
+    nodes, layers = [], {}
+    for name, (gap, scale) in zip(names, figures.tolist()):
+        node = graph.node(name)
+        a = binding.assignments[name]
+        rel = gap / max(scale, 1e-30)
+        nodes.append(NodeAudit(name=name, op=node.op, layer=layer_of[name], rule=a.rule.describe(), where=a.where,
+                               conserving=True, relevance_in=0.0, relevance_out=0.0, absorbed=0.0, breaks=0.0,
+                               error=gap, relative_error=rel))
+        layer = layers.setdefault(layer_of[name], LayerReconstruction(layer_of[name]))
+        layer.nodes += 1
+        if rel >= layer.max_relative_error:
+            layer.max_relative_error, layer.worst_node = rel, name
+        layer.max_abs_error = max(layer.max_abs_error, gap)
+    output_value = float(explained.sum())
+    input_total = float(scores.sum())
+    absorbed = float(bias.sum())
+    residual = output_value - input_total - absorbed
+    conservation = Conservation(output_value=output_value, input_total=input_total, absorbed=absorbed, breaks=0.0,
+                                residual=residual, relative_error=abs(residual) / max(abs(output_value), 1e-30),
+                                stranded={n: 0.0 for n in result.stranded})
+    summary = [LayerAudit(name=r.name, relevance_in=0.0, relevance_out=0.0, absorbed=0.0, breaks=0.0, nodes=r.nodes)
+               for r in layers.values()]
+    return DecompositionAudit(conservation, summary, nodes, TOLERANCE.get(dtype, 1e-4),
+                              reconstruction=list(layers.values()))

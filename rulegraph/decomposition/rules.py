@@ -1,0 +1,390 @@
+"""Decomposition rules: how a node maps the components of its inputs to those of its outputs.
+
+The decomposition pass (seeds/000, Sec. 2) carries, for every value it reaches, G
+group components and one bias component ``B``, with Σ_g D_g + B = the value. A rule
+gets the forward values and the :class:`Parts` of the inputs that carry components,
+and returns the :class:`Parts` of the outputs. Rules are registered by name with
+:func:`decomposition_rule` in their own registry (:data:`DECOMPOSITION_RULES`), and
+rule files with ``pass: decomposition`` name them; a rule's dataclass fields are its
+YAML ``params``.
+
+* ``linear`` — the op is affine in the inputs that carry components (Eq. 15–16):
+  each group component goes through the op with additive constants zeroed, the bias
+  component through the op as it is, so constants and biases land in ``B``
+  (Lemma 2, linear layer). ``coefficients`` lists inputs held at their forward
+  value: the attention probabilities (Eq. 5), a LayerNorm's √(Var+ε) (Eq. 6), a
+  GELU gate Φ(x).
+* ``layernorm`` — LayerNorm / RMSNorm with the std held as a coefficient (Eq. 6).
+* ``activation`` — an elementwise activation f; D̂ by Eq. 9–11 (generalised
+  below), or D̄ (Eq. 7–8) with ``variant: bar``.
+* ``product`` — the product of two decomposed tensors, split symmetrically.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from ..ops import OpSpec
+from ..ops.nn import layer_norm_stats, norm_dims
+
+Tensor = torch.Tensor
+
+ALPHAS = ("signed", "abs", "hybrid")
+VARIANTS = ("hat", "bar")
+
+
+@dataclass
+class Parts:
+    """A value split into ``groups`` (``[G, *shape]``) and the ``bias`` component (``shape``)."""
+
+    groups: Tensor
+    bias: Tensor
+
+    def total(self) -> Tensor:
+        return self.groups.sum(0) + self.bias
+
+
+@dataclass
+class Site:
+    """What a decomposition rule sees of one node."""
+
+    node: Any                       # ir.Node
+    spec: OpSpec
+    attrs: dict[str, Any]
+    inputs: list[Any]               # forward values (host lists for static inputs, None if omitted)
+    outputs: list[Any]              # forward values of the outputs
+    parts: list[Parts | None]       # components of the inputs that carry them
+    chunk: int                      # group components processed at once by elementwise rules
+    linearized: bool = False        # one group, differentiated afterwards: activation factors are held fixed
+
+    def call(self, *args: Any) -> Any:
+        return self.spec.forward(*args, **self.attrs)
+
+
+DECOMPOSITION_RULES: dict[str, type["DecompositionRule"]] = {}
+
+
+def decomposition_rule(name: str):
+    """Register a decomposition rule class under ``name`` (the name rule files use)."""
+    def register(cls):
+        if name in DECOMPOSITION_RULES:
+            raise RuntimeError(f"decomposition rule {name!r} is registered twice")
+        cls.name = name
+        DECOMPOSITION_RULES[name] = dataclass(cls)
+        return DECOMPOSITION_RULES[name]
+    return register
+
+
+class DecompositionRule:
+    """Base class; the interface the rule-file parser and :class:`~rulegraph.ruleset.Binding` use."""
+
+    name: ClassVar[str] = ""
+    ops: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def params(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    def check(self, node, spec: OpSpec, tainted: Sequence[bool]) -> str | None:
+        if self.ops is not None and node.op not in self.ops:
+            return f"it applies to {', '.join(self.ops)}"
+        return None
+
+    def carries(self, node, spec: OpSpec, tainted: Sequence[bool]) -> list[bool]:
+        """Which inputs carry components into this node (default: every tainted one)."""
+        return list(tainted)
+
+    def conserves(self, node, spec: OpSpec, tainted: Sequence[bool]) -> bool:
+        return True
+
+    def with_options(self, options: dict[str, Any]) -> "DecompositionRule":
+        """This rule with the declared params among ``options`` replaced (the CLI's --alpha…)."""
+        mine = {k: v for k, v in options.items() if k in self.params() and v is not None}
+        return dataclasses.replace(self, **mine) if mine else self
+
+    def decompose(self, site: Site) -> list[Parts | None]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+        return f"{self.name}({inner})" if inner else self.name
+
+
+def _is_float_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor) and x.is_floating_point()
+
+
+def _through_op(site: Site, parts: list[Parts | None], zero_additive: bool) -> tuple:
+    """The op applied to every group component (vmapped over the leading dim) and to the
+    bias component. For groups, non-carried additive float inputs (biases, constant
+    summands, Concat pieces) are zeroed, so they reach the bias component only."""
+    spec = site.spec
+    group_args, in_dims, bias_args = [], [], []
+    for i, (x, p) in enumerate(zip(site.inputs, parts)):
+        if p is not None:
+            group_args.append(p.groups)
+            in_dims.append(0)
+            bias_args.append(p.bias)
+        else:
+            zeroed = zero_additive and _is_float_tensor(x) and spec.is_additive(i)
+            group_args.append(torch.zeros((), dtype=x.dtype, device=x.device).expand(x.shape) if zeroed else x)
+            in_dims.append(None)
+            bias_args.append(x)
+    groups = torch.vmap(site.call, in_dims=tuple(in_dims), chunk_size=site.chunk)(*group_args)
+    bias = site.call(*bias_args)
+    return groups, bias
+
+
+def _as_outputs(site: Site, groups: Any, bias: Any) -> list[Parts | None]:
+    if isinstance(groups, (tuple, list)):
+        return [Parts(g, b) if _is_float_tensor(b) else None for g, b in zip(groups, bias)]
+    return [Parts(groups, bias)] + [None] * (len(site.node.outputs) - 1)
+
+
+@decomposition_rule("linear")
+class Linear(DecompositionRule):
+    """An op affine in its decomposed inputs: Eq. 15–16 of seeds/000 (Lemma 2, linear
+    layer, residual connection, attention with the probabilities as coefficients, Eq. 5).
+
+    ``D_g(f(x)) = L(D_g x)`` with f's additive constants zeroed; ``B(f(x)) = f(B x)``
+    with them, so biases, position embeddings, mask offsets and other constants add
+    to the bias component. Inputs in ``coefficients`` are held at their forward value
+    (they carry no components: the attention probabilities, a LayerNorm's √(Var+ε)
+    in an exported Sub/Div chain, a GELU gate Φ(x)).
+    """
+
+    coefficients: list[int] = field(default_factory=list)
+
+    def carries(self, node, spec, tainted):
+        return [t and i not in self.coefficients for i, t in enumerate(tainted)]
+
+    def check(self, node, spec, tainted):
+        carried = self.carries(node, spec, tainted)
+        if any(carried) and not spec.affine(carried):
+            which = ", ".join(str(i) for i, c in enumerate(carried) if c)
+            return (f"op {node.op} is not linear in its decomposed input(s) {which}; use `activation` for an "
+                    f"elementwise nonlinearity, `product` for a product of two decomposed tensors, or hold an "
+                    f"input as a coefficient (params: {{coefficients: [k]}})")
+        return None
+
+    def decompose(self, site: Site) -> list[Parts | None]:
+        fast = _direct(site)
+        if fast is not None:
+            return fast
+        groups, bias = _through_op(site, site.parts, zero_additive=True)
+        return _as_outputs(site, groups, bias)
+
+
+def _direct(site: Site) -> list[Parts | None] | None:
+    """The hot linear ops without ``vmap`` (same result, fewer copies), or ``None``."""
+    op, parts, x, y = site.node.op, site.parts, site.inputs, site.outputs[0]
+    carried = [p is not None for p in parts]
+    if not isinstance(y, Tensor) or len(site.node.outputs) != 1:
+        return None
+    if op in ("Add", "Sub") and sum(carried) == 1 and x[carried.index(True)].shape == y.shape:
+        k = carried.index(True)      # a constant summand: the groups pass unchanged, B takes it
+        groups = -parts[k].groups if (op == "Sub" and k == 1) else parts[k].groups
+        return [Parts(groups, site.call(*[parts[n].bias if n == k else v for n, v in enumerate(x)]))]
+    if op in ("Mul", "Div") and carried in ([True, False], [False, True]) and (op == "Mul" or carried[0]):
+        k = carried.index(True)      # scaled by a constant or a coefficient (a GELU gate, a LayerNorm's 1/std)
+        other = x[1 - k]
+        if x[k].shape == y.shape and isinstance(other, Tensor):
+            fn = torch.mul if op == "Mul" else torch.div
+            return [Parts(fn(parts[k].groups, other), fn(parts[k].bias, other))]
+    if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity") and carried[0] and not any(carried[1:]):
+        p = parts[0]
+        return [Parts(p.groups.reshape(p.groups.shape[0], *y.shape), p.bias.reshape(y.shape))]
+    if op == "Transpose" and carried == [True]:
+        perm = site.attrs.get("perm") or list(range(y.dim()))[::-1]
+        p = parts[0]
+        return [Parts(p.groups.permute(0, *[q + 1 for q in perm]), p.bias.permute(*perm))]
+    if op == "MatMul" and carried == [True, False] and x[1].dim() == 2 and x[0].dim() >= 2:
+        g = parts[0].groups
+        return [Parts((g.reshape(-1, g.shape[-1]) @ x[1]).reshape(g.shape[0], *y.shape), parts[0].bias @ x[1])]
+    if op == "MatMul" and carried == [False, True] and x[0].dim() >= 2 and x[0].shape[:-2] == x[1].shape[:-2]:
+        # probabilities × values: the groups side by side in the columns, one matmul, no broadcast copy of P
+        g = parts[1].groups                                   # [G, …, S, d]
+        size, d = g.shape[0], g.shape[-1]
+        stacked = g.movedim(0, -2).reshape(*g.shape[1:-1], size * d)
+        out = (x[0] @ stacked).reshape(*y.shape[:-1], size, d).movedim(-2, 0)
+        return [Parts(out, x[0] @ parts[1].bias)]
+    return None
+
+
+@decomposition_rule("layernorm")
+class LayerNorm(DecompositionRule):
+    """LayerNorm (or RMSNorm) with 1/√(Var+ε) as a coefficient, Eq. 6 of seeds/000:
+    ``D_g = (D_g x − mean(D_g x)) · s · γ`` per group, ``B = (B x − mean(B x)) · s · γ + β``,
+    with ``s`` computed from the forward input (no centering for RMSNorm)."""
+
+    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
+
+    def carries(self, node, spec, tainted):
+        return [bool(tainted[0])] + [False] * (len(tainted) - 1)
+
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        if why is None and any(tainted[1:]):
+            return "its scale or bias depends on the input; only the normalised input may carry components"
+        return why
+
+    def decompose(self, site: Site) -> list[Parts | None]:
+        x, p = site.inputs[0], site.parts[0]
+        scale = site.inputs[1]
+        beta = site.inputs[2] if len(site.inputs) > 2 else None
+        axis = int(site.attrs.get("axis", -1))
+        eps = float(site.attrs.get("epsilon", 1e-5))
+        dims = tuple(d - x.dim() for d in norm_dims(x, axis))   # negative: valid with the leading G dim
+        if site.node.op == "LayerNormalization":
+            _, rstd = layer_norm_stats(x, axis, eps)
+            factor = rstd * scale
+
+            def norm(t):
+                return (t - t.mean(dim=dims, keepdim=True)) * factor
+        else:
+            factor = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * scale
+
+            def norm(t):
+                return t * factor
+        groups = _chunked(p.groups, site.chunk, norm)
+        bias = norm(p.bias)
+        if beta is not None:
+            bias = bias + beta
+        return [Parts(groups, bias)] + [None] * (len(site.node.outputs) - 1)
+
+
+@decomposition_rule("activation")
+class Activation(DecompositionRule):
+    """An elementwise activation ``y = f(h)``, ``h = Σ_g D_g + B``.
+
+    With ``s = (f(h) − f(0)) / h`` the activation's linear part (for ReLU the gate
+    W' of Eq. 7, for GELU Φ(h)):
+
+    * ``variant: bar`` (D̄, Eq. 7–8): every component is gated, ``D_g = s·D_g h``,
+      ``B = s·B h + f(0)`` — the bias keeps its own component, nothing is reallocated.
+    * ``variant: hat`` (D̂, Eq. 9–11): ``B = f(B h)`` (Eq. 9); the remainder
+      ``Θ = f(h) − f(B h) − s·Σ_g D_g h`` (Eq. 10, second term; Eq. 33) is split over
+      the groups, ``D_g = s·D_g h + α_g Θ`` (Eq. 11), with α_g
+      ``signed`` — D_g h / Σ_g D_g h (Eq. 13); then ``D_g = D_g h · (f(h) − f(B h)) / Σ_g D_g h``;
+      ``abs``    — |D_g h| / Σ_g |D_g h| (Eq. 12);
+      ``hybrid`` — abs where r = |Σ_g D_g h| / Σ_g |D_g h| < ``threshold`` (λ of Eq. 17), signed elsewhere.
+
+    For ReLU this is the paper's rule exactly; for other activations it is the same
+    construction with f in place of ReLU (f(B h) as the bias component). Where α is
+    undefined (Σ_g D_g h = 0, or all D_g h = 0) Θ is added to the bias component, so the
+    components still sum to ``f(h)``. The signed variant is the unique one with Group
+    Additivity (App. C–D); ``abs`` and ``hybrid`` do not have it.
+    """
+
+    variant: str = "hat"
+    alpha: str = "hybrid"
+    threshold: float = 0.1
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+        if self.alpha not in ALPHAS:
+            raise ValueError(f"alpha must be one of {', '.join(ALPHAS)}, got {self.alpha!r}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold (λ) must be in [0, 1], got {self.threshold}")
+
+    def check(self, node, spec, tainted):
+        if not spec.elementwise:
+            return f"op {node.op} is not elementwise (one input, same shape out)"
+        if sum(map(bool, tainted)) != 1:
+            return "it needs exactly one decomposed input"
+        return None
+
+    def decompose(self, site: Site) -> list[Parts | None]:
+        k = next(i for i, p in enumerate(site.parts) if p is not None)
+        h, y, p = site.inputs[k], site.outputs[0], site.parts[k]
+        args = list(site.inputs)
+
+        def f(t):
+            args[k] = t
+            out = site.call(*args)
+            return out[0] if isinstance(out, (tuple, list)) else out
+
+        zero = torch.zeros((), dtype=h.dtype, device=h.device)
+        f0 = f(zero.expand(h.shape))
+        s = torch.where(h != 0, (y - f0) / torch.where(h != 0, h, 1), zero)
+        if self.variant == "bar":
+            return [Parts(_chunked(p.groups, site.chunk, lambda g: g * s), p.bias * s + f0)]
+        if site.linearized and self.alpha != "signed":
+            raise ValueError("the linearized pass applies to signed α and D̄ only")
+        with torch.no_grad():
+            f_bias = f(p.bias)
+            total = p.groups.sum(0)
+            theta = y - f_bias - s * total
+        if self.alpha == "signed":
+            # D_g = D_g h · (s + Θ/Σ D_g h): the factor is held fixed, so this is linear in the groups
+            defined = total != 0
+            factor = s + torch.where(defined, theta / torch.where(defined, total, 1), zero)
+            groups = _chunked(p.groups, site.chunk, lambda g: g * factor)
+            return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
+        size = _chunked_sum(p.groups, site.chunk, torch.abs)
+        defined = size != 0
+        t = theta / torch.where(defined, size, 1)
+        if self.alpha == "abs":
+            t_abs, m = torch.where(defined, t, zero), zero
+        else:
+            stable = defined & (total.abs() >= self.threshold * size) & (total != 0)
+            t_abs = torch.where(defined & ~stable, t, zero)
+            m = torch.where(stable, theta / torch.where(stable, total, 1), zero)
+        sm = s + m
+        groups = _chunked(p.groups, site.chunk, lambda g: g * sm + g.abs() * t_abs)
+        return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
+
+
+@decomposition_rule("product")
+class Product(DecompositionRule):
+    """A product of two decomposed tensors (Mul, MatMul, Einsum, Gemm A·B), split
+    symmetrically: with y = x ⊙ z, ``D_g y = ½ (D_g x ⊙ z + x ⊙ D_g z)`` and
+    ``B y = ½ (B x ⊙ z + x ⊙ B z)`` plus the op's constant terms — Σ = x ⊙ z exactly, and
+    linear in the components (Group Additivity holds). To hold one factor fixed
+    instead, use ``linear`` with ``coefficients: [k]``. With one decomposed input it
+    is ``linear``."""
+
+    ops: ClassVar[tuple[str, ...]] = ("Mul", "MatMul", "Einsum", "Gemm")
+
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        factors = [t for i, t in enumerate(tainted) if not (node.op == "Gemm" and i == 2)]
+        if why is None and sum(map(bool, factors)) > 2:
+            return "it splits a product of at most two decomposed tensors"
+        return why
+
+    def decompose(self, site: Site) -> list[Parts | None]:
+        carried = [i for i, p in enumerate(site.parts) if p is not None]
+        factors = [i for i in carried if not (site.node.op == "Gemm" and i == 2)]
+        if len(factors) < 2:
+            return Linear().decompose(site)
+        i, j = factors[:2]
+        # each factor in turn decomposed, the other held at its value; constant terms once, in B
+        first = [p if n == i else None for n, p in enumerate(site.parts)]
+        second = [p if n == j else None for n, p in enumerate(site.parts)]
+        gi, bi = _through_op(site, first, zero_additive=True)
+        gj, bj = _through_op(site, second, zero_additive=True)
+        # bi and bj each hold the op's constant terms once: their half-sum holds them once
+        return [Parts((gi + gj) * 0.5, (bi + bj) * 0.5)] + [None] * (len(site.node.outputs) - 1)
+
+
+def _chunked(groups: Tensor, chunk: int, fn) -> Tensor:
+    """``fn`` applied to the group components ``chunk`` at a time (bounds the temporaries)."""
+    if groups.shape[0] <= chunk:
+        return fn(groups)
+    out = torch.empty_like(groups)
+    for start in range(0, groups.shape[0], chunk):
+        out[start:start + chunk] = fn(groups[start:start + chunk])
+    return out
+
+
+def _chunked_sum(groups: Tensor, chunk: int, fn) -> Tensor:
+    total = None
+    for start in range(0, groups.shape[0], chunk):
+        part = fn(groups[start:start + chunk]).sum(0)
+        total = part if total is None else total + part
+    return total
