@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.rulegraph-installed
 # The CPU build of torch; without the pin pip resolves a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup demo test test-all bench eval clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .c
 
 test: setup  ## the test suite (tiny random-weight models, no network)
 	$(PY) -m pytest -q
+
+eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + `rulegraph evaluate` (resumable)
+	$(PY) examples/sentiment/demo.py
+	$(PY) examples/sentiment/train_imdb.py
+	$(PY) examples/sentiment/evaluate.py all --docs
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py

@@ -1,4 +1,4 @@
-"""Command line: ``rulegraph explain | audit | check | rules | export``.
+"""Command line: ``rulegraph explain | audit | check | rules | methods | evaluate | export``.
 
 Errors in what the user gave (files, rule files, inputs, options) print one line
 and exit 2; ``check`` exits 1 when a node has no rule and the rule set says
@@ -24,7 +24,10 @@ from rich.table import Table
 
 from . import render
 from .errors import InputError, RulegraphError
+from .decomposition.options import decompose_kwargs, decomposition_options, reconstruction_table
+from .canonize import canonize
 from .explain import Explanation, bind, explain
+from .methods import explain_with
 from .ir import Graph
 from .loaders import load
 from .ruleset import RuleSet, shipped_rule_sets
@@ -44,9 +47,24 @@ def model_argument(f):
 
 
 def rules_option(f):
-    names = ", ".join(sorted(shipped_rule_sets()))
+    names = ", ".join(sorted(shipped_rule_sets(None)))
     return click.option("--rules", "-r", required=True, metavar="NAME|PATH",
                         help=f"a shipped rule set ({names}) or a YAML rule file")(f)
+
+
+def method_options(f):
+    """``explain``: a rule set (--rules) or any method (--method: baselines too), with -o options."""
+    names = ", ".join(sorted(shipped_rule_sets(None)))
+    for decorator in reversed([
+        click.option("--rules", "-r", metavar="NAME|PATH", help=f"a shipped rule set ({names}) or a YAML rule file"),
+        click.option("--method", "-m", metavar="NAME",
+                     help="instead of --rules: any method of `rulegraph methods` — a rule set, or a baseline "
+                          "(random, gs, ig, loo, attention, rollout)"),
+        click.option("--option", "-o", "method_option", multiple=True, metavar="KEY=VALUE",
+                     help="an option of the --method, e.g. -o steps=50 for ig (repeatable)"),
+    ]):
+        f = decorator(f)
+    return f
 
 
 def input_options(f):
@@ -63,6 +81,27 @@ def input_options(f):
         click.option("--output", "output_name", default=None, help="graph output to explain (default: the first)"),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True),
+    ]):
+        f = decorator(f)
+    return f
+
+
+def image_options(f):
+    """``explain --image``: preprocessing (see rulegraph.image) and the heatmap PNG."""
+    from .image import IMAGENET_MEAN, IMAGENET_STD
+    floats = click.Tuple([float, float, float])
+    for decorator in reversed([
+        click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
+                     help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
+        click.option("--png", "png_path", type=click.Path(path_type=Path), metavar="OUT",
+                     help="write the pixel heatmap as a PNG (default with --image and --html: beside the page)"),
+        click.option("--size", "image_size", type=int, default=224, show_default=True, help="center-crop size"),
+        click.option("--resize", "image_resize", type=int, default=256, show_default=True,
+                     help="shorter side before the crop"),
+        click.option("--mean", "image_mean", type=floats, default=IMAGENET_MEAN, show_default=True,
+                     help="per-channel mean subtracted (R G B)"),
+        click.option("--std", "image_std", type=floats, default=IMAGENET_STD, show_default=True,
+                     help="per-channel std divided by (R G B)"),
     ]):
         f = decorator(f)
     return f
@@ -116,7 +155,7 @@ def _requests(graph: Graph, model: Path, texts, tokenizer, raw_inputs) -> list[t
     return [(extra, None)]
 
 
-def _run(graph, ruleset, requests, opts) -> list[tuple[Explanation, Encoded | None]]:
+def _run(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation, Encoded | None]]:
     results = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
@@ -124,8 +163,19 @@ def _run(graph, ruleset, requests, opts) -> list[tuple[Explanation, Encoded | No
     with progress:
         task = progress.add_task("explaining", total=len(requests))
         for feeds, enc in requests:
-            e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
-                        position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]])
+            if method is not None:  # (name, options, vocab): a method of rulegraph.methods
+                special = torch.tensor([enc.special]) if enc is not None else None
+                e = explain_with(graph, method[0], feeds, opts["target"], output=opts["output_name"],
+                                 position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]],
+                                 special=special, vocab=method[2], **method[1])
+            elif decompose_kwargs(ruleset, opts, enc):  # a `pass: decomposition` rule set
+                from .decomposition import decompose
+                e = decompose(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
+                              position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]],
+                              **decompose_kwargs(ruleset, opts, enc))
+            else:
+                e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
+                            position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]])
             if enc is not None:
                 e.tokens = [enc.tokens]
                 e.extra["text"] = enc.text
@@ -161,23 +211,66 @@ def cli():
 
 @cli.command("explain")
 @model_argument
-@rules_option
+@method_options
 @input_options
+@decomposition_options
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="write a self-contained heatmap page")
-@click.option("--force", is_flag=True, help="overwrite existing --json/--html files")
-def explain_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, html_path, force, **opts):
-    """Relevance of each input token for MODEL's output, with the conservation summary."""
+@click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
+@image_options
+def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_inputs, json_path, html_path, force,
+                image_path, png_path, image_size, image_resize, image_mean, image_std, **opts):
+    """Relevance of each input token for MODEL's output, with the conservation summary.
+    Give a rule set with --rules, or any method (baselines too) with --method."""
+    if bool(rules) == bool(method):
+        raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
+                         if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
+    if method_option and not method:
+        raise InputError("-o/--option sets options of a --method; rule sets take none")
     graph = _load_model(model)
-    ruleset = RuleSet.load(rules)
-    for path in (json_path, html_path):
+    chosen = None
+    if method:
+        from .evaluate.command import parse_options
+        from .methods import Vocab, get
+        m = get(method)
+        options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
+        vocab = None
+        if texts or tokenizer:
+            vocab = Vocab.from_tokenizer(TextEncoder.for_model(graph, model, tokenizer).tokenizer)
+        chosen = (m, options, vocab)
+        ruleset = None
+    else:
+        ruleset = RuleSet.load(rules)
+    if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
+        png_path = html_path.with_suffix(".png")      # the heatmap beside the page
+    for path in (json_path, html_path, png_path):
         if path is not None and str(path) != "-" and path.exists() and not force:
             raise InputError(f"{path} exists; pass --force to overwrite it")
-    results = _run(graph, ruleset, _requests(graph, model, texts, tokenizer, raw_inputs), opts)
+    if image_path is not None:
+        from .image import load_image
+        pixels = next((i.name for i in graph.inputs if i.is_float), None)
+        if pixels is None or texts:
+            raise InputError("--image needs a model with a float (pixel) input, and no --text")
+        pre = dict(size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+        requests = [({**_parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}, None)]
+    else:
+        requests = _requests(graph, model, texts, tokenizer, raw_inputs)
+    if png_path is not None and image_path is None:
+        raise InputError("--png writes an image heatmap: give --image PATH")
+    results = _run(graph, ruleset, requests, opts, chosen)
+    if png_path is not None:
+        from .image import write_heatmap
+        e = results[0][0]
+        write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=image_mean, std=image_std,
+                      title=f"{e.rules}: {e.output}[{e.target[0]}]")
+        err.print(f"[dim]wrote heatmap to {png_path}[/]")
     quiet = json_path is not None and str(json_path) == "-"
     for i, (e, enc) in enumerate(results):
         if quiet:
             break
+        if image_path is not None:
+            out.print(render.summary_table(e))
+            continue
         if len(results) > 1:
             out.rule(f"{i + 1}/{len(results)}")
         key = next(iter(e.relevance))
@@ -197,6 +290,7 @@ def explain_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, html_path
 @model_argument
 @rules_option
 @input_options
+@decomposition_options
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the audit as JSON ('-': stdout)")
 @click.option("--top", type=int, default=25, show_default=True, help="nodes to list (largest absorbed/breaks/errors)")
 @click.option("--all", "all_nodes", is_flag=True, help="list every node")
@@ -220,7 +314,7 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
         if enc is not None:
             out.rule(enc.text[:80])
         out.print(render.summary_table(e))
-        out.print(render.layers_table(a))
+        out.print(reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
     if json_path is not None:
         _write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit")
@@ -236,8 +330,8 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
 def check_cmd(model, rules, show_nodes):
     """Which rule each node got, and from which rule-file line. Exits 1 on unmatched nodes
     when the rule set says `on_unmatched: error`."""
-    graph = _load_model(model)
     ruleset = RuleSet.load(rules)
+    graph = canonize(_load_model(model), ruleset.canonize)
     binding = bind(graph, ruleset)
     if show_nodes:
         t = Table(title=f"rule per node ({len(binding.reached)} reached by relevance)")
@@ -272,7 +366,7 @@ def check_cmd(model, rules, show_nodes):
 @click.argument("name", required=False)
 def rules_cmd(name):
     """List the shipped rule sets, or print one."""
-    shipped = shipped_rule_sets()
+    shipped = shipped_rule_sets(None)
     if name:
         rs = RuleSet.load(name)
         path = shipped.get(name, Path(name))
@@ -309,6 +403,16 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
         except (ValueError, FileNotFoundError, FileExistsError) as exc:
             raise InputError(str(exc)) from exc
     out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+
+
+def _register_commands() -> None:
+    from .evaluate.command import evaluate_cmd
+    from .methods.command import methods_cmd
+    cli.add_command(evaluate_cmd)
+    cli.add_command(methods_cmd)
+
+
+_register_commands()
 
 
 # -- entry point --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .audit import TOLERANCE, Audit, build_audit
 from .errors import InputError, NumericalError
 from .interpreter import prepare
 from .ir import Graph
+from .canonize import canonize
 from .loaders import load
 from .relevance import finish, propagate
 from .ruleset import Binding, RuleSet
@@ -89,10 +90,16 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: in
     :class:`RuleSet` or a shipped name / YAML path. ``target``: the class index (one
     for all items, or one per item); default the argmax. ``output``: which graph
     output (default the first). ``position``: for ``[batch, positions, classes]``
-    outputs, the position explained (default the last).
+    outputs, the position explained (default the last). A rule set with
+    ``pass: decomposition`` runs :func:`rulegraph.decomposition.decompose` (per-token groups).
     """
     graph = load(model)
     ruleset = rules if isinstance(rules, RuleSet) else RuleSet.load(rules)
+    graph = canonize(graph, ruleset.canonize)
+    if ruleset.pass_name == "decomposition":  # a forward pass with G+1 components (rulegraph.decomposition)
+        from .decomposition import decompose
+        return decompose(graph, ruleset, inputs, target, output=output, position=position, device=device,
+                         dtype=dtype, audit=audit)
     binding = bind(graph, ruleset)
     binding.require_complete()
     if binding.unmatched and ruleset.on_unmatched == "warn":

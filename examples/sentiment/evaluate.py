@@ -1,0 +1,130 @@
+"""Faithfulness of the explanation methods on the two sentiment models, as in the papers' tables.
+
+    python examples/sentiment/evaluate.py rt   [--n 500]  # demo model, held-out Rotten Tomatoes sentences
+    python examples/sentiment/evaluate.py imdb [--n 200]  # IMDB model, held-out IMDB reviews (≤ 512 tokens)
+    python examples/sentiment/evaluate.py all             # both, then the tables and plots in docs/evaluation/
+
+Each part runs ``rulegraph evaluate`` (:class:`rulegraph.evaluate.runner.Evaluation`) on the
+first ``N`` texts of the held-out 20% split of ``data.py`` (the split the model was tested
+on, never trained on). Results are appended to ``.cache/eval/<part>/results.jsonl``: an
+interrupted run continues where it stopped when started again. ``--docs`` copies the table
+(Markdown), the plots and ``summary.json`` of every finished part to ``docs/evaluation/``.
+
+Settings (the same for both parts, chosen for two shared CPU cores): removed tokens become
+[UNK] (special tokens stay), AOPC over k ∈ {0, 10, 20}%, LOdds at 20%, curves (AUAC,
+AU-MSE, hiding, revealing) at 20% steps, word deletion up to 4 words, IG with 8
+Gauss–Legendre nodes from the all-[PAD] baseline (its completeness gap is recorded).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+import data
+import train
+import train_imdb
+from rulegraph.evaluate import metrics as M
+from rulegraph.evaluate.runner import Config, Evaluation, markdown_table, render_table
+from rulegraph.ruleset import shipped_rule_sets
+
+#: The papers' comparison: baselines, then the rule sets.
+BASE_METHODS = ["random", "attention", "rollout", "gi", "ig", "loo", "lrp-ah", "lrp-ah-ln"]
+#: Rule sets added to the table when they ship.
+OPTIONAL_METHODS = ["attnlrp", "decomposition"]
+METRICS = ["aopc", "lodds", "auac", "au-mse", "hiding", "revealing", "word-deletion"]
+SETTINGS = M.Settings(aopc_k=20, aopc_step=10, lodds_k=20, steps=5, words=4)
+OPTIONS = {"ig": {"steps": "8", "baseline": "pad"}}
+REMOVAL = "unk"
+PARTS = {"rt": 500, "imdb": 200}
+EVAL_DIR = train.REPO / ".cache" / "eval"
+DOCS_DIR = train.REPO / "docs" / "evaluation"
+
+
+def methods() -> list[str]:
+    shipped = shipped_rule_sets()
+    return BASE_METHODS + [m for m in OPTIONAL_METHODS if m in shipped]
+
+
+def write_csv(path: Path, examples: list[data.Example]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows(examples)
+    return path
+
+
+def part_inputs(part: str, n: int) -> tuple[Path, Path]:
+    """(model.onnx, data CSV) of one part; trains the model first if it is not cached."""
+    if part == "rt":
+        model = train.ensure_model()
+        _, test = data.rotten_tomatoes(train.SEED)
+    else:
+        model = train_imdb.ensure_model()
+        _, test = data.imdb(train.SEED)
+    return model, write_csv(EVAL_DIR / f"{part}-test.csv", test[:n])
+
+
+def run(part: str, n: int, method_names: list[str], threads: int | None, console: Console,
+        compute: bool = True) -> Path:
+    model, csv_path = part_inputs(part, n)
+    config = Config(model=str(model), data=str(csv_path), methods=method_names, metrics=METRICS,
+                    options={k: v for k, v in OPTIONS.items() if k in method_names}, removal=REMOVAL,
+                    settings=SETTINGS, seed=0, n=n, batch=8 if part == "rt" else 4)
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+    out = EVAL_DIR / part
+    summary = Evaluation(config, out, console=console).run(compute)
+    metrics = M.build(METRICS, M.Removal(REMOVAL), SETTINGS)
+    Console(highlight=False, width=200).print(render_table(summary, metrics, f"{part}: {summary.n_examples} texts"))
+    (out / "table.md").write_text(markdown_table(summary, metrics) + "\n")
+    return out
+
+
+def copy_to_docs(part: str) -> None:
+    out = EVAL_DIR / part
+    if not (out / "summary.json").exists():
+        return
+    DOCS_DIR.mkdir(parents=True, exist_ok=True)
+    for name, target in (("table.md", f"{part}-table.md"), ("curves.png", f"{part}-curves.png"),
+                         ("conservation.png", f"{part}-conservation.png"), ("summary.json", f"{part}-summary.json")):
+        if (out / name).exists():
+            shutil.copyfile(out / name, DOCS_DIR / target)
+    doc = json.loads((out / "summary.json").read_text())
+    lines = ["| method | texts | mean tokens | explained / min | evaluated / min (explain + metrics) |",
+             "|---|---:|---:|---:|---:|"]
+    for method, t in doc["throughput"].items():
+        lines.append(f"| {method} | {t['examples']} | {t['mean_tokens']:.1f} | {t['explain_per_minute']:.1f} "
+                     f"| {t['evaluated_per_minute']:.1f} |")
+    (DOCS_DIR / f"{part}-throughput.md").write_text("\n".join(lines) + "\n")
+    done = {m: t["examples"] for m, t in doc["throughput"].items()}
+    print(f"{part}: {json.dumps(done)} examples per method -> {DOCS_DIR}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=["rt", "imdb", "all"])
+    parser.add_argument("--n", type=int, default=None, help="texts per part (default: rt 500, imdb 200)")
+    parser.add_argument("--methods", default=None, help="comma-separated (default: the papers' list + shipped extras)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--docs", action="store_true", help="copy tables and plots to docs/evaluation/")
+    parser.add_argument("--report-only", action="store_true", help="no more evaluation: tables of what is done")
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+    chosen = args.methods.split(",") if args.methods else methods()
+    for part in (["rt", "imdb"] if args.part == "all" else [args.part]):
+        run(part, args.n or PARTS[part], chosen, args.threads, console, not args.report_only)
+        if args.docs:
+            copy_to_docs(part)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""``rulegraph evaluate``: faithfulness metrics for several methods on a CSV of texts."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..errors import InputError
+from . import metrics as M
+from .runner import Config, Evaluation, render_table
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
+
+
+def _csv(value: str, what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise InputError(f"--{what} is empty")
+    return items
+
+
+def parse_options(raw: tuple[str, ...], methods: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """``METHOD.KEY=VALUE`` (or ``KEY=VALUE`` with a single method) → {method: {key: value}}."""
+    options: dict[str, dict[str, str]] = {}
+    for item in raw:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--option {item!r} must look like METHOD.KEY=VALUE (e.g. ig.steps=50)")
+        method, dot, key = name.rpartition(".")
+        if not dot:
+            if not methods or len(methods) != 1:
+                raise InputError(f"--option {item!r}: name the method, e.g. ig.{name}={value}")
+            method, key = methods[0], name
+        options.setdefault(method, {})[key] = value
+    return options
+
+
+@click.command("evaluate")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE.csv",
+              help="CSV with a `text` column, optional `label` (index or class name) and `answer` (span QA)")
+@click.option("--methods", "methods", required=True, metavar="A,B,…",
+              help="methods to compare (see `rulegraph methods`): baselines and rule sets")
+@click.option("--metrics", "metric_names", default=",".join(M.METRICS[:-1]), show_default=True, metavar="A,B,…",
+              help=f"any of {', '.join(M.METRICS)}")
+@click.option("--tokenizer", type=click.Path(path_type=Path), metavar="PATH",
+              help="tokenizer.json (default: the one next to the model)")
+@click.option("--n", "n", type=int, default=None, help="evaluate the first N texts of the file (default: all)")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("rulegraph-eval"), show_default=True,
+              help="folder for results.jsonl (resumable), table.csv, summary.json and the PNG plots")
+@click.option("--removal", type=click.Choice(["mask", "unk", "delete"]), default="mask", show_default=True,
+              help="removed tokens become [MASK] ([UNK] if the vocabulary has none), [UNK], or are deleted; "
+                   "special tokens are never removed; AUAC always starts from [UNK]")
+@click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",
+              help="a method option, e.g. ig.steps=50, loo.mode=delete (repeatable)")
+@click.option("--aopc-k", type=int, default=20, show_default=True, help="AOPC: mean over k = 0…K % removed")
+@click.option("--aopc-step", type=int, default=1, show_default=True, help="AOPC: k in steps of this many %")
+@click.option("--lodds-k", type=int, default=20, show_default=True, help="LOdds: % removed")
+@click.option("--steps", type=int, default=20, show_default=True,
+              help="curve points − 1 for AUAC, AU-MSE, hiding and revealing (fractions 0, 1/steps, …, 1)")
+@click.option("--words", type=int, default=10, show_default=True, help="word-deletion: up to this many words")
+@click.option("--precision-k", type=int, default=20, show_default=True, help="Precision@k: k")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random baseline and the bootstrap")
+@click.option("--batch", type=int, default=16, show_default=True, help="examples explained together")
+@click.option("--batch-tokens", type=int, default=8192, show_default=True, help="padded tokens per forward batch")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
+@click.option("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+@click.option("--force", is_flag=True, help="discard results already in --out and start over")
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
+def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, removal, raw_options, aopc_k, aopc_step, lodds_k,
+                 steps, words, precision_k, seed, batch, batch_tokens, device, dtype, threads, force, quiet, report_only):
+    """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
+    AU-MSE, hiding / revealing games, accuracy vs words deleted (and Precision@k for span QA).
+
+    Resumable: results go to OUT/results.jsonl one line per text × method, and a re-run
+    with the same settings continues where it stopped (more --methods or a larger --n
+    only add what is missing). Prints the table (mean and 95% bootstrap interval) and
+    writes OUT/table.csv, OUT/summary.json, OUT/curves.png and OUT/conservation.png."""
+    import torch
+    if not Path(model).exists():
+        raise InputError(f"model not found: {model}")
+    if threads:
+        torch.set_num_threads(threads)
+    method_names = _csv(methods, "methods")
+    if len(set(method_names)) != len(method_names):
+        raise InputError("--methods lists a method twice")
+    config = Config(
+        model=str(model), data=str(data), methods=method_names, metrics=_csv(metric_names, "metrics"),
+        tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
+        removal=removal, settings=M.Settings(aopc_k=aopc_k, aopc_step=aopc_step, lodds_k=lodds_k, steps=steps, words=words,
+                                                 precision_k=precision_k), seed=seed, n=n,
+        device=device, dtype=dtype, batch=batch, batch_tokens=batch_tokens)
+    if not Path(data).is_file():
+        raise InputError(f"data file not found: {data}")
+    evaluation = Evaluation(config, out_dir, force=force, console=err, progress=not quiet)
+    summary = evaluation.run(compute=not report_only)
+    metrics = M.build(config.metrics, M.Removal(removal), config.settings)
+    out.print(render_table(summary, metrics))
+    for name, why in summary.failed.items():
+        err.print(f"[red]{name}: failed, left out of the table: {why}[/]")
+    err.print(f"[dim]wrote {out_dir}/results.jsonl, table.csv, summary.json, curves.png, conservation.png; "
+              "interval: 95% percentile bootstrap over examples[/]")

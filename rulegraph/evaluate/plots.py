@@ -1,0 +1,78 @@
+"""PNG figures of an evaluation: mean perturbation curves per method, and the conservation
+scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+TITLES = {
+    "aopc": "AOPC: p(ŷ|x) − p(ŷ|x̃ᵏ)  ↑",
+    "auac": "activation (AUAC): p(ŷ)  ↑",
+    "au-mse": "pruning (AU-MSE): MSE of logits  ↓",
+    "hiding": "hiding game: accuracy  ↓",
+    "revealing": "revealing game: accuracy  ↑",
+    "word-deletion": "accuracy vs words deleted  ↓",
+}
+
+
+def _colours(methods):
+    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+
+
+def curves(summary, metrics, path: Path, title: str = "") -> None:
+    shown = [m for m in metrics if m.name in summary.curves]
+    if not shown:
+        return
+    methods = list(summary.table)
+    colours = _colours(methods)
+    cols = min(3, len(shown))
+    rows = (len(shown) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, metric in zip(axes.flat, shown):
+        xs = metric.xs()
+        for method in methods:
+            ys = summary.curves[metric.name].get(method)
+            if ys is not None:
+                ax.plot(xs, ys, label=method, color=colours[method], lw=1.4,
+                        ls="--" if method in ("random", "attention", "rollout") else "-")
+        ax.set_title(TITLES.get(metric.name, metric.name), fontsize=9)
+        ax.set_xlabel(metric.x_label, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(title or f"perturbation curves, mean over {summary.n_examples} examples", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 + 0.02 * ((len(labels) - 1) // 6), 1, 0.97))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def conservation(summary, additive: dict[str, bool], path: Path, title: str = "") -> None:
+    methods = [m for m in summary.table if additive.get(m)]
+    if not methods:
+        return
+    colours = _colours(list(summary.table))
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    lo, hi = 0.0, 0.0
+    for method in methods:
+        rows = [r for r in summary.rows if r["method"] == method]
+        x = [r["logit"] for r in rows]
+        y = [r["relevance_sum"] for r in rows]
+        ax.scatter(x, y, s=7, alpha=0.55, color=colours[method], label=method, edgecolors="none")
+        lo, hi = min([lo, *x, *y]), max([hi, *x, *y])
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls=":", label="Σ R = logit")
+    ax.set_xlabel("explained logit f(x)")
+    ax.set_ylabel("Σ relevance over tokens")
+    ax.set_title(title or "conservation per example", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, markerscale=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,416 @@
+"""The evaluation runner: explain a data set with several methods, score every explanation
+with the faithfulness metrics, and aggregate.
+
+Batched (examples sorted by length, explained in padded batches; every perturbed sequence
+run once per method and batch through one plan), resumable (one JSON line per example ×
+method appended to ``results.jsonl``; a re-run skips what is there), deterministic (file
+order, seeded random baseline and bootstrap).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .. import methods as registry
+from ..errors import InputError, RulegraphError, choices
+from ..explain import position_scores
+from ..loaders import load
+from ..text import TextEncoder
+from . import metrics as M
+from .data import Example, encode, read_rows
+
+RESULTS = "results.jsonl"
+CONFIG = "config.json"
+OUTPUTS = ("table.csv", "summary.json", "curves.png", "conservation.png")
+BOOTSTRAP = 2000
+WINDOW = 4                      # × --batch examples sorted by length together
+
+
+@dataclass
+class Config:
+    """Everything that decides the numbers. ``identity()`` must match for a run to resume."""
+
+    model: str
+    data: str
+    methods: list[str]
+    metrics: list[str] = field(default_factory=lambda: list(M.METRICS[:-1]))
+    tokenizer: str | None = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    removal: str = "mask"
+    settings: M.Settings = field(default_factory=M.Settings)
+    seed: int = 0
+    n: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch: int = 16                 # examples explained together (at most)
+    batch_tokens: int = 8192        # padded tokens per forward batch
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": str(Path(self.model).resolve()), "data": str(Path(self.data).resolve()),
+                "metrics": list(self.metrics), "options": self.options, "removal": self.removal,
+                "settings": asdict(self.settings), "seed": self.seed, "dtype": self.dtype}
+
+
+@dataclass
+class Summary:
+    table: dict[str, dict[str, dict[str, float]]]       # method → metric → {mean, low, high, n}
+    curves: dict[str, dict[str, list[float]]]            # metric → method → mean curve
+    throughput: dict[str, dict[str, float]]
+    n_examples: int
+    rows: list[dict]
+    failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+class Evaluation:
+    def __init__(self, config: Config, out: Path, *, force: bool = False, console: Console | None = None,
+                 progress: bool = True):
+        self.config = config
+        self.out = Path(out)
+        self.force = force
+        self.console = console or Console(stderr=True)
+        self.show_progress = progress
+        unknown = [m for m in config.metrics if m not in M.METRICS]
+        if unknown:
+            raise InputError(f"unknown metric {unknown[0]!r}; {choices(M.METRICS, unknown[0])}")
+        if config.removal not in registry.REMOVALS:
+            raise InputError(f"unknown removal {config.removal!r}; valid: {', '.join(registry.REMOVALS)}")
+        if not config.methods:
+            raise InputError(f"no methods given; {choices(registry.names())}")
+        self.methods = {name: registry.get(name) for name in config.methods}
+        for name, opts in config.options.items():
+            if name not in self.methods:
+                raise InputError(f"options given for {name!r}, which is not among --methods "
+                                 f"({', '.join(config.methods)})")
+        self.failed: dict[str, str] = {}       # method → error (left out of the table)
+        self.options = {}
+        for name, m in self.methods.items():
+            opts = dict(config.options.get(name, {}))
+            if name == "random" and "seed" not in opts:
+                opts["seed"] = config.seed
+            self.options[name] = m.resolve(opts)
+
+    # -- files ------------------------------------------------------------------------------
+    def _prepare_out(self) -> set[tuple[int, str]]:
+        """Start, resume or refuse; returns the (row, method) pairs already done."""
+        results, config = self.out / RESULTS, self.out / CONFIG
+        identity = self.config.identity()
+        if self.force:
+            for name in (RESULTS, CONFIG, *OUTPUTS):
+                (self.out / name).unlink(missing_ok=True)
+        elif config.exists():
+            stored = json.loads(config.read_text())
+            if stored != identity:
+                diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
+                raise InputError(f"{self.out} holds results made with other settings ({', '.join(diff)}); "
+                                 "pass --force to start over, or choose another --out")
+        elif results.exists() or any((self.out / name).exists() for name in OUTPUTS):
+            raise InputError(f"{self.out} holds evaluation outputs without {CONFIG}; pass --force to overwrite them")
+        self.out.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(identity, indent=2) + "\n")
+        return {(r["example"], r["method"]) for r in self._read_results(repair=True)}
+
+    def _read_results(self, repair: bool = False) -> list[dict]:
+        path = self.out / RESULTS
+        if not path.exists():
+            return []
+        rows, good = [], 0
+        with path.open("rb") as handle:
+            for line in handle:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    break                       # a line cut short by an interruption
+                good += len(line)
+        if repair and good < path.stat().st_size:
+            with path.open("r+b") as handle:
+                handle.truncate(good)
+        return rows
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, compute: bool = True) -> Summary:
+        """Evaluate what ``results.jsonl`` lacks (``compute=False``: nothing), then aggregate all of it."""
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        done = self._prepare_out()
+        graph = load(cfg.model)
+        encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)
+        vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
+        labels = graph.metadata.get("rulegraph.labels")
+        rows = read_rows(Path(cfg.data), json.loads(labels) if labels else None, cfg.n)
+        examples, truncated = encode(rows, encoder)
+        if truncated:
+            self.console.print(f"[dim]{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens[/]")
+        removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
+        metrics = M.build(cfg.metrics, removal, cfg.settings)
+        model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
+                                    batch_tokens=cfg.batch_tokens)
+        # File order in windows, sorted by length inside each: batches pad little, and a run stopped
+        # early has covered (about) the first texts of the file, not the shortest ones.
+        window = WINDOW * cfg.batch
+        order = [i for start in range(0, len(examples), window)
+                 for i in sorted(range(start, min(len(examples), start + window)), key=lambda i: examples[i].length)]
+        chunks = self._chunks(examples, order)
+        todo = sum(examples[i].length for i in order for m in self.methods if (examples[i].row.index, m) not in done)
+        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[pairs]}"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        pairs_total = len(examples) * len(self.methods)
+        pairs_done = sum((e.row.index, m) in done for e in examples for m in self.methods)
+        with Progress(*columns, console=self.console, disable=not self.show_progress) as progress, \
+                (self.out / RESULTS).open("a", encoding="utf-8") as sink:
+            task = progress.add_task("evaluating", total=max(todo, 1), pairs=f"{pairs_done}/{pairs_total} explained")
+            for chunk in chunks if compute else []:
+                for name, method in self.methods.items():
+                    pending = [examples[i] for i in chunk if (examples[i].row.index, name) not in done]
+                    if not pending or name in self.failed:
+                        continue
+                    progress.update(task, description=f"{name:>12}")
+                    try:
+                        rows = self._evaluate(graph, method, pending, vocab, metrics, model)
+                    except RulegraphError as exc:      # e.g. a rule set that does not fit this model
+                        self.failed[name] = str(exc)
+                        self.console.print(f"[red]method {name} failed and is left out: {exc}[/]")
+                        continue
+                    for row in rows:
+                        sink.write(json.dumps(row) + "\n")
+                        pairs_done += 1
+                    sink.flush()
+                    os.fsync(sink.fileno())
+                    progress.update(task, advance=sum(e.length for e in pending),
+                                    pairs=f"{pairs_done}/{pairs_total} explained")
+        wanted = {e.row.index for e in examples}
+        results = [r for r in self._read_results() if r["example"] in wanted and r["method"] in self.methods]
+        # a stopped run: aggregate only the texts every method has finished (paired comparison)
+        present = {m for m in self.methods if m not in self.failed}
+        per_example: dict[int, set[str]] = {}
+        for r in results:
+            per_example.setdefault(r["example"], set()).add(r["method"])
+        complete = {i for i, ms in per_example.items() if present <= ms}
+        results = [r for r in results if r["example"] in complete]
+        evaluated = len(complete)
+        summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
+        summary.failed = dict(self.failed)
+        self._write(summary, metrics)
+        return summary
+
+    def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
+        chunks, current = [], []
+        for i in order:
+            longest = examples[i].length
+            if current and ((len(current) + 1) * longest > self.config.batch_tokens // 4
+                            or len(current) >= self.config.batch):
+                chunks.append(current)
+                current = []
+            current.append(i)
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _evaluate(self, graph, method, pending: list[Example], vocab, metrics: list[M.Metric], model) -> list[dict]:
+        cfg = self.config
+        width = max(e.length for e in pending)
+        feeds = {}
+        pad = vocab.pad or 0
+        names = [i.name for i in graph.inputs]
+        ids = torch.full((len(pending), width), pad, dtype=torch.int64)
+        mask = torch.zeros((len(pending), width), dtype=torch.int64)
+        types = torch.zeros((len(pending), width), dtype=torch.int64)
+        special = torch.ones((len(pending), width), dtype=torch.bool)
+        for b, e in enumerate(pending):
+            n = e.length
+            ids[b, :n] = e.encoded.inputs["input_ids"][0]
+            mask[b, :n] = 1
+            types[b, :n] = e.encoded.inputs["token_type_ids"][0]
+            special[b, :n] = torch.tensor(e.encoded.special)
+        key = registry.token_input(graph)
+        feeds[key] = ids
+        if "attention_mask" in names:
+            feeds["attention_mask"] = mask
+        if "token_type_ids" in names:
+            feeds["token_type_ids"] = types
+        started = time.perf_counter()
+        explanation = registry.explain_with(graph, method, feeds, device=cfg.device, dtype=_dtype(cfg.dtype),
+                                            special=special, vocab=vocab, audit=False, **self.options[method.name])
+        explain_seconds = time.perf_counter() - started
+        scores = None
+        for r in explanation.relevance.values():
+            r = position_scores(r) if r.dim() > 2 else r
+            if r.shape == ids.shape:
+                scores = r.double() if scores is None else scores + r.double()
+        if scores is None:
+            raise InputError(f"method {method.name!r} gave no per-token scores")
+        cases = []
+        for b, e in enumerate(pending):
+            n = e.length
+            tokens = registry.Tokens(tuple(e.encoded.inputs["input_ids"][0].tolist()),
+                                     tuple(e.encoded.inputs["token_type_ids"][0].tolist()))
+            cases.append(M.Case(tokens, e.encoded.special, scores[b, :n].tolist(), explanation.target[b],
+                                e.row.label, e.encoded.word_ids, e.answer))
+        started = time.perf_counter()
+        wanted = list(dict.fromkeys(seq for case in cases for metric in metrics for seq in metric.inputs(case)))
+        logits = dict(zip(wanted, model(wanted))) if wanted else {}
+        metric_seconds = time.perf_counter() - started
+        rows = []
+        for b, (e, case) in enumerate(zip(pending, cases)):
+            values, curves = {}, {}
+            for metric in metrics:
+                result = metric.reduce(case, logits)
+                values[metric.name] = result.value
+                if result.curve is not None:
+                    curves[metric.name] = result.curve
+            out = explanation.output_tensor[b]
+            rows.append({
+                "example": e.row.index, "method": method.name, "tokens": e.length, "label": e.row.label,
+                "target": explanation.target[b], "prediction": int(out.argmax()),
+                "logit": explanation.output_value[b], "relevance_sum": float(scores[b, :e.length].sum()),
+                "explain_seconds": explain_seconds / len(pending), "metric_seconds": metric_seconds / len(pending),
+                "metrics": values, "curves": curves,
+            })
+        return rows
+
+    # -- outputs ----------------------------------------------------------------------------
+    def _write(self, summary: Summary, metrics: list[M.Metric]) -> None:
+        from . import plots
+        lines = ["method,metric,mean,ci_low,ci_high,n"]
+        for method, per in summary.table.items():
+            for metric, s in per.items():
+                lines.append(f"{method},{metric},{s['mean']:.6g},{s['low']:.6g},{s['high']:.6g},{s['n']}")
+        (self.out / "table.csv").write_text("\n".join(lines) + "\n")
+        doc = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "config": {**asdict(self.config), "settings": asdict(self.config.settings)},
+            "removal": self.config.removal,
+            "interval": f"95% percentile bootstrap over examples ({BOOTSTRAP} resamples, seed {self.config.seed})",
+            "n_examples": summary.n_examples,
+            "table": summary.table,
+            "higher_is_better": {m.name: m.higher_is_better for m in metrics},
+            "curves": summary.curves,
+            "curve_x": {m.name: m.xs() for m in metrics if m.xs()},
+            "throughput": summary.throughput,
+            "failed": summary.failed,
+        }
+        (self.out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+        plots.curves(summary, metrics, self.out / "curves.png")
+        plots.conservation(summary, {n: m.additive for n, m in self.methods.items()}, self.out / "conservation.png")
+
+
+def machine() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {cores} cores, {platform.system()} {platform.release()}, torch {torch.__version__}"
+
+
+def bootstrap(values: list[float], seed: int, resamples: int = BOOTSTRAP) -> tuple[float, float, float]:
+    """Mean and 95% percentile-bootstrap interval."""
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), (resamples, len(v)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(v.mean()), float(low), float(high)
+
+
+def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], seed: int, n_examples: int) -> Summary:
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    curves: dict[str, dict[str, list[float]]] = {}
+    throughput: dict[str, dict[str, float]] = {}
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        if not mine:
+            continue
+        table[method] = {}
+        for metric in metrics:
+            values = [r["metrics"].get(metric.name) for r in mine]
+            values = [v for v in values if v is not None]
+            if not values:
+                continue
+            mean, low, high = bootstrap(values, seed)
+            table[method][metric.name] = {"mean": mean, "low": low, "high": high, "n": len(values)}
+            series = [r["curves"][metric.name] for r in mine if metric.name in r.get("curves", {})]
+            if series:
+                curves.setdefault(metric.name, {})[method] = np.mean(np.asarray(series, dtype=np.float64), 0).tolist()
+        explain = sum(r["explain_seconds"] for r in mine)
+        total = explain + sum(r["metric_seconds"] for r in mine)
+        throughput[method] = {
+            "examples": len(mine), "mean_tokens": float(np.mean([r["tokens"] for r in mine])),
+            "explain_seconds": explain, "metric_seconds": total - explain,
+            "explain_per_minute": 60 * len(mine) / explain if explain else float("inf"),
+            "evaluated_per_minute": 60 * len(mine) / total if total else float("inf"),
+        }
+    return Summary(table, curves, throughput, n_examples, rows)
+
+
+def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
+    """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
+    t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)")
+    t.add_column("method")
+    shown = [m for m in metrics if any(m.name in per for per in summary.table.values())]
+    for m in shown:
+        t.add_column(f"{m.name} {'↑' if m.higher_is_better else '↓'}", justify="right")
+    t.add_column("explained/min", justify="right")
+    t.add_column("evaluated/min", justify="right")
+    best = {}
+    for m in shown:
+        means = {k: per[m.name]["mean"] for k, per in summary.table.items() if m.name in per}
+        if means:
+            best[m.name] = (max if m.higher_is_better else min)(means, key=means.get)
+    for method, per in summary.table.items():
+        cells = []
+        for m in shown:
+            s = per.get(m.name)
+            if s is None:
+                cells.append("–")
+                continue
+            text = f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}"
+            cells.append(f"[bold]{text}[/]" if best.get(m.name) == method else text)
+        tp = summary.throughput.get(method, {})
+        cells += [f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}"]
+        t.add_row(method, *cells)
+    return t
+
+
+def markdown_table(summary: Summary, metrics: list[M.Metric]) -> str:
+    """The same table in Markdown (for docs)."""
+    shown = [m for m in metrics if any(m.name in per for per in summary.table.values())]
+    head = "| method | " + " | ".join(f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in shown) + " |"
+    lines = [head, "|" + "---|" * (len(shown) + 1)]
+    best = {}
+    for m in shown:
+        means = {k: per[m.name]["mean"] for k, per in summary.table.items() if m.name in per}
+        best[m.name] = (max if m.higher_is_better else min)(means, key=means.get)
+    for method, per in summary.table.items():
+        cells = []
+        for m in shown:
+            s = per.get(m.name)
+            if s is None:
+                cells.append("–")
+                continue
+            text = f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
+            cells.append(f"**{text}**" if best[m.name] == method else text)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

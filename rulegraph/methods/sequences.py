@@ -1,0 +1,175 @@
+"""Token sequences as model inputs: the tokenizer's special ids, token removal, and batched
+forwards of many (perturbed) sequences through one prepared plan.
+
+Used by the perturbation baselines (leave-one-out) and by ``rulegraph evaluate``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from ..errors import InputError
+from ..interpreter import prepare
+from ..ir import Graph
+
+Tensor = torch.Tensor
+
+#: How removed tokens are treated: replaced by [MASK] (or [UNK] when the vocabulary has no
+#: [MASK]), replaced by [UNK], or deleted from the sequence.
+REMOVALS = ("mask", "unk", "delete")
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """The ids of the tokenizer's padding, unknown and mask tokens (``None``: absent)."""
+
+    pad: int | None = None
+    unk: int | None = None
+    mask: int | None = None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "Vocab":
+        """From a ``tokenizers.Tokenizer``: [PAD]/<pad>, [UNK]/<unk>, [MASK]/<mask>."""
+        def find(*names: str) -> int | None:
+            return next((i for i in (tokenizer.token_to_id(n) for n in names) if i is not None), None)
+        return cls(pad=find("[PAD]", "<pad>"), unk=find("[UNK]", "<unk>"), mask=find("[MASK]", "<mask>"))
+
+    def replacement(self, mode: str) -> int | None:
+        """The id written in place of a removed token under removal ``mode`` (``None`` for delete)."""
+        if mode not in REMOVALS:
+            raise InputError(f"unknown removal {mode!r}; valid: {', '.join(REMOVALS)}")
+        if mode == "delete":
+            return None
+        token = self.mask if mode == "mask" and self.mask is not None else self.unk
+        if token is None:
+            raise InputError(f"removal {mode!r} needs an [UNK]{' or [MASK]' if mode == 'mask' else ''} token, and "
+                             "the tokenizer has none; use --removal delete")
+        return token
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """One model input as token ids (and token type ids where the model takes them); hashable,
+    so identical perturbations are run once."""
+
+    ids: tuple[int, ...]
+    types: tuple[int, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def remove(self, positions: Iterable[int], replacement: int | None) -> "Tokens":
+        """These positions replaced by ``replacement``, or deleted when it is ``None``."""
+        gone = set(positions)
+        if not gone:
+            return self
+        if replacement is None:
+            keep = [i for i in range(len(self.ids)) if i not in gone]
+            return Tokens(tuple(self.ids[i] for i in keep),
+                          None if self.types is None else tuple(self.types[i] for i in keep))
+        return Tokens(tuple(replacement if i in gone else t for i, t in enumerate(self.ids)), self.types)
+
+
+def token_input(graph: Graph) -> str:
+    """The integer input holding the token ids: the one feeding the largest embedding table."""
+    from ..ruleset import Boundary
+    best, rows = None, -1
+    for value, key in Boundary("embeddings").values(graph).items():
+        node = graph.producer.get(value)
+        if node is None or node.op != "Gather":
+            continue
+        table = graph.constants.get(node.inputs[0])
+        if table is not None and table.shape[0] > rows:
+            best, rows = key, table.shape[0]
+    if best is None:
+        ints = [i.name for i in graph.inputs if not i.is_float]
+        if not ints:
+            raise InputError("the model has no integer (token id) input")
+        best = "input_ids" if "input_ids" in ints else ints[0]
+    return best
+
+
+class TokenModel:
+    """Runs lists of :class:`Tokens` through the graph's plan in padded batches and returns the
+    chosen output's ``[N, classes]`` logits (float64, CPU), in the order given.
+
+    Sequences are sorted by length and cut into batches of at most ``batch_tokens`` padded
+    tokens (and ``max_rows`` rows). Padding uses the [PAD] id with attention mask 0; a model
+    without an ``attention_mask`` input only gets batches of equal lengths.
+    """
+
+    def __init__(self, graph: Graph, *, output: str | None = None, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, pad_id: int | None = 0, batch_tokens: int = 8192,
+                 max_rows: int = 256):
+        self.graph = graph
+        self.plan = prepare(graph, device, dtype)
+        self.output = output or graph.outputs[0]
+        self.ids = token_input(graph)
+        names = [i.name for i in graph.inputs]
+        self.mask = "attention_mask" if "attention_mask" in names else None
+        self.types = "token_type_ids" if "token_type_ids" in names else None
+        other = [n for n in names if n not in (self.ids, self.mask, self.types)]
+        if other:
+            raise InputError(f"cannot feed the model's input(s) {', '.join(other)} from token sequences")
+        self.pad_id = 0 if pad_id is None else pad_id
+        self.batch_tokens = batch_tokens
+        self.max_rows = max_rows
+        self.forwards = 0           # sequences run so far
+        self.seconds = 0.0
+
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices grouped into padded batches (by increasing length)."""
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = lengths[i]
+            fits = current and (len(current) + 1) * longest <= self.batch_tokens and len(current) < self.max_rows
+            same = current and lengths[current[0]] == longest
+            if current and not (fits and (self.mask is not None or same)):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def feeds(self, seqs: Sequence[Tokens]) -> dict[str, Tensor]:
+        """The graph inputs for one padded batch."""
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.int64)
+        mask = torch.zeros((len(seqs), width), dtype=torch.int64)
+        types = torch.zeros((len(seqs), width), dtype=torch.int64)
+        for row, s in enumerate(seqs):
+            ids[row, :len(s)] = torch.tensor(s.ids, dtype=torch.int64)
+            mask[row, :len(s)] = 1
+            if s.types is not None:
+                types[row, :len(s)] = torch.tensor(s.types, dtype=torch.int64)
+        feeds = {self.ids: ids}
+        if self.mask:
+            feeds[self.mask] = mask
+        if self.types:
+            feeds[self.types] = types
+        return feeds
+
+    def __call__(self, seqs: Sequence[Tokens]) -> Tensor:
+        import time
+        if not seqs:
+            return torch.zeros((0, 0), dtype=torch.float64)
+        started = time.perf_counter()
+        rows: list[Tensor | None] = [None] * len(seqs)
+        with torch.no_grad():
+            for batch in self.batches([len(s) for s in seqs]):
+                env = self.plan.run(self.feeds([seqs[i] for i in batch]), keep=frozenset())
+                out = env[self.output]
+                if out.dim() != 2:
+                    raise InputError(f"output {self.output!r} has shape {tuple(out.shape)}; token perturbation "
+                                     "needs a [batch, classes] output")
+                out = out.detach().to("cpu", torch.float64)
+                for k, i in enumerate(batch):
+                    rows[i] = out[k]
+        self.forwards += len(seqs)
+        self.seconds += time.perf_counter() - started
+        return torch.stack(rows)

@@ -1,0 +1,198 @@
+"""The evaluation runner end to end on the bag-of-words ONNX model (exact answers known), and
+its resumability and determinism."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+import bow
+import tiny
+from rulegraph.errors import InputError
+from rulegraph.evaluate import metrics as M
+from rulegraph.evaluate import runner
+from rulegraph.evaluate.runner import Config, Evaluation
+
+TEXTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w20 w21 w22 w23",
+         "w24 w25 w26 w27 w28", "w30 w31 w32 w33 w34 w35 w36 w37", "w40 w41", "w50 w51 w52 w53 w54 w55 w56"]
+SETTINGS = M.Settings(aopc_k=20, aopc_step=10, lodds_k=20, steps=5, words=2)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return bow.build(tmp_path_factory.mktemp("bow"))
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "data.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        for i, text in enumerate(TEXTS):
+            writer.writerow([text, "positive" if i % 2 else 0])
+    return path
+
+
+def config(model, data, methods=("random", "gi", "loo"), **kw):
+    return Config(model=str(model), data=str(data), methods=list(methods), metrics=["aopc", "lodds", "hiding"],
+                  removal="unk", settings=SETTINGS, batch=3, **kw)
+
+
+def results(out):
+    return [json.loads(line) for line in (out / runner.RESULTS).read_text().splitlines()]
+
+
+def closed_form_aopc(text: str) -> float:
+    """AOPC (k ∈ {0, 10, 20}%) of the ideal order: remove the largest contributions first."""
+    ids = [tiny.VOCAB.index(t) for t in text.split()]
+    w = bow.weights()[ids]
+    s = float(w.sum())
+    sign = 1 if s > 0 else -1
+    order = sorted(range(len(ids)), key=lambda i: -sign * w[i])
+    p = (lambda z: 1 / (1 + math.exp(-z))) if sign > 0 else (lambda z: 1 / (1 + math.exp(z)))
+    drops = [p(s) - p(s - sum(w[i] for i in order[:M.count(k / 100, len(ids))])) for k in (0, 10, 20)]
+    return sum(drops) / 3
+
+
+def test_gi_on_the_linear_model_gives_the_closed_form_aopc(model, data, tmp_path):
+    summary = Evaluation(config(model, data), tmp_path / "out", progress=False).run()
+    rows = {(r["example"], r["method"]): r for r in summary.rows}
+    for i, text in enumerate(TEXTS):
+        assert rows[i, "gi"]["metrics"]["aopc"] == pytest.approx(closed_form_aopc(text), abs=1e-5)
+        # GI and leave-one-out both give the exact contributions here: same ordering, same values
+        assert rows[i, "loo"]["metrics"]["aopc"] == pytest.approx(rows[i, "gi"]["metrics"]["aopc"], abs=1e-6)
+        # the contributions add up to the explained logit (conservation)
+        assert rows[i, "gi"]["relevance_sum"] == pytest.approx(rows[i, "gi"]["logit"], abs=1e-5)
+    assert summary.table["gi"]["aopc"]["mean"] >= summary.table["random"]["aopc"]["mean"]
+    t = summary.table["gi"]["aopc"]
+    assert t["low"] <= t["mean"] <= t["high"] and t["n"] == len(TEXTS)
+    out = tmp_path / "out"
+    for name in ("table.csv", "summary.json", "curves.png", "conservation.png"):
+        assert (out / name).stat().st_size > 0
+    lines = (out / "table.csv").read_text().splitlines()
+    assert lines[0] == "method,metric,mean,ci_low,ci_high,n" and len(lines) == 1 + 3 * 3
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["n_examples"] == len(TEXTS) and doc["removal"] == "unk" and "machine" in doc
+
+
+def test_rerun_appends_nothing_and_a_larger_n_only_the_rest(model, data, tmp_path):
+    out = tmp_path / "out"
+    Evaluation(config(model, data, n=3), out, progress=False).run()
+    assert len(results(out)) == 3 * 3
+    Evaluation(config(model, data, n=3), out, progress=False).run()
+    assert len(results(out)) == 3 * 3
+    Evaluation(config(model, data, n=5), out, progress=False).run()
+    rows = results(out)
+    assert len(rows) == 5 * 3
+    assert len({(r["example"], r["method"]) for r in rows}) == 5 * 3
+
+
+def test_an_interrupted_run_continues_where_it_stopped(model, data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    calls = {"n": 0}
+    real = runner.registry.explain_with
+
+    def flaky(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+    monkeypatch.setattr(runner.registry, "explain_with", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        Evaluation(config(model, data), out, progress=False).run()
+    partial = results(out)
+    assert 0 < len(partial) < len(TEXTS) * 3
+    with (out / runner.RESULTS).open("a") as handle:
+        handle.write('{"example": 99, "meth')            # a line cut short by the interruption
+    monkeypatch.setattr(runner.registry, "explain_with", real)
+    Evaluation(config(model, data), out, progress=False).run()
+    rows = results(out)
+    assert rows[:len(partial)] == partial                # kept, not recomputed
+    assert len(rows) == len(TEXTS) * 3
+    assert sorted((r["example"], r["method"]) for r in rows) == sorted(
+        (i, m) for i in range(len(TEXTS)) for m in ("random", "gi", "loo"))
+
+
+def test_results_are_deterministic_given_the_seed(model, data, tmp_path):
+    def values(out, seed):
+        summary = Evaluation(config(model, data, seed=seed), out, progress=False).run()
+        return {(r["example"], r["method"]): r["metrics"] for r in summary.rows}, summary.table
+    a, table_a = values(tmp_path / "a", 0)
+    b, table_b = values(tmp_path / "b", 0)
+    assert a == b and table_a == table_b
+    c, _ = values(tmp_path / "c", 1)
+    assert any(a[k] != c[k] for k in a if k[1] == "random")
+    assert all(a[k] == c[k] for k in a if k[1] != "random")
+
+
+def test_other_settings_refuse_to_mix_with_stored_results(model, data, tmp_path):
+    out = tmp_path / "out"
+    Evaluation(config(model, data, n=2), out, progress=False).run()
+    with pytest.raises(InputError, match="other settings .*removal"):
+        Evaluation(Config(**{**config(model, data, n=2).__dict__, "removal": "delete"}), out, progress=False).run()
+    Evaluation(Config(**{**config(model, data, n=2).__dict__, "removal": "delete"}), out, force=True,
+               progress=False).run()
+    assert len(results(out)) == 2 * 3
+
+
+def test_bad_input_is_an_input_error(model, data, tmp_path):
+    with pytest.raises(InputError, match="unknown metric 'aupc'"):
+        Evaluation(Config(model=str(model), data=str(data), methods=["gi"], metrics=["aupc"]), tmp_path)
+    with pytest.raises(InputError, match="unknown method"):
+        Evaluation(config(model, data, methods=["gi", "nope"]), tmp_path)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("sentence,label\nw1,0\n")
+    with pytest.raises(InputError, match="no `text` column"):
+        Evaluation(config(model, bad), tmp_path / "o", progress=False).run()
+    bad.write_text("text,label\nw1,maybe\n")
+    with pytest.raises(InputError, match="label 'maybe'"):
+        Evaluation(config(model, bad), tmp_path / "o2", progress=False).run()
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    values = list(np.random.default_rng(0).normal(size=50))
+    assert runner.bootstrap(values, 0) == runner.bootstrap(values, 0)
+    mean, low, high = runner.bootstrap(values, 0)
+    assert low < mean < high and mean == pytest.approx(np.mean(values))
+
+
+def test_a_method_that_fails_is_left_out_and_reported(model, data, tmp_path):
+    rules = tmp_path / "partial.yaml"
+    rules.write_text("name: partial\ndescription: only Gather has a rule\nboundary: embeddings\n"
+                     "on_unmatched: error\nrules:\n  - op: [Gather]\n    rule: pass\n")
+    evaluation = Evaluation(config(model, data, methods=("gi", str(rules))), tmp_path / "out", progress=False)
+    summary = evaluation.run()
+    assert list(summary.table) == ["gi"] and summary.table["gi"]["aopc"]["n"] == len(TEXTS)
+    assert "no rule matches node 'mul'" in summary.failed[str(rules)]
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert str(rules) in doc["failed"]
+
+
+def test_precision_at_k_reads_the_answer_column(model, tmp_path):
+    text = "w1 w2 w3 w4 w5 w6"
+    ids = [tiny.VOCAB.index(t) for t in text.split()]
+    w = bow.weights()[ids]
+    best = text.split()[int(np.argmax(w if w.sum() > 0 else -w))]
+    path = tmp_path / "qa.csv"
+    path.write_text(f"text,answer\n{text},{best}\n{text},\n")
+    cfg = Config(model=str(model), data=str(path), methods=["gi"], metrics=["precision@k"],
+                 settings=M.Settings(precision_k=1))
+    summary = Evaluation(cfg, tmp_path / "out", progress=False).run()
+    values = [r["metrics"]["precision@k"] for r in sorted(summary.rows, key=lambda r: r["example"])]
+    assert values == [1.0, None]                  # the second row has no answer: no value
+    assert summary.table["gi"]["precision@k"] == {"mean": 1.0, "low": 1.0, "high": 1.0, "n": 1}
+
+
+def test_report_only_aggregates_the_texts_every_method_finished(model, data, tmp_path):
+    out = tmp_path / "out"
+    Evaluation(config(model, data, methods=("gi", "loo"), n=4), out, progress=False).run()
+    Evaluation(config(model, data, methods=("gi",)), out, progress=False).run()      # gi: all 8, loo: 4
+    before = (out / runner.RESULTS).read_text()
+    summary = Evaluation(config(model, data, methods=("gi", "loo")), out, progress=False).run(compute=False)
+    assert (out / runner.RESULTS).read_text() == before
+    assert summary.n_examples == 4
+    assert summary.table["gi"]["aopc"]["n"] == summary.table["loo"]["aopc"]["n"] == 4
