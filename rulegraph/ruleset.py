@@ -196,6 +196,10 @@ def _integer_input(graph: Graph, value: str) -> str | None:
     return None
 
 
+#: (file, source label, text) → the RuleSet parsed from it (see RuleSet.load)
+_LOADED: dict[tuple[str, str, str], "RuleSet"] = {}
+
+
 @dataclass
 class RuleSet:
     """An ordered list of :class:`Entry` plus the boundary and the unmatched-node policy."""
@@ -214,17 +218,29 @@ class RuleSet:
     # -- loading ---------------------------------------------------------------------
     @classmethod
     def load(cls, name_or_path: str | Path) -> "RuleSet":
-        """A shipped rule set by name (``lrp-ah-ln``) or a YAML file path."""
+        """A shipped rule set by name (``lrp-ah-ln``) or a YAML file path.
+
+        Loading the same file with the same text again returns the same object, so the
+        graph's binding to it (:func:`rulegraph.explain.bind`) is computed once, not per call.
+        """
         path = Path(name_or_path)
         if path.suffix in (".yaml", ".yml") or path.exists():
             if not path.exists():
                 raise RuleFileError(f"rule file not found: {path}")
-            return cls.from_yaml(path.read_text(), source=str(path))
+            return cls._cached(path, str(path))
         shipped = shipped_rule_sets(None)
         if str(name_or_path) not in shipped:
             raise RuleFileError(f"no rule set named {str(name_or_path)!r}; {choices(shipped, str(name_or_path))}, "
                                 "or a path to a .yaml file")
-        return cls.from_yaml(shipped[str(name_or_path)].read_text(), source=f"rules/{name_or_path}.yaml")
+        return cls._cached(shipped[str(name_or_path)], f"rules/{name_or_path}.yaml")
+
+    @classmethod
+    def _cached(cls, path: Path, source: str) -> "RuleSet":
+        text = path.read_text()
+        key = (str(path.resolve()), source, text)
+        if key not in _LOADED:
+            _LOADED[key] = cls.from_yaml(text, source=source)
+        return _LOADED[key]
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<string>") -> "RuleSet":

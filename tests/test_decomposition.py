@@ -379,3 +379,20 @@ def test_cli_decomposition_options_need_a_decomposition_rule_set(capsys, bert_on
     code = main(["explain", str(bert_onnx), "-r", "lrp-ah-ln", "-t", "w1", "--alpha", "abs"])
     err = capsys.readouterr().err
     assert code == 2 and "--alpha applies to rule sets with `pass: decomposition` only" in err
+
+
+def test_the_decomposition_method_takes_the_alpha_options(relu_bert):
+    """``rulegraph evaluate -o decomposition.alpha=signed``: the method's options reach decompose()."""
+    from rulegraph.methods import explain_with
+    path = relu_bert[1]
+    feeds = tiny.token_inputs(batch=2, length=7, pad=2)
+    for alpha in ("signed", "abs"):
+        via_method = explain_with(path, "decomposition", feeds, dtype=F64, alpha=alpha)
+        direct = decompose(path, "decomposition", feeds, dtype=F64, alpha=alpha)
+        assert torch.equal(via_method.relevance["input_ids"], direct.relevance["input_ids"])
+    default = explain_with(path, "decomposition", feeds, dtype=F64)
+    assert default.extra["decomposition"]["mode"] == "components"          # the rule file's hybrid α
+    assert _relative(_scores(default)[0], _scores(decompose(path, "decomposition", feeds, dtype=F64))[0]) == 0
+    assert not torch.allclose(via_method.relevance["input_ids"], default.relevance["input_ids"])
+    with pytest.raises(InputError, match="alpha: 'plain' is not valid"):
+        explain_with(path, "decomposition", feeds, alpha="plain")

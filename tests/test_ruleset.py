@@ -126,3 +126,15 @@ def test_on_unmatched_can_name_a_fallback_rule(bert_onnx):
     assert not binding.unmatched
     wheres = {a.where for a in binding.assignments.values()}
     assert wheres == {"f.yaml:3", "f.yaml: on_unmatched"}
+
+
+def test_loading_the_same_file_twice_gives_the_same_rule_set(tmp_path):
+    """explain(graph, "name") binds once per rule set object: a reload must not make a new one."""
+    assert RuleSet.load("lrp-ah-ln") is RuleSet.load("lrp-ah-ln")
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nrules:\n  - op: '*'\n    rule: gradient\n")
+    first = RuleSet.load(path)
+    assert RuleSet.load(str(path)) is first
+    path.write_text("name: mine\nrules:\n  - op: '*'\n    rule: zero\n")
+    changed = RuleSet.load(path)
+    assert changed is not first and changed.entries[0].rule.name == "zero"

@@ -103,7 +103,6 @@ class Method:
 
 
 BASELINES: dict[str, Method] = {}
-_RULESETS: dict[str, RuleSet] = {}
 
 
 def baseline(name: str, description: str, *options: Option, additive: bool = False):
@@ -116,24 +115,34 @@ def baseline(name: str, description: str, *options: Option, additive: bool = Fal
     return register
 
 
-def ruleset(name_or_path: str) -> RuleSet:
-    """A rule set loaded once per process (binding caches are keyed by the object)."""
-    key = str(Path(name_or_path).resolve()) if Path(name_or_path).suffix in (".yaml", ".yml") else str(name_or_path)
-    if key not in _RULESETS:
-        _RULESETS[key] = RuleSet.load(name_or_path)
-    return _RULESETS[key]
+#: Options of a rule set with ``pass: decomposition`` (those of ``explain --alpha/--lambda/--variant``);
+#: an unset one keeps the rule file's value.
+DECOMPOSITION_OPTIONS = (
+    Option("alpha", str, None, "α of the bias reallocation: signed (Eq. 13), abs (Eq. 12), hybrid (Eq. 17)",
+           ("signed", "abs", "hybrid")),
+    Option("lambda", float, None, "threshold λ of hybrid α (Eq. 17)"),
+    Option("variant", str, None, "hat (D̂, bias reallocated) or bar (D̄, bias kept apart)", ("hat", "bar")),
+)
 
 
 def _rules_method(name: str) -> Method:
-    def run(request: Request) -> Explanation:
-        return explain(request.graph, ruleset(name), request.inputs, request.target, output=request.output,
-                       position=request.position, device=request.device, dtype=request.dtype, audit=request.audit)
-    description = ""
+    description, decomposition = "", False
     try:
-        description = ruleset(name).description
+        rules = RuleSet.load(name)
+        description, decomposition = rules.description, rules.pass_name == "decomposition"
     except Exception:  # a broken rule file is reported when it is used
         pass
-    return Method(name, description.strip() or f"rule set {name}", run, (), "rules", True)
+
+    def run(request: Request, **options) -> Explanation:
+        kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
+                      audit=request.audit)
+        if decomposition:
+            from ..decomposition import decompose
+            return decompose(request.graph, RuleSet.load(name), request.inputs, request.target, alpha=options["alpha"],
+                             threshold=options["lambda"], variant=options["variant"], **kwargs)
+        return explain(request.graph, RuleSet.load(name), request.inputs, request.target, **kwargs)
+    return Method(name, description.strip() or f"rule set {name}", run,
+                  DECOMPOSITION_OPTIONS if decomposition else (), "rules", True)
 
 
 def names() -> list[str]:

@@ -20,8 +20,8 @@ from ..explain import Explanation, _labels, _seed, bind, position_scores
 from ..interpreter import prepare
 from ..ir import Graph
 from ..relevance import propagate
-from ..ruleset import Pattern
-from . import Option, Request, baseline, ruleset
+from ..ruleset import Pattern, RuleSet
+from . import Option, Request, baseline
 from .sequences import REMOVALS, TokenModel, Tokens, token_input
 
 Tensor = torch.Tensor
@@ -58,7 +58,7 @@ def _forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, 
 def _gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
     """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
     boundary values and the output."""
-    rules = ruleset("gi")
+    rules = RuleSet.load("gi")
     binding = bind(req.graph, rules)
     binding.require_complete()
     plan = prepare(req.graph, req.device, req.dtype)
@@ -144,7 +144,7 @@ def gradient_sensitivity(req: Request) -> Explanation:
 def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation:
     if steps < 1:
         raise InputError("option ig.steps must be at least 1")
-    rules = ruleset("gi")
+    rules = RuleSet.load("gi")
     binding = bind(req.graph, rules)
     values = frozenset(binding.boundary)
     env, out, targets, position = _forward(req, values)
@@ -251,7 +251,7 @@ def attention_values(graph: Graph) -> list[str]:
     cache = graph.__dict__.setdefault("_attention_values", None)
     if cache is not None:
         return cache
-    rules = ruleset("lrp-ah")
+    rules = RuleSet.load("lrp-ah")
     entries = [e for e in rules.entries if e.rule.name == "ah" and e.inputs]
     found: list[str] = []
     for node in graph.nodes:

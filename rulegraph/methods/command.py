@@ -15,7 +15,7 @@ def methods_cmd():
     for col in ("name", "kind", "options", "description"):
         t.add_column(col, overflow="fold")
     for name, m in methods().items():
-        opts = "\n".join(f"{o.name}={o.default}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
+        opts = "\n".join(f"{o.name}={'(rule file)' if o.default is None else o.default}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
                          for o in m.options)
         t.add_row(name, m.kind, opts or "–", m.description)
     Console(highlight=False).print(t)
