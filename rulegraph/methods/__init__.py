@@ -48,6 +48,8 @@ class Option:
     choices: tuple = ()
 
     def parse(self, method: str, value: Any) -> Any:
+        if value is None and self.default is None:      # an option that is unset by default
+            return None
         if isinstance(value, str) and self.type is not str:
             try:
                 value = self.type(value)
