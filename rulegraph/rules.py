@@ -116,18 +116,22 @@ class Site:
 
 # -- registry -------------------------------------------------------------------------------
 
+def registrar(table: dict[str, type], kind: str):
+    """A class decorator factory ``@<kind>(name)`` that registers a dataclass in ``table``."""
+    def named(name: str):
+        def register(cls):
+            if name in table:
+                raise RuntimeError(f"{kind} {name!r} is registered twice")
+            cls.name = name
+            table[name] = dataclass(cls)
+            return table[name]
+        return register
+    return named
+
+
 RULES: dict[str, type["Rule"]] = {}
-
-
-def rule(name: str):
-    """Register a rule class under ``name`` (the name rule files use)."""
-    def register(cls):
-        if name in RULES:
-            raise RuntimeError(f"rule {name!r} is registered twice")
-        cls.name = name
-        RULES[name] = dataclass(cls)
-        return RULES[name]
-    return register
+#: ``@rule(name)``: register a rule class under the name rule files use
+rule = registrar(RULES, "rule")
 
 
 class Rule:

@@ -29,6 +29,7 @@ import torch
 
 from ..ops import OpSpec
 from ..ops.nn import layer_norm_stats, norm_dims
+from ..rules import registrar
 
 Tensor = torch.Tensor
 
@@ -65,17 +66,8 @@ class Site:
 
 
 DECOMPOSITION_RULES: dict[str, type["DecompositionRule"]] = {}
-
-
-def decomposition_rule(name: str):
-    """Register a decomposition rule class under ``name`` (the name rule files use)."""
-    def register(cls):
-        if name in DECOMPOSITION_RULES:
-            raise RuntimeError(f"decomposition rule {name!r} is registered twice")
-        cls.name = name
-        DECOMPOSITION_RULES[name] = dataclass(cls)
-        return DECOMPOSITION_RULES[name]
-    return register
+#: ``@decomposition_rule(name)``: register a decomposition rule class under the name rule files use
+decomposition_rule = registrar(DECOMPOSITION_RULES, "decomposition rule")
 
 
 class DecompositionRule:

@@ -365,52 +365,44 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     return Summary(table, curves, throughput, n_examples, rows)
 
 
-def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
-    """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
-    t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)")
-    t.add_column("method")
+def _rows(summary: Summary, metrics: list[M.Metric], cell, bold):
+    """(shown metrics, [(method, cells)]): each cell ``cell(stats)``, the best mean per metric
+    passed through ``bold``, ``–`` where a method has no figure."""
     shown = [m for m in metrics if any(m.name in per for per in summary.table.values())]
-    for m in shown:
-        t.add_column(f"{m.name} {'↑' if m.higher_is_better else '↓'}", justify="right")
-    t.add_column("explained/min", justify="right")
-    t.add_column("evaluated/min", justify="right")
     best = {}
     for m in shown:
         means = {k: per[m.name]["mean"] for k, per in summary.table.items() if m.name in per}
-        if means:
-            best[m.name] = (max if m.higher_is_better else min)(means, key=means.get)
-    for method, per in summary.table.items():
-        cells = []
-        for m in shown:
-            s = per.get(m.name)
-            if s is None:
-                cells.append("–")
-                continue
-            text = f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}"
-            cells.append(f"[bold]{text}[/]" if best.get(m.name) == method else text)
+        best[m.name] = (max if m.higher_is_better else min)(means, key=means.get)
+    rows = [(method, ["–" if m.name not in per else bold(cell(per[m.name])) if best[m.name] == method
+                      else cell(per[m.name]) for m in shown])
+            for method, per in summary.table.items()]
+    return shown, rows
+
+
+def _header(m: M.Metric) -> str:
+    return f"{m.name} {'↑' if m.higher_is_better else '↓'}"
+
+
+def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
+    """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
+    t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)")
+    shown, rows = _rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
+                        lambda text: f"[bold]{text}[/]")
+    t.add_column("method")
+    for m in shown:
+        t.add_column(_header(m), justify="right")
+    t.add_column("explained/min", justify="right")
+    t.add_column("evaluated/min", justify="right")
+    for method, cells in rows:
         tp = summary.throughput.get(method, {})
-        cells += [f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}"]
-        t.add_row(method, *cells)
+        t.add_row(method, *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
     return t
 
 
 def markdown_table(summary: Summary, metrics: list[M.Metric]) -> str:
     """The same table in Markdown (for docs)."""
-    shown = [m for m in metrics if any(m.name in per for per in summary.table.values())]
-    head = "| method | " + " | ".join(f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in shown) + " |"
-    lines = [head, "|" + "---|" * (len(shown) + 1)]
-    best = {}
-    for m in shown:
-        means = {k: per[m.name]["mean"] for k, per in summary.table.items() if m.name in per}
-        best[m.name] = (max if m.higher_is_better else min)(means, key=means.get)
-    for method, per in summary.table.items():
-        cells = []
-        for m in shown:
-            s = per.get(m.name)
-            if s is None:
-                cells.append("–")
-                continue
-            text = f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]"
-            cells.append(f"**{text}**" if best[m.name] == method else text)
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    shown, rows = _rows(summary, metrics, lambda s: f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]",
+                        lambda text: f"**{text}**")
+    lines = ["| method | " + " | ".join(map(_header, shown)) + " |", "|" + "---|" * (len(shown) + 1)]
+    lines += [f"| {method} | " + " | ".join(cells) + " |" for method, cells in rows]
     return "\n".join(lines)
