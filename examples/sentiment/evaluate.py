@@ -8,7 +8,9 @@ Each part runs ``rulegraph evaluate`` (:class:`rulegraph.evaluate.runner.Evaluat
 first ``N`` texts of the held-out 20% split of ``data.py`` (the split the model was tested
 on, never trained on). Results are appended to ``.cache/eval/<part>/results.jsonl``: an
 interrupted run continues where it stopped when started again. ``--docs`` copies the table
-(Markdown), the plots and ``summary.json`` of every finished part to ``docs/evaluation/``.
+(Markdown), the plots, ``summary.json`` and the per-text results (``<part>-results.jsonl.gz``,
+with ``<part>-config.json``) of every part to ``docs/evaluation/``; a run with no results in
+``.cache`` starts from those, so it continues the committed run on any machine.
 
 Settings (the same for both parts, chosen for two shared CPU cores): removed tokens become
 [UNK] (special tokens stay), AOPC over k ∈ {0, 10, 20}%, LOdds at 20%, curves (AUAC,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import shutil
 import sys
@@ -75,17 +78,23 @@ def part_inputs(part: str, n: int) -> tuple[Path, Path]:
     return model, write_csv(EVAL_DIR / f"{part}-test.csv", test[:n])
 
 
-def run(part: str, n: int, method_names: list[str], threads: int | None, console: Console,
-        compute: bool = True) -> Path:
+def part_config(part: str, n: int, method_names: list[str]) -> Config:
+    """The evaluation settings of one part (training its model first if it is not cached)."""
     model, csv_path = part_inputs(part, n)
     options = {**OPTIONS, **PART_OPTIONS.get(part, {})}
-    config = Config(model=str(model), data=str(csv_path), methods=method_names, metrics=METRICS,
-                    options={k: v for k, v in options.items() if k in method_names}, removal=REMOVAL,
-                    settings=SETTINGS, seed=0, n=n, batch=8 if part == "rt" else 4)
+    return Config(model=str(model), data=str(csv_path), methods=method_names, metrics=METRICS,
+                  options={k: v for k, v in options.items() if k in method_names}, removal=REMOVAL,
+                  settings=SETTINGS, seed=0, n=n, batch=8 if part == "rt" else 4)
+
+
+def run(part: str, n: int, method_names: list[str], threads: int | None, console: Console,
+        compute: bool = True) -> Path:
+    config = part_config(part, n, method_names)
     if threads:
         import torch
         torch.set_num_threads(threads)
     out = EVAL_DIR / part
+    seed_from_docs(part, out, config, console)
     summary = Evaluation(config, out, console=console).run(compute)
     metrics = M.build(METRICS, M.Removal(REMOVAL), SETTINGS)
     Console(highlight=False, width=200).print(render_table(summary, metrics, f"{part}: {summary.n_examples} texts"))
@@ -93,11 +102,33 @@ def run(part: str, n: int, method_names: list[str], threads: int | None, console
     return out
 
 
+def seed_from_docs(part: str, out: Path, config: Config, console: Console) -> None:
+    """Start from the per-text results committed in docs/evaluation/ when there are none here and
+    they were made with this very model, tokenizer, texts and settings: the run continues them."""
+    committed = DOCS_DIR / f"{part}-results.jsonl.gz"
+    if (out / "results.jsonl").exists() or not committed.exists():
+        return
+    stored = json.loads((DOCS_DIR / f"{part}-config.json").read_text())
+    if stored != config.identity():
+        differ = sorted(k for k in stored if stored[k] != config.identity().get(k))
+        console.print(f"[yellow]The committed {part} results were made with another {', '.join(differ)}; "
+                      "starting over.[/]")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with gzip.open(committed, "rb") as src, (out / "results.jsonl").open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copyfile(DOCS_DIR / f"{part}-config.json", out / "config.json")
+    console.print(f"Continuing the committed {part} results ({committed.relative_to(train.REPO)}).")
+
+
 def copy_to_docs(part: str) -> None:
     out = EVAL_DIR / part
     if not (out / "summary.json").exists():
         return
     DOCS_DIR.mkdir(parents=True, exist_ok=True)
+    with (out / "results.jsonl").open("rb") as src, gzip.open(DOCS_DIR / f"{part}-results.jsonl.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copyfile(out / "config.json", DOCS_DIR / f"{part}-config.json")
     for name, target in (("table.md", f"{part}-table.md"), ("curves.png", f"{part}-curves.png"),
                          ("conservation.png", f"{part}-conservation.png"), ("summary.json", f"{part}-summary.json")):
         if (out / name).exists():

@@ -8,6 +8,7 @@ order, seeded random baseline and bootstrap).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -59,7 +60,11 @@ class Config:
     batch_tokens: int = 8192        # padded tokens per forward batch
 
     def identity(self) -> dict[str, Any]:
-        return {"model": str(Path(self.model).resolve()), "data": str(Path(self.data).resolve()),
+        """The model, tokenizer and data by content (SHA-256), not path: a run moved to another
+        folder or machine resumes, one against other weights or texts is refused."""
+        tokenizer = Path(self.tokenizer) if self.tokenizer else Path(self.model).parent / "tokenizer.json"
+        return {"model": _digest(self.model), "data": _digest(self.data),
+                "tokenizer": _digest(tokenizer) if tokenizer.is_file() else None,
                 "metrics": list(self.metrics), "options": self.options, "removal": self.removal,
                 "settings": asdict(self.settings), "seed": self.seed, "dtype": self.dtype}
 
@@ -72,6 +77,18 @@ class Summary:
     n_examples: int
     rows: list[dict]
     failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+
+
+def _digest(path: str) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"file not found: {path}")
+    h = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
 
 
 def _dtype(name: str) -> torch.dtype:

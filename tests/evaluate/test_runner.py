@@ -196,3 +196,20 @@ def test_report_only_aggregates_the_texts_every_method_finished(model, data, tmp
     assert (out / runner.RESULTS).read_text() == before
     assert summary.n_examples == 4
     assert summary.table["gi"]["aopc"]["n"] == summary.table["loo"]["aopc"]["n"] == 4
+
+
+def test_a_run_moved_elsewhere_resumes_and_other_weights_are_refused(model, data, tmp_path):
+    """The model and data are known by content: copies in another folder continue the run;
+    the same path with other bytes does not mix with it."""
+    out = tmp_path / "out"
+    Evaluation(config(model, data, n=2), out, progress=False).run()
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in (model.name, "tokenizer.json"):
+        (moved / name).write_bytes((model.parent / name).read_bytes())
+    (moved / data.name).write_bytes(data.read_bytes())
+    Evaluation(config(moved / model.name, moved / data.name, n=3), out, progress=False).run()
+    assert len(results(out)) == 3 * 3
+    (moved / data.name).write_text(data.read_text().replace("w1 ", "w2 "))
+    with pytest.raises(InputError, match=r"other settings \(data\)"):
+        Evaluation(config(moved / model.name, moved / data.name, n=3), out, progress=False).run()
