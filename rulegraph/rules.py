@@ -28,7 +28,7 @@ import torch
 
 from .errors import RuleMatchError
 from .ops import OpSpec, unbroadcast, vjp
-from .ops.nn import _softmax_axis, layer_norm_stats, norm_dims
+from .ops.nn import _softmax_axis, held_layer_norm_stats, norm_dims
 
 Tensor = torch.Tensor
 
@@ -593,7 +593,7 @@ class LayerNorm(Rule):
         axis, eps = site.attrs.get("axis", -1), site.attrs.get("epsilon", 1e-5)
         dims = norm_dims(x, axis)
         if op == "LayerNormalization":
-            _, rstd = layer_norm_stats(x, axis, eps)
+            _, rstd = held_layer_norm_stats(x, axis, eps)
             gs = s * scale
             out[0] = Contribution(signal=gs.sub_(gs.mean(dim=dims, keepdim=True)).mul_(rstd))
             if site.audit and len(site.inputs) > 2 and site.inputs[2] is not None:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ..ops import OpSpec
-from ..ops.nn import layer_norm_stats, norm_dims
+from ..ops.nn import held_layer_norm_stats, norm_dims
 from ..rules import registrar
 
 Tensor = torch.Tensor
@@ -231,7 +231,7 @@ class LayerNorm(DecompositionRule):
         eps = float(site.attrs.get("epsilon", 1e-5))
         dims = tuple(d - x.dim() for d in norm_dims(x, axis))   # negative: valid with the leading G dim
         if site.node.op == "LayerNormalization":
-            _, rstd = layer_norm_stats(x, axis, eps)
+            _, rstd = held_layer_norm_stats(x, axis, eps)
             factor = rstd * scale
 
             def norm(t):
