@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from ..errors import InputError
+from ..methods.sequences import ENGINES
 from . import metrics as M
 from .runner import Config, Evaluation, render_table
 
@@ -67,13 +68,16 @@ def parse_options(raw: tuple[str, ...], methods: list[str] | None = None) -> dic
 @click.option("--batch", type=int, default=16, show_default=True, help="examples explained together")
 @click.option("--batch-tokens", type=int, default=8192, show_default=True, help="padded tokens per forward batch")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="what runs the metrics' perturbed forwards: onnxruntime (auto: for an .onnx model on the CPU "
+                   "in float32) or the rulegraph interpreter (loo has its own -o loo.engine)")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @click.option("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 @click.option("--force", is_flag=True, help="discard results already in --out and start over")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
 def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, removal, raw_options, aopc_k, aopc_step, lodds_k,
-                 steps, words, precision_k, seed, batch, batch_tokens, device, dtype, threads, force, quiet, report_only):
+                 steps, words, precision_k, seed, batch, batch_tokens, device, engine, dtype, threads, force, quiet, report_only):
     """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
     AU-MSE, hiding / revealing games, accuracy vs words deleted (and Precision@k for span QA).
 
@@ -94,7 +98,7 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, remo
         tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
         removal=removal, settings=M.Settings(aopc_k=aopc_k, aopc_step=aopc_step, lodds_k=lodds_k, steps=steps, words=words,
                                                  precision_k=precision_k), seed=seed, n=n,
-        device=device, dtype=dtype, batch=batch, batch_tokens=batch_tokens)
+        device=device, engine=engine, dtype=dtype, batch=batch, batch_tokens=batch_tokens)
     if not Path(data).is_file():
         raise InputError(f"data file not found: {data}")
     evaluation = Evaluation(config, out_dir, force=force, console=err, progress=not quiet)

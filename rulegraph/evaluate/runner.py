@@ -58,6 +58,7 @@ class Config:
     dtype: str = "float32"
     batch: int = 16                 # examples explained together (at most)
     batch_tokens: int = 8192        # padded tokens per forward batch
+    engine: str = "auto"            # what runs the metrics' forwards (methods.sequences.ENGINES)
 
     def identity(self) -> dict[str, Any]:
         """The model, tokenizer and data by content (SHA-256), not path: a run moved to another
@@ -177,7 +178,7 @@ class Evaluation:
         removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
         metrics = M.build(cfg.metrics, removal, cfg.settings)
         model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
-                                    batch_tokens=cfg.batch_tokens)
+                                    batch_tokens=cfg.batch_tokens, engine=cfg.engine)
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch

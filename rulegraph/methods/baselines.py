@@ -22,7 +22,7 @@ from ..ir import Graph
 from ..relevance import propagate
 from ..ruleset import Pattern, RuleSet
 from . import Option, Request, baseline
-from .sequences import REMOVALS, TokenModel, Tokens, token_input
+from .sequences import ENGINES, REMOVALS, TokenModel, Tokens, token_input
 
 Tensor = torch.Tensor
 
@@ -202,8 +202,10 @@ def _ig_baseline(req: Request, x: dict[str, Tensor], kind: str) -> dict[str, Ten
           Option("mode", str, "mask", "how the token is removed: replaced by [MASK] (or [UNK] without one), "
                  "by [UNK], or deleted", REMOVALS),
           Option("score", str, "logit", "difference of the explained logit or of its softmax probability",
-                 ("logit", "prob")))
-def leave_one_out(req: Request, mode: str, score: str) -> Explanation:
+                 ("logit", "prob")),
+          Option("engine", str, "auto", "what runs the perturbed forwards: auto (onnxruntime for an ONNX file "
+                 "on the CPU in float32, else the interpreter), rulegraph, onnxruntime", ENGINES))
+def leave_one_out(req: Request, mode: str, score: str, engine: str) -> Explanation:
     if mode != "delete" and req.vocab is None:
         raise InputError(f"loo mode {mode!r} needs the tokenizer's [MASK]/[UNK] ids; explain text with a tokenizer "
                          "or use -o loo.mode=delete")
@@ -217,7 +219,7 @@ def leave_one_out(req: Request, mode: str, score: str) -> Explanation:
     mask = req.inputs.get("attention_mask")
     types = req.inputs.get("token_type_ids")
     model = TokenModel(req.graph, output=req.output, device=req.device, dtype=req.dtype,
-                       pad_id=req.vocab.pad if req.vocab else 0, batch_tokens=BATCH_TOKENS)
+                       pad_id=req.vocab.pad if req.vocab else 0, batch_tokens=BATCH_TOKENS, engine=engine)
     seqs, where = [], []
     for b in range(ids.shape[0]):
         n = int(mask[b].sum()) if mask is not None else ids.shape[1]

@@ -6,6 +6,7 @@ Used by the perturbation baselines (leave-one-out) and by ``rulegraph evaluate``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -91,9 +92,46 @@ def token_input(graph: Graph) -> str:
     return best
 
 
+#: What runs the batched forwards of :class:`TokenModel`: the rulegraph interpreter, or
+#: onnxruntime on the model's ONNX file (no relevance is needed there, only logits); ``auto``
+#: takes onnxruntime for an ONNX file on the CPU in float32, the interpreter otherwise.
+ENGINES = ("auto", "rulegraph", "onnxruntime")
+
+
+def _onnx_file(graph: Graph) -> str | None:
+    path = graph.source.removeprefix("onnx:") if graph.source.startswith("onnx:") else None
+    return path if path and Path(path).is_file() else None
+
+
+def resolve_engine(engine: str, graph: Graph, device: str, dtype: torch.dtype) -> str:
+    """``engine`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error."""
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    possible = _onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32
+    if engine == "auto":
+        return "onnxruntime" if possible else "rulegraph"
+    if engine == "onnxruntime" and not possible:
+        raise InputError("the onnxruntime engine needs a model loaded from an .onnx file, on the CPU, in float32")
+    return engine
+
+
+def _onnxruntime_session(graph: Graph):
+    """One onnxruntime session per graph and thread count (kept on the graph, like its bindings)."""
+    import onnxruntime as ort
+    sessions = graph.__dict__.setdefault("_onnxruntime_sessions", {})
+    threads = torch.get_num_threads()
+    if threads not in sessions:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")   # no busy cores between runs
+        sessions[threads] = ort.InferenceSession(_onnx_file(graph), options, providers=["CPUExecutionProvider"])
+    return sessions[threads]
+
+
 class TokenModel:
-    """Runs lists of :class:`Tokens` through the graph's plan in padded batches and returns the
-    chosen output's ``[N, classes]`` logits (float64, CPU), in the order given.
+    """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``engine``, see
+    :data:`ENGINES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
+    (float64, CPU), in the order given.
 
     Sequences are sorted by length and cut into batches of at most ``batch_tokens`` padded
     tokens (and ``max_rows`` rows). Padding uses the [PAD] id with attention mask 0; a model
@@ -102,10 +140,12 @@ class TokenModel:
 
     def __init__(self, graph: Graph, *, output: str | None = None, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, pad_id: int | None = 0, batch_tokens: int = 8192,
-                 max_rows: int = 256):
+                 max_rows: int = 256, engine: str = "rulegraph"):
         self.graph = graph
-        self.plan = prepare(graph, device, dtype)
         self.output = output or graph.outputs[0]
+        self.engine = resolve_engine(engine, graph, device, dtype)
+        self.plan = prepare(graph, device, dtype) if self.engine == "rulegraph" else None
+        self.session = _onnxruntime_session(graph) if self.engine == "onnxruntime" else None
         self.ids = token_input(graph)
         names = [i.name for i in graph.inputs]
         self.mask = "attention_mask" if "attention_mask" in names else None
@@ -162,8 +202,11 @@ class TokenModel:
         rows: list[Tensor | None] = [None] * len(seqs)
         with torch.no_grad():
             for batch in self.batches([len(s) for s in seqs]):
-                env = self.plan.run(self.feeds([seqs[i] for i in batch]), keep=frozenset())
-                out = env[self.output]
+                feeds = self.feeds([seqs[i] for i in batch])
+                if self.session is not None:
+                    out = torch.from_numpy(self.session.run([self.output], {k: v.numpy() for k, v in feeds.items()})[0])
+                else:
+                    out = self.plan.run(feeds, keep=frozenset())[self.output]
                 if out.dim() != 2:
                     raise InputError(f"output {self.output!r} has shape {tuple(out.shape)}; token perturbation "
                                      "needs a [batch, classes] output")
