@@ -115,6 +115,10 @@ def resolve_engine(engine: str, graph: Graph, device: str, dtype: torch.dtype) -
     return engine
 
 
+#: onnxruntime's input types → numpy dtypes (token ids and masks are int64 or int32 in exports)
+_NUMPY = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32", "tensor(bool)": "bool"}
+
+
 def _onnxruntime_session(graph: Graph):
     """One onnxruntime session per graph and thread count (kept on the graph, like its bindings)."""
     import onnxruntime as ort
@@ -204,7 +208,9 @@ class TokenModel:
             for batch in self.batches([len(s) for s in seqs]):
                 feeds = self.feeds([seqs[i] for i in batch])
                 if self.session is not None:
-                    out = torch.from_numpy(self.session.run([self.output], {k: v.numpy() for k, v in feeds.items()})[0])
+                    arrays = {i.name: feeds[i.name].numpy().astype(_NUMPY.get(i.type, "int64"))
+                              for i in self.session.get_inputs()}
+                    out = torch.from_numpy(self.session.run([self.output], arrays)[0])
                 else:
                     out = self.plan.run(feeds, keep=frozenset())[self.output]
                 if out.dim() != 2:
