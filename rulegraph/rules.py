@@ -501,13 +501,19 @@ class ZBox(_ModifiedWeights):
 class Softmax(Rule):
     """AttnLRP softmax rule (Achtibat et al. 2024, Prop. 3.1): ``R_in = x ⊙ (R − s ⊙ Σ R)``, the
     sum over the softmax axis, ``s`` its output — equal to Gradient×Input through the softmax.
-    It does not conserve (the paper keeps the bias term it drops): the audit books a break."""
+    It does not conserve (the paper keeps the bias term it drops): the audit books a break.
+
+    Where ``R`` arrives as ``s ⊙ g`` (signal form), ``R − s ⊙ ΣR = s ⊙ (g − Σ s ⊙ g)`` is the
+    softmax's own VJP of ``g``, so the rule hands on that signal and no division is needed.
+    """
 
     ops: ClassVar[tuple[str, ...]] = ("Softmax",)
     conserving: ClassVar[bool] = False
     breaking: ClassVar[str] = "breaks by design (Prop. 3.1 drops the softmax's bias term)"
 
     def propagate(self, site):
+        if site.incoming[0].signal is not None:
+            return [Contribution(signal=site.vjp([site.incoming[0].signal], [True])[0])]
         axis, coerce_2d = site.attrs.get("axis", -1), site.attrs.get("coerce_2d", 0)
         x, ax, shape = _softmax_axis(site.inputs[0], axis, coerce_2d)
         s, _, _ = _softmax_axis(site.outputs[0], axis, coerce_2d)
@@ -530,8 +536,12 @@ class Uniform(Rule):
 
     def propagate(self, site):
         n = sum(map(bool, site.tainted))
-        s = site.ratio(0, self.epsilon)
-        return _gradient_contributions(site, list(site.tainted), [s / n if n > 1 else s])
+        contributions = _gradient_contributions(site, list(site.tainted), [site.ratio(0, self.epsilon)])
+        if n > 1:   # the VJP is linear in the seed: split its (smaller) results, not the seed
+            for c in contributions:
+                if c is not None:
+                    c.signal = c.signal / n
+        return contributions
 
 
 @rule("ah")

@@ -350,9 +350,10 @@ def test_modified_weight_rules_on_matmul_with_weight_first():
 # -- AttnLRP (Achtibat et al. 2024) ------------------------------------------------------------------
 
 @pytest.mark.parametrize("axis", [-1, 1])
-def test_softmax_rule_is_proposition_3_1(axis):
+@pytest.mark.parametrize("signal", [False, True])
+def test_softmax_rule_is_proposition_3_1(axis, signal):
     x, r = rand(2, 4, 5), rand(2, 4, 5)
-    rel, _, s = apply("softmax", "Softmax", [x], r, axis=axis)
+    rel, _, s = apply("softmax", "Softmax", [x], r, axis=axis, signal=signal)
     close(rel[0], x * (r - s * r.sum(axis, keepdim=True)))
 
 

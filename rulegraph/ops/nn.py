@@ -24,7 +24,8 @@ def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
         return [None]
     s, ax, shape = _softmax_axis(outputs[0], axis, coerce_2d)
     g, _, _ = _softmax_axis(grads[0], axis, coerce_2d)
-    gx = s * (g - (g * s).sum(dim=ax, keepdim=True))
+    # s ⊙ (g − Σ g ⊙ s), torch's fused kernel (what autograd runs for softmax)
+    gx = torch._softmax_backward_data(g, s, ax % s.dim(), s.dtype)
     return [gx if shape is None else gx.reshape(shape)]
 
 
