@@ -34,8 +34,9 @@ SENTENCE = "a gorgeous , witty , seductive movie ."
 
 
 def inputs_of(length: int, encoder: TextEncoder) -> tuple[str, dict]:
-    if length <= len(encoder.encode(SENTENCE).tokens):
-        enc = encoder.encode(SENTENCE)
+    """The demo sentence where ``length`` is no longer than it, else random ids of ``length`` tokens."""
+    enc = encoder.encode(SENTENCE)
+    if length <= len(enc.tokens):
         return f"“{SENTENCE}” ({len(enc.tokens)} tokens)", enc.inputs
     ids = torch.randint(1000, 20000, (1, length), generator=torch.Generator().manual_seed(length))
     ids[0, 0], ids[0, -1] = 101, 102                     # [CLS] … [SEP]

@@ -125,9 +125,10 @@ def _through_op(site: Site, parts: list[Parts | None], zero_additive: bool) -> t
             group_args.append(torch.zeros((), dtype=x.dtype, device=x.device).expand(x.shape) if zeroed else x)
             in_dims.append(None)
             bias_args.append(x)
-    count = next(p.groups.shape[0] for p in parts if p is not None)
     # vmap's chunking concatenates its pieces (a copy of the whole result): only where it bounds memory
-    groups = torch.vmap(site.call, in_dims=tuple(in_dims), chunk_size=site.chunk if site.chunk < count else None)(*group_args)
+    count = next(p.groups.shape[0] for p in parts if p is not None)
+    chunk = site.chunk if site.chunk < count else None
+    groups = torch.vmap(site.call, in_dims=tuple(in_dims), chunk_size=chunk)(*group_args)
     bias = site.call(*bias_args)
     return groups, bias
 
