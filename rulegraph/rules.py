@@ -536,12 +536,8 @@ class Uniform(Rule):
 
     def propagate(self, site):
         n = sum(map(bool, site.tainted))
-        contributions = _gradient_contributions(site, list(site.tainted), [site.ratio(0, self.epsilon)])
-        if n > 1:   # the VJP is linear in the seed: split its (smaller) results, not the seed
-            for c in contributions:
-                if c is not None:
-                    c.signal = c.signal / n
-        return contributions
+        s = site.ratio(0, self.epsilon)
+        return _gradient_contributions(site, list(site.tainted), [s / n if n > 1 else s])
 
 
 @rule("ah")
