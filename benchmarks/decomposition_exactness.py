@@ -7,7 +7,7 @@ The table PyDec documents for its own decomposition, for rulegraph's: at every n
 decomposition pass checks that the components sum to the forward value; the table gives,
 per layer, the largest |Σ components − value| over the layer's nodes relative to that
 node's largest |value|. The model is the demo MiniLM (``make demo`` builds it) with the
-shipped ``rules/decomposition.yaml`` (hybrid α, λ = 0.1, GELU gate as a coefficient), per-token
+shipped ``rulesets/decomposition.yaml`` (hybrid α, λ = 0.1, GELU gate as a coefficient), per-token
 groups carried as components (``mode="components"``: every one of the T + 1 components
 is checked). Inputs: the first demo sentence, and random token ids of the other lengths.
 """
@@ -27,7 +27,6 @@ sys.path.insert(0, str(REPO / "examples" / "sentiment"))
 
 import train  # noqa: E402  (the demo model's cache)
 import rulegraph  # noqa: E402
-from rulegraph.decomposition import decompose  # noqa: E402
 from rulegraph.text import TextEncoder  # noqa: E402
 
 SENTENCE = "a gorgeous , witty , seductive movie ."
@@ -54,7 +53,7 @@ def main() -> None:
     encoder = TextEncoder.for_model(graph, model, None)
     lines = ["# Decomposition: reconstruction error per layer", "",
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {platform.processor() or platform.machine()} · "
-             f"torch {torch.__version__} · demo MiniLM, `rules/decomposition.yaml` (hybrid α, λ = 0.1), "
+             f"torch {torch.__version__} · demo MiniLM, `rulesets/decomposition.yaml` (hybrid α, λ = 0.1), "
              "per-token groups, all components carried", "",
              "`python benchmarks/decomposition_exactness.py "
              f"--lengths {' '.join(map(str, args.lengths))}`", "",
@@ -64,7 +63,7 @@ def main() -> None:
         tables = {}
         for dtype in (torch.float32, torch.float64):
             start = time.perf_counter()
-            e = decompose(graph, "decomposition", feeds, dtype=dtype, mode="components")
+            e = rulegraph.explain(graph, "decomposition", feeds, dtype=dtype, mode="components")
             tables[dtype] = ({r.name: r for r in e.audit.reconstruction}, time.perf_counter() - start)
             print(f"{what} {dtype}: max relative error {e.audit.max_relative_error:.2e} "
                   f"({tables[dtype][1]:.1f} s)", flush=True)

@@ -15,11 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_peers_torchvision import CASES, export  # noqa: E402
 
 import rulegraph  # noqa: E402
-from rulegraph.explain import bind  # noqa: E402
 from rulegraph.ruleset import RuleSet  # noqa: E402
 
 for name, rules in CASES:
     graph = rulegraph.load(str(export(name)))
-    binding = bind(graph, RuleSet.load(rules))
+    binding = (RuleSet.load(rules)).bind(graph)
     print(f"{name:10s} {rules:18s} {len(graph.nodes):5d} nodes, {len(binding.reached):5d} reached, "
           f"{len(binding.unmatched)} unmatched")

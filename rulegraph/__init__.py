@@ -8,7 +8,8 @@ conservation layer by layer.
     e.relevance["input_ids"], e.audit.conservation.residual
 """
 from .errors import RulegraphError
-from .explain import Explanation, explain
+from .explain import explain
+from .explanation import Explanation
 from .interpreter import prepare, run
 from .ir import Graph
 from .loaders import load

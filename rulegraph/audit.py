@@ -28,12 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .relevance import Flow
-from .ruleset import Binding
-from .rules import RULES
-
-#: a conserving node whose relative error exceeds this is flagged, per dtype
-TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-9}
+from .tolerances import relative
 
 
 @dataclass
@@ -66,8 +61,7 @@ class LayerAudit:
     def relative_error(self) -> float:
         """|in − out − absorbed − breaks| over the largest of those four magnitudes."""
         terms = (self.relevance_in, self.relevance_out, self.absorbed, self.breaks)
-        gap = terms[0] - terms[1] - terms[2] - terms[3]
-        return abs(gap) / max(max(map(abs, terms)), 1e-30)
+        return relative(terms[0] - terms[1] - terms[2] - terms[3], *terms)
 
 
 @dataclass
@@ -132,47 +126,3 @@ def _by_rule(nodes: list[NodeAudit], figure: str) -> dict[str, dict]:
         d["nodes"] += 1
         d[figure] += getattr(n, figure)
     return out
-
-
-def build_audit(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
-    """Aggregate a finished :class:`Flow` per node, per layer and for the graph."""
-    graph = binding.graph
-    layer_of = graph.layers
-    nodes = []
-    for rec in flow.nodes:
-        node = graph.node(rec.name)
-        gap = rec.relevance_in - rec.relevance_out - rec.absorbed
-        nodes.append(NodeAudit(
-            name=rec.name, op=node.op, layer=layer_of[rec.name], rule=rec.rule, where=rec.where,
-            conserving=rec.conserving, relevance_in=rec.relevance_in, relevance_out=rec.relevance_out,
-            absorbed=rec.absorbed, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
-            relative_error=abs(gap) / max(rec.mass_in, abs(rec.relevance_in), abs(rec.relevance_out),
-                                          abs(rec.absorbed), 1e-30) if rec.conserving else 0.0,
-            semantics=RULES[rec.rule].breaking if rec.rule in RULES else ""))
-
-    layers: dict[str, LayerAudit] = {}
-    for n in sorted(nodes, key=lambda n: graph.node(n.name).index):
-        layer = layers.setdefault(n.layer, LayerAudit(n.layer))
-        layer.absorbed += n.absorbed
-        layer.breaks += n.breaks
-        layer.nodes += 1
-    for e in flow.edges:
-        src = layer_of[e.producer] if e.producer is not None else "input"
-        dst = layer_of[e.consumer] if e.consumer is not None else "output"
-        if src == dst:
-            continue
-        if src in layers:
-            layers[src].relevance_in += e.amount
-        if dst in layers:
-            layers[dst].relevance_out += e.amount
-
-    output_value = float(flow.output_relevance.double().sum())
-    input_total = float(sum(torch.nansum(t.double()) for t in flow.boundary.values())) if flow.boundary else 0.0
-    absorbed = sum(n.absorbed for n in nodes)
-    breaks = sum(n.breaks for n in nodes)
-    residual = output_value - input_total - absorbed - breaks
-    conservation = Conservation(
-        output_value=output_value, input_total=input_total, absorbed=absorbed, breaks=breaks,
-        residual=residual, relative_error=abs(residual) / max(abs(output_value), 1e-30),
-        stranded={k: float(v) for k, v in flow.stranded.items()})
-    return Audit(conservation, list(layers.values()), nodes, TOLERANCE.get(dtype, 1e-4))

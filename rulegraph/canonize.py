@@ -9,28 +9,33 @@ folded graph computes the same function up to rounding (folding is done in float
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
+from .errors import RuleFileError
 from .ir import Graph, Node
+from .registry import Registry
 
-CANONIZERS = ("batchnorm",)
+#: name → graph rewrite ``Graph -> Graph``; a rule file's ``canonize:`` lists names
+CANONIZERS: Registry[Callable[[Graph], Graph]] = Registry("canonizer", RuleFileError)
 
 
 def canonize(graph: Graph, names: tuple[str, ...] | list[str]) -> Graph:
-    """``graph`` with the named canonizers applied (cached on the graph)."""
+    """``graph`` with the named canonizers applied, in order (cached on the graph)."""
     if not names:
         return graph
-    cache = graph.__dict__.setdefault("_canonized", {})
     key = tuple(names)
+    cache = graph.cache.canonized
     if key not in cache:
         out = graph
         for name in names:
-            if name == "batchnorm":
-                out = fold_batchnorm(out)
+            out = CANONIZERS.get(name)(out)
         cache[key] = out
     return cache[key]
 
 
+@CANONIZERS.register("batchnorm")
 def fold_batchnorm(graph: Graph) -> Graph:
     """Merge each BatchNormalization into the Conv or Gemm feeding it, when that layer's
     output feeds nothing else and every parameter is a constant:
@@ -53,7 +58,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
                                    or layer.attrs.get("transA", 0)):
             continue
         scale, beta, mean, var = (_constant(graph, v).double() for v in bn.inputs[1:5])
-        a = scale / torch.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+        a = scale / torch.sqrt(var + bn.attrs.get("epsilon", BATCHNORM_EPSILON))
         w = _constant(graph, layer.inputs[1]).double()
         if layer.op == "Conv":
             w = w * a.reshape(-1, *([1] * (w.dim() - 1)))
@@ -76,6 +81,10 @@ def fold_batchnorm(graph: Graph) -> Graph:
     nodes = [n for n in nodes if n.op != "Identity" or any(v in used or v in graph.outputs for v in n.outputs)]
     return Graph(nodes, graph.inputs, graph.outputs, constants, opset=graph.opset, name=graph.name,
                  metadata=graph.metadata, source=graph.source)
+
+
+#: BatchNormalization's ONNX default ε, for graphs built without the loaders' defaults
+BATCHNORM_EPSILON = 1e-5
 
 
 def _constant(graph: Graph, value: str) -> torch.Tensor | None:

@@ -13,6 +13,11 @@ every value into one of three classes:
 So a steady-state forward executes only the value-dependent nodes. All floating
 tensors are computed in the plan's dtype (a ``Cast`` to float32 in float64 mode casts
 to float64), so one exported model serves both precisions.
+
+Each node's attributes are completed with its op's defaults when the plan binds it
+(:attr:`~rulegraph.ops.OpSpec.defaults`, the ONNX defaults), so the rules read
+``attrs["epsilon"]`` without repeating a default. A run returns its :class:`Values`:
+every value by name, and the static arguments (shapes, axes) it handed to the ops.
 """
 from __future__ import annotations
 
@@ -30,6 +35,26 @@ from .ops import OpSpec, lookup
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+
+
+class Values(dict):
+    """The values of one run by name, with ``statics``: (node index, input position) → the
+    host list that input was handed to the op as (shapes, axes), for the rules to reuse."""
+
+    __slots__ = ("statics",)
+
+    def __init__(self, *args, statics: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.statics: dict[tuple[int, int], list] = statics if statics is not None else {}
+
+    def arguments(self, step: "Step") -> list:
+        """The node's forward arguments as the run passed them (static inputs as host lists)."""
+        node = step.node
+        args = [self[v] if v else None for v in node.inputs]
+        for i in step.static:
+            cached = self.statics.get((node.index, i))
+            args[i] = cached if cached is not None else args[i].tolist()
+        return args
 
 
 class Kind(IntEnum):
@@ -89,7 +114,6 @@ class Plan:
             isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
             for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
-        self.last_statics: dict[tuple[int, int], list] = {}  # static arguments of the latest run
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
 
@@ -105,7 +129,7 @@ class Plan:
 
     def _bind(self, node: Node) -> Step:
         spec = lookup(node.op, node.domain, node=node.name, opset=self.graph.opset)
-        attrs = {k: self._convert(v) for k, v in node.attrs.items()}
+        attrs = {k: self._convert(v) for k, v in {**spec.defaults, **node.attrs}.items()}
         static = tuple(i for i in spec.static if i < len(node.inputs) and node.inputs[i])
         kinds = tuple(self.kind[node.inputs[i]] for i in static)
         k = max((self.kind[v] for v in node.outputs), default=Kind.CONST)
@@ -143,8 +167,8 @@ class Plan:
                     env[name] = value
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
-            overrides: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
-        """Run the graph; returns the values by name — all of them, or with ``keep`` only
+            overrides: dict[str, Tensor] | None = None) -> Values:
+        """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs).
 
@@ -156,7 +180,7 @@ class Plan:
         feeds = self.feeds(inputs)
         signature = tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items())
         cached = self._shape_cache.get(signature)
-        env: dict[str, Any] = dict(self.constants)
+        env = Values(self.constants)
         env.update(feeds)
         skipped: frozenset[str] = frozenset()
         if overrides:
@@ -167,13 +191,13 @@ class Plan:
             shape_values, statics = cached
             env.update(shape_values)
             self._run_steps(self._without(self.value_steps, skipped), env, statics, keep)
-            self.last_statics = statics
+            env.statics = statics
             return env
         statics: dict = {}
         self._run_steps(self._without(self.steps, skipped), env, statics, keep)
         shape_values = {v: env[v] for s in self.steps if s.kind == Kind.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
-        self.last_statics = statics
+        env.statics = statics
         if len(self._shape_cache) > SHAPE_CACHE_SIZE:
             self._shape_cache.popitem(last=False)
         return env
@@ -276,7 +300,7 @@ def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype
         raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
     if dtype not in (torch.float32, torch.float64):
         raise InputError(f"dtype must be float32 or float64, got {dtype}")
-    plans = graph.__dict__.setdefault("_plans", {})
+    plans = graph.cache.plans
     key = (str(device), dtype)
     if key not in plans:
         plans[key] = Plan(graph, device, dtype)

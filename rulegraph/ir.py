@@ -6,8 +6,8 @@ ONNX op names whatever the source (the fx loader translates aten targets), so on
 rule file serves ONNX and fx exports alike. Attributes are plain Python values
 (ints, floats, lists, strings, torch dtypes, tensors) under their ONNX names.
 
-The structure is also available as a :mod:`networkx` ``DiGraph`` (``graph.nx``)
-for analyses and pattern queries; the interpreter uses the flat lists.
+What is derived from a graph and worth keeping (its plans per device and dtype, its
+bindings to rule sets, its canonized forms…) lives in one declared :class:`GraphCache`.
 """
 from __future__ import annotations
 
@@ -42,6 +42,17 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.name!r}, {self.op})"
+
+
+@dataclass
+class GraphCache:
+    """What is computed from a graph once and reused, by the module that computes it."""
+
+    plans: dict = field(default_factory=dict)            # (device, dtype) → interpreter.Plan
+    bindings: dict = field(default_factory=dict)         # id(rule set) → (rule set, ruleset.Binding)
+    canonized: dict = field(default_factory=dict)        # canonizer names → canonized Graph
+    attention: list | None = None                        # the attention probabilities' values, in block order
+    sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class Graph:
                 if v:
                     self.consumers.setdefault(v, []).append((n, k))
         self._by_name = {n.name: n for n in self.nodes}
+        self.cache = GraphCache()
         missing = [o for o in self.outputs if o not in self.producer and o not in self.constants
                    and o not in self.input_names]
         if missing:
@@ -132,18 +144,6 @@ class Graph:
     def layers(self) -> dict[str, str]:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
         return layer_names(self)
-
-    @cached_property
-    def nx(self) -> nx.DiGraph:
-        """Node-level DiGraph: an edge ``a → b`` per value ``a`` produces and ``b`` consumes."""
-        g = nx.DiGraph()
-        for n in self.nodes:
-            g.add_node(n.name, node=n)
-        for n in self.nodes:
-            for v in n.inputs:
-                if v in self.producer:
-                    g.add_edge(self.producer[v].name, n.name, value=v)
-        return g
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes, opset {self.opset}, from {self.source or '?'})"

@@ -7,7 +7,6 @@ import torch
 
 import tiny
 import rulegraph
-from rulegraph.explain import bind
 from rulegraph.ruleset import RuleSet
 
 F64 = torch.float64
@@ -52,7 +51,7 @@ def models(tmp_path_factory):
 def test_rule_set_covers_and_reconstructs(models, name, rules):
     path, feeds = models[name]
     graph = rulegraph.load(str(path))
-    binding = bind(graph, RuleSet.load(rules))
+    binding = (RuleSet.load(rules)).bind(graph)
     assert not binding.unmatched
     e = rulegraph.explain(graph, rules, feeds, dtype=F64)
     c = e.audit.conservation
@@ -73,7 +72,7 @@ def test_rule_set_covers_and_reconstructs(models, name, rules):
 def test_attnlrp_uniform_rule_on_attention_products(models):
     path, _ = models["bert"]
     graph = rulegraph.load(str(path))
-    binding = bind(graph, RuleSet.load("attnlrp"))
+    binding = (RuleSet.load("attnlrp")).bind(graph)
     products = [n for n in binding.reached if n.op == "MatMul" and all(v in binding.tainted for v in n.inputs)]
     assert len(products) == 2 * tiny.SIZE["layers"]             # Q·Kᵀ and P·V per block
     assert {binding.assignments[n.name].rule.name for n in products} == {"uniform"}

@@ -1,4 +1,4 @@
-"""The decomposition pass (seeds/000, Sec. 2) against hand-written float64 decompositions,
+"""The decomposition pass (Yang et al. 2023, Sec. 2) against hand-written float64 decompositions,
 its properties (exact reconstruction, Group Additivity of signed D̂ and not of abs),
 partitions, rule-file errors and the command line."""
 from __future__ import annotations
@@ -14,7 +14,9 @@ import rulegraph
 import tiny
 from rulegraph import RuleSet
 from rulegraph.cli import main
-from rulegraph.decomposition import assign, decompose, engine, run_pass
+from rulegraph.passes import decomposition as engine
+from rulegraph.passes.decomposition import run_pass
+from rulegraph.passes.partition import assign
 from rulegraph.errors import InputError, RuleFileError, RuleMatchError
 
 F64 = torch.float64
@@ -93,7 +95,7 @@ def mlp(tmp_path_factory):
 @pytest.mark.parametrize("groups", ["token", [[0, 1], [2], [3, 4, 5]]])
 def test_mlp_matches_the_papers_equations(mlp, kw, groups):
     model, x, path = mlp
-    e = decompose(path, "decomposition", {"x": x}, target=[0, 2], dtype=F64, groups=groups,
+    e = rulegraph.explain(path, "decomposition", {"x": x}, target=[0, 2], dtype=F64, groups=groups,
                   alpha=kw.get("alpha"), threshold=kw.get("lam"), variant=kw.get("variant"))
     explicit = [[i] for i in range(6)] if groups == "token" else groups
     d, b = mlp_reference(model, x, explicit, **kw)
@@ -189,7 +191,7 @@ def _scores(e):
 def test_relu_bert_matches_a_functional_decomposition(relu_bert, alpha):
     model, path = relu_bert
     feeds = tiny.token_inputs(batch=2, length=7, pad=2)
-    e = decompose(path, "decomposition", feeds, dtype=F64, alpha=alpha)
+    e = rulegraph.explain(path, "decomposition", feeds, dtype=F64, alpha=alpha)
     d, b = bert_reference(model, feeds, [[i] for i in range(7)], alpha=alpha)
     got, bias = _scores(e)
     rows = torch.arange(2)
@@ -199,7 +201,7 @@ def test_relu_bert_matches_a_functional_decomposition(relu_bert, alpha):
 
 def test_gelu_bert_gates_with_phi(bert, bert_onnx):
     feeds = tiny.token_inputs(batch=2, length=7, pad=2)
-    e = decompose(bert_onnx, "decomposition", feeds, dtype=F64, groups="0-2,3-6", alpha="signed")
+    e = rulegraph.explain(bert_onnx, "decomposition", feeds, dtype=F64, groups="0-2,3-6", alpha="signed")
     d, b = bert_reference(bert.double(), feeds, [[0, 1, 2], [3, 4, 5, 6]], act="gelu", alpha="signed")
     got, bias = _scores(e)
     rows = torch.arange(2)
@@ -214,7 +216,7 @@ def test_gelu_bert_gates_with_phi(bert, bert_onnx):
 def test_components_sum_to_every_value(bert_onnx, dtype, tolerance, alpha):
     feeds = tiny.token_inputs(batch=2, length=9, pad=3)
     result = run_pass(rulegraph.load(bert_onnx), RuleSet.load("decomposition"), feeds, dtype=dtype,
-                      options={"alpha": alpha}, keep=True)
+                      alpha=alpha, keep=True)
     assert len(result.errors) == len(result.binding.reached)       # every reached node is audited
     for name, (gap, scale) in result.errors.items():
         assert float(gap) <= tolerance * float(scale), name
@@ -235,8 +237,8 @@ def test_audit_reports_every_layer(bert_onnx):
 
 def _merged(feeds, alpha):
     graph, rules = rulegraph.load(feeds[0]), RuleSet.load("decomposition")
-    token = run_pass(graph, rules, feeds[1], dtype=F64, options={"alpha": alpha}, keep=True)
-    merged = run_pass(graph, rules, feeds[1], dtype=F64, options={"alpha": alpha}, keep=True,
+    token = run_pass(graph, rules, feeds[1], dtype=F64, alpha=alpha, keep=True)
+    merged = run_pass(graph, rules, feeds[1], dtype=F64, alpha=alpha, keep=True,
                       groups=[[0], [1, 2], [3], [4], [5]])
     return token, merged
 
@@ -266,8 +268,8 @@ def test_linearized_pass_equals_carrying_every_component(relu_bert, bert_onnx, k
     """With signed α or D̄ one group and a backward pass give every group's component (Group Additivity)."""
     for path in (relu_bert[1], bert_onnx):
         feeds = tiny.token_inputs(batch=2, length=7, pad=2)
-        full = decompose(path, "decomposition", feeds, dtype=F64, groups=groups, mode="components", **kw)
-        fast = decompose(path, "decomposition", feeds, dtype=F64, groups=groups, mode="linearized", **kw)
+        full = rulegraph.explain(path, "decomposition", feeds, dtype=F64, groups=groups, mode="components", **kw)
+        fast = rulegraph.explain(path, "decomposition", feeds, dtype=F64, groups=groups, mode="linearized", **kw)
         assert fast.extra["decomposition"]["mode"] == "linearized"
         assert _relative(_scores(fast)[0], _scores(full)[0]) < 1e-10
         assert _relative(_scores(fast)[1], _scores(full)[1]) < 1e-10
@@ -276,16 +278,16 @@ def test_linearized_pass_equals_carrying_every_component(relu_bert, bert_onnx, k
 
 def test_linearized_pass_refuses_abs_alpha(bert_onnx):
     with pytest.raises(InputError, match="linearized pass needs signed α or D̄"):
-        decompose(bert_onnx, "decomposition", tiny.token_inputs(), alpha="abs", mode="linearized")
+        rulegraph.explain(bert_onnx, "decomposition", tiny.token_inputs(), alpha="abs", mode="linearized")
     with pytest.raises(InputError, match="mode must be one of"):
-        decompose(bert_onnx, "decomposition", tiny.token_inputs(), mode="fast")
+        rulegraph.explain(bert_onnx, "decomposition", tiny.token_inputs(), mode="fast")
 
 
 def test_chunks_do_not_change_the_result(bert_onnx, monkeypatch):
     feeds = tiny.token_inputs(batch=2, length=9, pad=3)
-    whole = decompose(bert_onnx, "decomposition", feeds, dtype=F64, alpha="hybrid")
+    whole = rulegraph.explain(bert_onnx, "decomposition", feeds, dtype=F64, alpha="hybrid")
     monkeypatch.setattr(engine, "CHUNK_ELEMENTS", 100)
-    chunked = decompose(bert_onnx, "decomposition", feeds, dtype=F64, alpha="hybrid")
+    chunked = rulegraph.explain(bert_onnx, "decomposition", feeds, dtype=F64, alpha="hybrid")
     assert _relative(_scores(chunked)[0], _scores(whole)[0]) < 1e-12      # sums in another order only
 
 
@@ -293,7 +295,7 @@ def test_decoder_only_source_and_prefix(tmp_path):
     model = tiny.build("gpt2")
     path = tiny.onnx(model, tmp_path / "gpt2.onnx", names=("input_ids", "attention_mask"))
     feeds = tiny.token_inputs(("input_ids", "attention_mask"), length=8)
-    e = decompose(path, "decomposition", feeds, dtype=F64, groups="source:5")
+    e = rulegraph.explain(path, "decomposition", feeds, dtype=F64, groups="source:5")
     doc = e.extra["decomposition"]
     assert [g["label"] for g in doc["groups"]] == ["source", "prefix"]
     assert [g["positions"] for g in doc["groups"]] == [[0, 1, 2, 3, 4], [5, 6, 7]]
@@ -344,7 +346,7 @@ def test_rule_file_errors_name_the_line(text, message):
 def test_a_nonlinear_op_needs_a_rule_that_handles_it(bert_onnx):
     rules = RuleSet.from_yaml("pass: decomposition\nrules:\n  - op: '*'\n    rule: linear\n", source="d.yaml")
     with pytest.raises(RuleMatchError, match="d.yaml:3: rule 'linear' cannot apply .* not linear"):
-        decompose(bert_onnx, rules, tiny.token_inputs())
+        rulegraph.explain(bert_onnx, rules, tiny.token_inputs())
 
 
 def test_a_relevance_rule_set_is_refused_by_run_pass(bert_onnx):
@@ -382,17 +384,17 @@ def test_cli_decomposition_options_need_a_decomposition_rule_set(capsys, bert_on
 
 
 def test_the_decomposition_method_takes_the_alpha_options(relu_bert):
-    """``rulegraph evaluate -o decomposition.alpha=signed``: the method's options reach decompose()."""
+    """``rulegraph evaluate -o decomposition.alpha=signed``: the method's options reach rulegraph.explain()."""
     from rulegraph.methods import explain_with
     path = relu_bert[1]
     feeds = tiny.token_inputs(batch=2, length=7, pad=2)
     for alpha in ("signed", "abs"):
         via_method = explain_with(path, "decomposition", feeds, dtype=F64, alpha=alpha)
-        direct = decompose(path, "decomposition", feeds, dtype=F64, alpha=alpha)
+        direct = rulegraph.explain(path, "decomposition", feeds, dtype=F64, alpha=alpha)
         assert torch.equal(via_method.relevance["input_ids"], direct.relevance["input_ids"])
     default = explain_with(path, "decomposition", feeds, dtype=F64, alpha=None)   # unset, as resolve() gives it
     assert default.extra["decomposition"]["mode"] == "components"          # the rule file's hybrid α
-    assert _relative(_scores(default)[0], _scores(decompose(path, "decomposition", feeds, dtype=F64))[0]) == 0
+    assert _relative(_scores(default)[0], _scores(rulegraph.explain(path, "decomposition", feeds, dtype=F64))[0]) == 0
     assert not torch.allclose(via_method.relevance["input_ids"], default.relevance["input_ids"])
     with pytest.raises(InputError, match="alpha: 'plain' is not valid"):
         explain_with(path, "decomposition", feeds, alpha="plain")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import rulegraph
-from rulegraph.decomposition import decompose, run_pass
+from rulegraph.passes.decomposition import run_pass
 from rulegraph.text import TextEncoder
 
 CACHE = Path(os.environ.get("RULEGRAPH_CACHE", Path(__file__).resolve().parents[1] / ".cache")) / "sentiment-minilm"
@@ -39,7 +39,7 @@ def test_components_sum_to_every_value(demo, dtype, tolerance):
 def test_word_groups_add_up_to_the_logit(demo):
     graph, encoded = demo
     enc = encoded[0]
-    e = decompose(graph, "decomposition", enc.inputs, dtype=torch.float64, groups="word",
+    e = rulegraph.explain(graph, "decomposition", enc.inputs, dtype=torch.float64, groups="word",
                   word_ids=[enc.word_ids], tokens=[enc.tokens])
     doc = e.extra["decomposition"]
     assert len(doc["groups"]) == len(set(w for w in enc.word_ids if w is not None)) + 2   # + [CLS], [SEP]

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import rulegraph
-from rulegraph.decomposition import decompose
 
 pytestmark = pytest.mark.peer
 pydec = pytest.importorskip("pydec")
@@ -40,7 +39,7 @@ def test_signed_decomposition_agrees_with_pydec(relu_bert, dtype, tolerance, mod
     model, graph = relu_bert
     feeds = bench.feeds(12, SMALL["vocab"], seed=3)
     feeds["attention_mask"][0, -3:] = 0          # padded keys: PyDec and rulegraph mask them alike
-    e = decompose(graph, "decomposition", feeds, dtype=dtype, alpha="signed", mode=mode)
+    e = rulegraph.explain(graph, "decomposition", feeds, dtype=dtype, alpha="signed", mode=mode)
     ours = torch.tensor([g["score"] for g in e.extra["decomposition"]["groups"]], dtype=torch.float64)
     composition = bench.pydec_bert(model.to(dtype), **feeds)
     theirs = composition.components[:, 0, e.target[0]].double()

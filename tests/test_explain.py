@@ -11,7 +11,8 @@ import tiny
 from reference import bert_logits, gradient_x_input
 from rulegraph import RuleSet
 from rulegraph.errors import InputError, NumericalError
-from rulegraph.rules import RULES, Contribution, Rule, rule
+from rulegraph.rules import RULES, Rule, relevance_rule
+from rulegraph.rules.signal import Contribution
 
 SHIPPED = sorted(rulegraph.shipped_rule_sets())
 F64 = torch.float64
@@ -130,7 +131,7 @@ def test_explicit_target_and_its_range(bert_onnx):
         rulegraph.explain(bert_onnx, "lrp-ah-ln", feeds, target=5)
 
 
-@rule("test-leaky")
+@relevance_rule("test-leaky")
 class _Leaky(Rule):
     """Claims to conserve but hands on only 90% (to show the audit catches it)."""
 
@@ -144,7 +145,7 @@ def test_audit_catches_a_rule_that_leaks(bert_onnx):
             "rules:\n  - op: Tanh\n    rule: test-leaky\n" + _shipped_entries("lrp-ah-ln"), source="leaky.yaml")
         e = rulegraph.explain(bert_onnx, rules, _feeds())
     finally:
-        del RULES["test-leaky"]
+        RULES["relevance"].remove("test-leaky")
     assert [n.op for n in e.audit.unexpected] == ["Tanh"]
     assert not e.audit.ok
     tanh = e.audit.unexpected[0]

@@ -13,7 +13,6 @@ pytestmark = pytest.mark.peer
 torchvision = pytest.importorskip("torchvision")
 
 import rulegraph  # noqa: E402
-from rulegraph.explain import bind  # noqa: E402
 from rulegraph.ruleset import RuleSet  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "torchvision-onnx"
@@ -36,5 +35,5 @@ def export(name: str) -> Path:
 @pytest.mark.parametrize("name, rules", CASES)
 def test_full_coverage(name, rules):
     graph = rulegraph.load(str(export(name)))
-    binding = bind(graph, RuleSet.load(rules))
+    binding = (RuleSet.load(rules)).bind(graph)
     assert not binding.unmatched, sorted({n.op for n in binding.unmatched})

@@ -10,7 +10,8 @@ import torch
 
 from rulegraph.ir import Node
 from rulegraph.ops import lookup
-from rulegraph.rules import RULES, Contribution, Incoming, Site
+from rulegraph.rules import RULES
+from rulegraph.rules.signal import Contribution, Incoming, Site
 
 F64 = torch.float64
 torch.manual_seed(0)
@@ -20,6 +21,7 @@ def apply(rule_name: str, op: str, inputs: list, relevance: torch.Tensor, *, tai
           params=None, **attrs):
     """Run one rule on one node; returns (relevance per input, absorbed extra, output)."""
     spec = lookup(op)
+    attrs = {**spec.defaults, **attrs}        # as the interpreter completes them
     out = spec.forward(*inputs, **attrs)
     outputs = list(out) if isinstance(out, tuple) else [out]
     incoming = Incoming(outputs[0])
@@ -31,7 +33,7 @@ def apply(rule_name: str, op: str, inputs: list, relevance: torch.Tensor, *, tai
     node = Node("n", op, tuple(f"i{k}" for k in range(len(inputs))), ("o",), attrs)
     site = Site(node=node, spec=spec, attrs=attrs, inputs=inputs, outputs=outputs, tainted=tainted,
                 incoming=[incoming] + [None] * (len(outputs) - 1))
-    rule = RULES[rule_name](**(params or {}))
+    rule = RULES["relevance"].get(rule_name)(**(params or {}))
     contributions = rule.propagate(site)
     rel = [c.tensor(x) if c is not None else None for c, x in zip(contributions, inputs)]
     return rel, [t.sum() for t in site.absorbed], outputs[0]
@@ -190,7 +192,7 @@ def test_pass_through_concat_absorbs_the_constant_piece():
 
 
 def test_detaching_every_input_is_a_break_not_conservation():
-    from rulegraph.rules import Gradient
+    from rulegraph.rules.gradient import Gradient
     node = Node("n", "Mul", ("a", "b"), ("o",))
     assert Gradient(detach=[1]).conserves(node, lookup("Mul"), [True, True])
     assert not Gradient(detach=[0, 1]).conserves(node, lookup("Mul"), [True, True])

@@ -9,7 +9,6 @@ import cnn
 import rulegraph
 from rulegraph.canonize import fold_batchnorm
 from rulegraph.errors import RuleFileError, RuleMatchError
-from rulegraph.explain import bind
 from rulegraph.ruleset import RuleSet
 
 F64 = torch.float64
@@ -29,7 +28,7 @@ def exports(tmp_path_factory):
 
 
 def rules_by_op(graph, ruleset):
-    binding = bind(graph, RuleSet.load(ruleset) if isinstance(ruleset, str) else ruleset)
+    binding = (RuleSet.load(ruleset) if isinstance(ruleset, str) else ruleset).bind(graph)
     assert not binding.unmatched
     return [(n.op, binding.assignments[n.name].rule.name) for n in binding.reached]
 
@@ -113,7 +112,7 @@ rules:
 
 def test_per_layer_params_by_name(exports):
     graph = rulegraph.load(str(exports["cnn"]))
-    binding = bind(graph, RuleSet.from_yaml(PER_LAYER, source="p.yaml"))
+    binding = (RuleSet.from_yaml(PER_LAYER, source="p.yaml")).bind(graph)
     convs = [(binding.assignments[n.name].rule, binding.assignments[n.name].where)
              for n in binding.reached if n.op == "Conv"]
     names = [n.name for n in binding.reached if n.op == "Conv"]
@@ -141,7 +140,7 @@ rules:
     rule: gradient
 """
     graph = rulegraph.load(str(bert_onnx))
-    binding = bind(graph, RuleSet.from_yaml(text))
+    binding = (RuleSet.from_yaml(text)).bind(graph)
     seen = {}
     for n in binding.reached:
         a = binding.assignments[n.name]

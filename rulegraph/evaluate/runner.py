@@ -27,7 +27,7 @@ from rich.table import Table
 
 from .. import methods as registry
 from ..errors import InputError, RulegraphError, choices
-from ..explain import position_scores
+from ..passes.base import position_scores
 from ..loaders import load
 from ..text import TextEncoder
 from . import metrics as M

@@ -139,8 +139,7 @@ def _rules_method(name: str) -> Method:
         kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
                       audit=request.audit)
         if decomposition:
-            from ..decomposition import decompose
-            return decompose(request.graph, RuleSet.load(name), request.inputs, request.target, alpha=options["alpha"],
+            return explain(request.graph, RuleSet.load(name), request.inputs, request.target, alpha=options["alpha"],
                              threshold=options["lambda"], variant=options["variant"], **kwargs)
         return explain(request.graph, RuleSet.load(name), request.inputs, request.target, **kwargs)
     return Method(name, description.strip() or f"rule set {name}", run,

@@ -6,7 +6,7 @@
 * ``loo`` and the token baselines run perturbed token sequences through
   :class:`~rulegraph.methods.sequences.TokenModel`.
 * ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
-  feeding the attention MatMul, found with the ``ah`` pattern of ``rules/lrp-ah.yaml``.
+  feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``.
 """
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import numpy as np
 import torch
 
 from ..errors import InputError, RulegraphError
-from ..explain import Explanation, _labels, _seed, bind, position_scores
+from ..explanation import Explanation
 from ..interpreter import prepare
 from ..ir import Graph
-from ..relevance import propagate
+from ..passes.base import labels, position_scores, select
+from ..passes.relevance import walk
 from ..ruleset import Pattern, RuleSet
 from . import Option, Request, baseline
 from .sequences import ENGINES, REMOVALS, TokenModel, Tokens, token_input
@@ -35,14 +36,14 @@ _ATTENTION_THROUGH = ("Where", "Cast", "Dropout", "Identity")
 
 def _explanation(req: Request, out: Tensor, targets: list[int], position: int | None,
                  boundary: dict[str, Tensor], relevance: dict[str, Tensor] | None = None, **extra) -> Explanation:
-    seed, _, _ = _seed(out, targets, position)
+    seed, _, _ = select(out, targets, position)
     explained = (out * seed).flatten(1).sum(1) if out.dim() > 1 else out * seed
     boundary = {k: v.detach().cpu() for k, v in boundary.items()}
     return Explanation(
         output=req.output or req.graph.outputs[0], output_tensor=out.detach().cpu(), target=targets,
         position=position, output_value=explained.double().tolist(),
         relevance=relevance if relevance is not None else {k: position_scores(v) for k, v in boundary.items()},
-        boundary=boundary, rules="", audit=None, labels=_labels(req.graph), extra=dict(extra))
+        boundary=boundary, rules="", audit=None, labels=labels(req.graph), extra=dict(extra))
 
 
 def _forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, Tensor, list[int], int | None]:
@@ -51,7 +52,7 @@ def _forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, 
     with torch.no_grad():
         env = plan.run(req.inputs, keep=keep, overrides=overrides)
     out = env[output]
-    _, targets, position = _seed(out, req.target, req.position)
+    _, targets, position = select(out, req.target, req.position)
     return env, out, targets, position
 
 
@@ -59,15 +60,15 @@ def _gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], over
     """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
     boundary values and the output."""
     rules = RuleSet.load("gi")
-    binding = bind(req.graph, rules)
+    binding = rules.bind(req.graph)
     binding.require_complete()
     plan = prepare(req.graph, req.device, req.dtype)
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
         env = plan.run(inputs, keep=binding.needed_values, overrides=overrides)
         out = env[output]
-        seed, _, _ = _seed(out, targets, req.position)
-        flow = propagate(binding, plan, env, output, seed, audit=False)
+        seed, _, _ = select(out, targets, req.position)
+        flow = walk(binding, plan, env, output, seed, audit=False)
     grads = {}
     for v in binding.boundary:
         g = flow.signals.get(v)
@@ -145,7 +146,7 @@ def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation
     if steps < 1:
         raise InputError("option ig.steps must be at least 1")
     rules = RuleSet.load("gi")
-    binding = bind(req.graph, rules)
+    binding = rules.bind(req.graph)
     values = frozenset(binding.boundary)
     env, out, targets, position = _forward(req, values)
     x = {v: env[v] for v in values}
@@ -168,7 +169,7 @@ def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation
             total[v].index_add_(0, bs.to(a.device), grads[v] * w.view(-1, *[1] * (x[v].dim() - 1)))
     attributions = {v: (x[v] - base[v]) * total[v] for v in values}
     _, base_out, _, _ = _forward(req, frozenset(), overrides=base)
-    seed, _, _ = _seed(base_out, targets, position)
+    seed, _, _ = select(base_out, targets, position)
     base_value = (base_out * seed).flatten(1).sum(1)
     e = _explanation(req, out, targets, position, _by_key(binding, attributions), steps=steps, baseline=baseline,
                      baseline_output=base_value.double().tolist())
@@ -247,12 +248,11 @@ def leave_one_out(req: Request, mode: str, score: str, engine: str) -> Explanati
 def attention_values(graph: Graph) -> list[str]:
     """The attention probabilities (Softmax outputs feeding an attention MatMul), in block order.
 
-    Found with the pattern of the ``ah`` entry of ``rules/lrp-ah.yaml`` (probabilities ×
+    Found with the pattern of the ``ah`` entry of ``rulesets/lrp-ah.yaml`` (probabilities ×
     values: a MatMul whose input 0 comes from a Softmax, possibly through Where/Cast/Dropout).
     """
-    cache = graph.__dict__.setdefault("_attention_values", None)
-    if cache is not None:
-        return cache
+    if graph.cache.attention is not None:
+        return graph.cache.attention
     rules = RuleSet.load("lrp-ah")
     entries = [e for e in rules.entries if e.rule.name == "ah" and e.inputs]
     found: list[str] = []
@@ -265,8 +265,8 @@ def attention_values(graph: Graph) -> list[str]:
         if value is not None and value not in found:
             found.append(value)
     if not found:
-        raise InputError("no attention found: no MatMul fed by a Softmax (the `ah` pattern of rules/lrp-ah.yaml)")
-    graph.__dict__["_attention_values"] = found
+        raise InputError("no attention found: no MatMul fed by a Softmax (the `ah` pattern of rulesets/lrp-ah.yaml)")
+    graph.cache.attention = found
     return found
 
 

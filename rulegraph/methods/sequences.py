@@ -122,7 +122,7 @@ _NUMPY = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "
 def _onnxruntime_session(graph: Graph):
     """One onnxruntime session per graph and thread count (kept on the graph, like its bindings)."""
     import onnxruntime as ort
-    sessions = graph.__dict__.setdefault("_onnxruntime_sessions", {})
+    sessions = graph.cache.sessions
     threads = torch.get_num_threads()
     if threads not in sessions:
         options = ort.SessionOptions()

@@ -31,10 +31,15 @@ What the relevance rules read from an :class:`OpSpec`:
 ``float_output``
     ``False`` for ops whose outputs are integers or booleans (Shape, ArgMax, Equal…):
     relevance never flows through them.
+``defaults``
+    The forward's keyword defaults: the ONNX attribute defaults (a test checks them
+    against the ONNX schemas). The interpreter completes every node's attributes with
+    them once, so no rule repeats a default.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -81,6 +86,7 @@ class OpSpec:
     float_output: bool = True      # False for shapes, indices, comparisons: they never carry relevance
     domain: str = ""
     doc: str = field(default="", compare=False)
+    defaults: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def is_additive(self, index: int) -> bool:
         return self.additive == "all" or index in self.additive
@@ -95,7 +101,10 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
         key = (domain, name)
         if key in REGISTRY:
             raise RuntimeError(f"op {name!r} (domain {domain!r}) is registered twice")
-        REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(), **traits)
+        defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                    if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+        REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(),
+                               defaults=defaults, **traits)
         return fn
     return register
 
@@ -115,10 +124,6 @@ def lookup(op_type: str, domain: str = "", *, node: str = "", opset: int | None 
 
 def _canonical_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
-
-
-def implemented_ops() -> list[str]:
-    return sorted(name for _, name in REGISTRY)
 
 
 # -- shared helpers for VJPs -------------------------------------------------------

@@ -1,10 +1,11 @@
-"""The decomposition pass: a forward walk that carries G+1 components per value.
+"""The decomposition pass: a forward walk that carries G+1 components per value (Yang et al. 2023,
+"Local interpretation of transformer based on linear decomposition", ACL, Sec. 2).
 
 After the ordinary forward (every value by name), the values the boundary reads are
 split by the partition: group g gets the rows of its positions (dim 1), the bias
 component nothing (Eq. 14). Then, in topological order, each node the rule set
 reaches maps the components of its inputs to those of its outputs with its rule
-(:mod:`rulegraph.decomposition.rules`). Values that carry no components — weights,
+(:mod:`rulegraph.rules.components`). Values that carry no components — weights,
 biases, position embeddings, masks, attention probabilities, LayerNorm statistics —
 are constants or coefficients of the node that reads them.
 
@@ -17,21 +18,20 @@ reports the largest error per node and per layer (``graph.layers``).
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
-from ..audit import TOLERANCE, Audit, Conservation, LayerAudit, NodeAudit
+from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError
-from ..explain import Explanation, _labels, _seed, bind
-from ..interpreter import Plan, prepare
-from ..ir import Graph
-from ..loaders import load
-from ..ruleset import Binding, RuleSet
+from ..explanation import Explanation
+from ..interpreter import Values
+from ..rules.components import ComponentSite, Parts
+from ..ruleset import Binding
+from ..tolerances import relative, tolerance
+from .base import PASSES, Forward, Pass, forward, prepared
 from .partition import Partition, assign
-from .rules import Parts, Site
 
 Tensor = torch.Tensor
 
@@ -76,12 +76,10 @@ class DecompositionAudit(Audit):
 
 
 @dataclass
-class Pass:
-    """The result of :func:`run_pass`."""
+class Components:
+    """Every component the pass computed: the result of :func:`components`."""
 
-    binding: Binding
-    plan: Plan
-    env: dict[str, Tensor]
+    forward: Forward
     partitions: list[Partition]
     parts: dict[str, Parts]                      # components of the values kept (the outputs, or all)
     errors: dict[str, tuple[Tensor, Tensor]]     # node → (max abs error, max |value|)
@@ -89,43 +87,55 @@ class Pass:
     settings: dict = field(default_factory=dict)   # the activation params in effect (first activation reached)
     leaves: dict[str, Tensor] = field(default_factory=dict)   # the boundary values, in the linearized pass
 
+    @property
+    def binding(self) -> Binding:
+        return self.forward.binding
 
-def options_of(alpha: str | None = None, threshold: float | None = None, variant: str | None = None) -> dict:
-    return {k: v for k, v in dict(alpha=alpha, threshold=threshold, variant=variant).items() if v is not None}
+    @property
+    def env(self) -> Values:
+        return self.forward.values
 
 
-def run_pass(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], *, groups: Any = "token",
-             word_ids: Sequence[Sequence[int | None]] | None = None, tokens: Sequence[Sequence[str]] | None = None,
-             device: str = "cpu", dtype: torch.dtype = torch.float32, options: dict | None = None,
-             audit: bool = True, keep: bool = False, linearized: bool = False) -> Pass:
-    """Forward, then the decomposition pass. ``keep=True`` keeps every value's components
-    (for tests and inspection); otherwise only the graph outputs' are kept.
+def components(forward: Forward, *, groups: Any = "token", word_ids: Sequence[Sequence[int | None]] | None = None,
+               tokens: Sequence[Sequence[str]] | None = None, alpha: str | None = None,
+               threshold: float | None = None, variant: str | None = None, audit: bool = True,
+               keep: bool = False, linearized: bool = False) -> Components:
+    """The decomposition pass after the prologue's forward. ``keep=True`` keeps every value's
+    components (for tests and inspection); otherwise only the graph outputs' are kept.
 
     ``linearized=True`` carries one group (all positions) whose boundary values are
-    autograd leaves (``Pass.leaves``): with signed α or D̄ every rule is linear in the
+    autograd leaves (``Components.leaves``): with signed α or D̄ every rule is linear in the
     group components once its factors are fixed, so the contribution of any group is
-    ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` (Group Additivity, App. C) — one backward pass instead of
-    G components. The audit then checks that one group + bias rebuild every value.
+    ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` (Group Additivity, Yang et al. 2023, App. C) — one backward
+    pass instead of G components. The audit then checks that one group + bias rebuild every value.
     """
-    if getattr(ruleset, "pass_name", "relevance") != "decomposition":
-        raise InputError(f"rule set {ruleset.name or ruleset.source!r} is a relevance rule set; "
-                         "the decomposition pass needs `pass: decomposition`")
-    binding = bind(graph, ruleset)
-    binding.require_complete()
-    if binding.unmatched and ruleset.on_unmatched == "warn":
-        warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; their outputs are taken as constants "
-                      f"(first: {binding.unmatched[0].name!r}, op {binding.unmatched[0].op})", stacklevel=3)
-    plan = prepare(graph, device, dtype)
-    env = plan.run(inputs, keep=binding.needed_values)
-    rules = effective_rules(binding, options or {})
+    binding = forward.binding
+    rules = effective_rules(binding, options_of(alpha, threshold, variant))
     if linearized and not linear_in_groups(rules):
         raise InputError("the linearized pass needs signed α or D̄ (--alpha signed or --variant bar); "
                          "abs and hybrid α are not linear in the groups")
-    partitions, onehot = _partition(binding, env, groups, word_ids, tokens)
+    partitions, onehot = _partition(binding, forward.values, groups, word_ids, tokens)
     if linearized:
         onehot = torch.ones_like(onehot[:1])
     with torch.set_grad_enabled(linearized):
-        return _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized)
+        return _walk(forward, rules, partitions, onehot, audit, keep, linearized)
+
+
+def run_pass(model: Any, rules, inputs: dict[str, Any], *, device: str = "cpu", dtype: torch.dtype = torch.float32,
+             keep: bool = False, linearized: bool = False, audit: bool = True, **arguments: Any) -> Components:
+    """Every component, for inspection and tests: the prologue and :func:`components` (``arguments``:
+    ``groups``, ``word_ids``, ``tokens``, ``alpha``, ``threshold``, ``variant``) without the scores."""
+    graph, ruleset = prepared(model, rules)
+    if ruleset.pass_name != "decomposition":
+        raise InputError(f"rule set {ruleset.name or ruleset.source!r} is a {ruleset.pass_name} rule set; "
+                         "the decomposition pass needs `pass: decomposition`")
+    start = forward(graph, ruleset, inputs, None, output=None, position=None, device=device, dtype=dtype,
+                    unmatched=DecompositionPass.unmatched)
+    return components(start, audit=audit, keep=keep, linearized=linearized, **arguments)
+
+
+def options_of(alpha: str | None = None, threshold: float | None = None, variant: str | None = None) -> dict:
+    return {k: v for k, v in dict(alpha=alpha, threshold=threshold, variant=variant).items() if v is not None}
 
 
 def effective_rules(binding: Binding, options: dict) -> dict:
@@ -145,7 +155,8 @@ def linear_in_groups(rules: dict) -> bool:
     return all(r.variant == "bar" or r.alpha == "signed" for r in rules.values() if r.name == "activation")
 
 
-def _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized) -> Pass:
+def _walk(forward: Forward, rules, partitions, onehot, audit, keep, linearized) -> Components:
+    binding, plan, env = forward.binding, forward.plan, forward.values
     graph = binding.graph
     wanted = set(graph.outputs)
     last: dict[str, int] = {}
@@ -175,7 +186,7 @@ def _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized
             continue
         rule = rules[id(assignment.rule)]
         step = plan.step_by_name[node.name]
-        args = _arguments(plan, step, env)
+        args = env.arguments(step)
         carried = binding.carried[node.name]
         in_parts = [parts.get(v) if c else None for v, c in zip(node.inputs, carried)]
         if any(c and p is None for c, p in zip(carried, in_parts)):
@@ -184,7 +195,7 @@ def _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized
             continue
         outputs = [env.get(v) for v in node.outputs]
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
-        site = Site(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
+        site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
                     linearized=linearized)
         result = rule.decompose(site)
         for v, value, p in zip(node.outputs, outputs, result):
@@ -200,17 +211,7 @@ def _walk(binding, plan, env, rules, partitions, onehot, audit, keep, linearized
                 del parts[v]
     settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
                      if r.name == "activation"), {})
-    return Pass(binding, plan, env, partitions, parts, errors, stranded, settings, leaves)
-
-
-def _arguments(plan: Plan, step, env: dict) -> list:
-    """The node's forward arguments as the interpreter passed them (static inputs as lists)."""
-    node = step.node
-    args = [env[v] if v else None for v in node.inputs]
-    for i in step.static:
-        cached = plan.last_statics.get((node.index, i))
-        args[i] = cached if cached is not None else args[i].tolist()
-    return args
+    return Components(forward, partitions, parts, errors, stranded, settings, leaves)
 
 
 def _partition(binding: Binding, env: dict, groups, word_ids, tokens) -> tuple[list[Partition], Tensor]:
@@ -232,75 +233,67 @@ def _partition(binding: Binding, env: dict, groups, word_ids, tokens) -> tuple[l
     return partitions, onehot
 
 
-def decompose(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
-              output: str | None = None, position: int | None = None, device: str = "cpu",
-              dtype: torch.dtype = torch.float32, groups: Any = "token",
-              word_ids: Sequence[Sequence[int | None]] | None = None, tokens: Sequence[Sequence[str]] | None = None,
-              alpha: str | None = None, threshold: float | None = None, variant: str | None = None,
-              mode: str = "auto", audit: bool = True) -> Explanation:
-    """Linear decomposition (seeds/000) of ``model``'s output into group contributions.
+@PASSES.register("decomposition")
+class DecompositionPass(Pass):
+    """Linear decomposition (Yang et al. 2023) of the output into group contributions.
 
-    ``groups``: ``token`` (default), ``word`` (needs ``word_ids``, one list per batch
-    item, as :class:`~rulegraph.text.Encoded` has them), ``source:K``, ``"0-3,4-9"`` or
-    a list of position lists. ``alpha`` / ``threshold`` (λ) / ``variant`` override the
-    rule file's ``activation`` params. ``mode``: ``components`` carries every group's
-    component through the graph; ``linearized`` one group and a backward pass (signed α
-    or D̄ only; see :func:`run_pass`); ``auto`` (default) takes ``linearized`` where it
-    applies. Returns an :class:`~rulegraph.explain.Explanation`:
-    ``relevance[key]`` (and ``boundary[key]``) holds per-position scores (a group's
-    contribution spread evenly over its positions), ``extra["decomposition"]`` the group contributions and the
-    bias component's share, ``audit`` a :class:`DecompositionAudit`.
+    Arguments (``explain(..., groups=…)``): ``groups``: ``token`` (default), ``word`` (needs
+    ``word_ids``, one list per batch item, as :class:`~rulegraph.text.Encoded` has them),
+    ``source:K``, ``"0-3,4-9"`` or a list of position lists; ``tokens`` label the groups.
+    ``alpha`` / ``threshold`` (λ) / ``variant`` override the rule file's ``activation``
+    params. ``mode``: ``components`` carries every group's component through the graph;
+    ``linearized`` one group and a backward pass (signed α or D̄ only; see
+    :func:`components`); ``auto`` (default) takes ``linearized`` where it applies.
+
+    The explanation's ``relevance[key]`` (and ``boundary[key]``) holds per-position scores
+    (a group's contribution spread evenly over its positions), ``extra["decomposition"]``
+    the group contributions and the bias component's share, ``audit`` a
+    :class:`DecompositionAudit`.
     """
-    graph = load(model)
-    ruleset = rules if isinstance(rules, RuleSet) else RuleSet.load(rules)
-    output = output or graph.outputs[0]
-    if output not in graph.outputs:
-        raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    if mode not in MODES:
-        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    options = options_of(alpha, threshold, variant)
-    if mode == "auto":
-        ruleset_binding = bind(graph, ruleset)
-        mode = "linearized" if linear_in_groups(effective_rules(ruleset_binding, options)) else "components"
-    result = run_pass(graph, ruleset, inputs, groups=groups, word_ids=word_ids, tokens=tokens, device=device,
-                      dtype=dtype, options=options, audit=audit, linearized=mode == "linearized")
-    out = result.env[output]
-    if not torch.isfinite(out).all():
-        raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
-    if output not in result.parts:
-        raise InputError(f"output {output!r} does not depend on the decomposition boundary "
-                         f"({', '.join(sorted(set(result.binding.boundary.values())))})")
-    seed, targets, position = _seed(out, target, position)
-    p = result.parts[output]
-    if result.leaves:
-        scores = _scores_by_gradient(result, p, seed)
-    else:
-        scores = (p.groups * seed).flatten(2).sum(2).T.double()          # [batch, G]
-    bias = (p.bias * seed).flatten(1).sum(1).double()                  # [batch]
-    explained = (out * seed).flatten(1).sum(1).double()
-    if not torch.isfinite(scores).all():
-        raise NumericalError("a group contribution is NaN or inf; try --alpha hybrid or abs")
-    per_position = torch.zeros(len(result.partitions), len(result.partitions[0].index), dtype=torch.float64)
-    items = []
-    for b, part in enumerate(result.partitions):
-        members = part.members()
-        for g, positions in enumerate(members):
-            per_position[b, positions] = float(scores[b, g]) / len(positions)
-        items.append({"groups": [{"label": part.labels[g], "positions": members[g], "score": float(scores[b, g])}
-                                 for g in range(part.size)], "bias": float(bias[b])})
-    key = next(iter(dict.fromkeys(result.binding.boundary.values())))
-    info = {"partition": groups if isinstance(groups, str) else "explicit", "mode": mode, **result.settings,
-            **(items[0] if len(items) == 1 else {"items": items})}
-    e = Explanation(
-        output=output, output_tensor=out.detach().cpu(), target=targets, position=position,
-        output_value=explained.tolist(), relevance={key: per_position.to(out.dtype)},
-        boundary={key: per_position.to(out.dtype)}, rules=ruleset.name or ruleset.source,
-        audit=_audit(result, dtype, explained, scores, bias) if audit else None, labels=_labels(graph))
-    e.extra["decomposition"] = info
-    return e
+
+    options: ClassVar[dict[str, Any]] = dict(groups="token", word_ids=None, tokens=None, alpha=None,
+                                             threshold=None, variant=None, mode="auto")
+    unmatched: ClassVar[str] = "their outputs are taken as constants"
+
+    def run(self, forward: Forward, *, audit: bool, groups: Any, word_ids, tokens, alpha: str | None,
+            threshold: float | None, variant: str | None, mode: str) -> Explanation:
+        if mode not in MODES:
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "auto":
+            rules = effective_rules(forward.binding, options_of(alpha, threshold, variant))
+            mode = "linearized" if linear_in_groups(rules) else "components"
+        result = components(forward, groups=groups, word_ids=word_ids, tokens=tokens, alpha=alpha,
+                            threshold=threshold, variant=variant, audit=audit, linearized=mode == "linearized")
+        output, seed = forward.output, forward.seed
+        out = forward.out
+        p = result.parts[output]
+        if result.leaves:
+            scores = _scores_by_gradient(result, p, seed)
+        else:
+            scores = (p.groups * seed).flatten(2).sum(2).T.double()          # [batch, G]
+        bias = (p.bias * seed).flatten(1).sum(1).double()                  # [batch]
+        explained = forward.explained
+        if not torch.isfinite(scores).all():
+            raise NumericalError("a group contribution is NaN or inf; try --alpha hybrid or abs")
+        per_position = torch.zeros(len(result.partitions), len(result.partitions[0].index), dtype=torch.float64)
+        items = []
+        for b, part in enumerate(result.partitions):
+            members = part.members()
+            for g, positions in enumerate(members):
+                per_position[b, positions] = float(scores[b, g]) / len(positions)
+            items.append({"groups": [{"label": part.labels[g], "positions": members[g], "score": float(scores[b, g])}
+                                     for g in range(part.size)], "bias": float(bias[b])})
+        key = next(iter(dict.fromkeys(forward.binding.boundary.values())))
+        info = {"partition": groups if isinstance(groups, str) else "explicit", "mode": mode, **result.settings,
+                **(items[0] if len(items) == 1 else {"items": items})}
+        scores_by_key = {key: per_position.to(out.dtype)}
+        e = forward.explanation(relevance=scores_by_key, boundary=dict(scores_by_key),
+                                audit=_audit(result, forward.plan.dtype, explained, scores, bias) if audit else None)
+        e.extra["decomposition"] = info
+        return e
 
 
-def _scores_by_gradient(result: Pass, p: Parts, seed: Tensor) -> Tensor:
+def _scores_by_gradient(result: Components, p: Parts, seed: Tensor) -> Tensor:
     """Group contributions ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` of the linearized pass, ``[batch, G]``."""
     leaves = list(result.leaves.values())
     grads = torch.autograd.grad((p.groups[0] * seed).sum(), leaves, allow_unused=True)
@@ -312,7 +305,7 @@ def _scores_by_gradient(result: Pass, p: Parts, seed: Tensor) -> Tensor:
     return torch.einsum("bt,btg->bg", per_position, onehot).double()
 
 
-def _audit(result: Pass, dtype: torch.dtype, explained: Tensor, scores: Tensor, bias: Tensor) -> DecompositionAudit:
+def _audit(result: Components, dtype: torch.dtype, explained: Tensor, scores: Tensor, bias: Tensor) -> DecompositionAudit:
     graph, binding = result.binding.graph, result.binding
     layer_of = graph.layers
     names = [n for n in (node.name for node in binding.reached) if n in result.errors]
@@ -321,7 +314,7 @@ def _audit(result: Pass, dtype: torch.dtype, explained: Tensor, scores: Tensor, 
     for name, (gap, scale) in zip(names, figures.tolist()):
         node = graph.node(name)
         a = binding.assignments[name]
-        rel = gap / max(scale, 1e-30)
+        rel = relative(gap, scale)
         nodes.append(NodeAudit(name=name, op=node.op, layer=layer_of[name], rule=a.rule.describe(), where=a.where,
                                conserving=True, relevance_in=0.0, relevance_out=0.0, absorbed=0.0, breaks=0.0,
                                error=gap, relative_error=rel))
@@ -335,9 +328,9 @@ def _audit(result: Pass, dtype: torch.dtype, explained: Tensor, scores: Tensor, 
     absorbed = float(bias.sum())
     residual = output_value - input_total - absorbed
     conservation = Conservation(output_value=output_value, input_total=input_total, absorbed=absorbed, breaks=0.0,
-                                residual=residual, relative_error=abs(residual) / max(abs(output_value), 1e-30),
+                                residual=residual, relative_error=relative(residual, output_value),
                                 stranded={n: 0.0 for n in result.stranded})
     summary = [LayerAudit(name=r.name, relevance_in=0.0, relevance_out=0.0, absorbed=0.0, breaks=0.0, nodes=r.nodes)
                for r in layers.values()]
-    return DecompositionAudit(conservation, summary, nodes, TOLERANCE.get(dtype, 1e-4),
+    return DecompositionAudit(conservation, summary, nodes, tolerance(dtype),
                               reconstruction=list(layers.values()))

@@ -1,10 +1,11 @@
 """Decomposition rules: how a node maps the components of its inputs to those of its outputs.
 
-The decomposition pass (seeds/000, Sec. 2) carries, for every value it reaches, G
+The decomposition pass (Yang et al. 2023, "Local interpretation of transformer based on linear
+decomposition", ACL, Sec. 2) carries, for every value it reaches, G
 group components and one bias component ``B``, with Σ_g D_g + B = the value. A rule
 gets the forward values and the :class:`Parts` of the inputs that carry components,
 and returns the :class:`Parts` of the outputs. Rules are registered by name with
-:func:`decomposition_rule` in their own registry (:data:`DECOMPOSITION_RULES`), and
+:func:`~rulegraph.rules.base.decomposition_rule` in the decomposition pass's registry, and
 rule files with ``pass: decomposition`` name them; a rule's dataclass fields are its
 YAML ``params``.
 
@@ -29,7 +30,7 @@ import torch
 
 from ..ops import OpSpec
 from ..ops.nn import held_layer_norm_stats, norm_dims
-from ..rules import registrar
+from .base import UNIT, Rule, decomposition_rule, param
 
 Tensor = torch.Tensor
 
@@ -49,7 +50,7 @@ class Parts:
 
 
 @dataclass
-class Site:
+class ComponentSite:
     """What a decomposition rule sees of one node."""
 
     node: Any                       # ir.Node
@@ -65,51 +66,11 @@ class Site:
         return self.spec.forward(*args, **self.attrs)
 
 
-DECOMPOSITION_RULES: dict[str, type["DecompositionRule"]] = {}
-#: ``@decomposition_rule(name)``: register a decomposition rule class under the name rule files use
-decomposition_rule = registrar(DECOMPOSITION_RULES, "decomposition rule")
-
-
-class DecompositionRule:
-    """Base class; the interface the rule-file parser and :class:`~rulegraph.ruleset.Binding` use."""
-
-    name: ClassVar[str] = ""
-    ops: ClassVar[tuple[str, ...] | None] = None
-
-    @classmethod
-    def params(cls) -> dict[str, dataclasses.Field]:
-        return {f.name: f for f in dataclasses.fields(cls)}
-
-    def check(self, node, spec: OpSpec, tainted: Sequence[bool]) -> str | None:
-        if self.ops is not None and node.op not in self.ops:
-            return f"it applies to {', '.join(self.ops)}"
-        return None
-
-    def carries(self, node, spec: OpSpec, tainted: Sequence[bool]) -> list[bool]:
-        """Which inputs carry components into this node (default: every tainted one)."""
-        return list(tainted)
-
-    def conserves(self, node, spec: OpSpec, tainted: Sequence[bool]) -> bool:
-        return True
-
-    def with_options(self, options: dict[str, Any]) -> "DecompositionRule":
-        """This rule with the declared params among ``options`` replaced (the CLI's --alpha…)."""
-        mine = {k: v for k, v in options.items() if k in self.params() and v is not None}
-        return dataclasses.replace(self, **mine) if mine else self
-
-    def decompose(self, site: Site) -> list[Parts | None]:
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        inner = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
-        return f"{self.name}({inner})" if inner else self.name
-
-
 def _is_float_tensor(x: Any) -> bool:
     return isinstance(x, Tensor) and x.is_floating_point()
 
 
-def _through_op(site: Site, parts: list[Parts | None], zero_additive: bool) -> tuple:
+def _through_op(site: ComponentSite, parts: list[Parts | None], zero_additive: bool) -> tuple:
     """The op applied to every group component (vmapped over the leading dim) and to the
     bias component. For groups, non-carried additive float inputs (biases, constant
     summands, Concat pieces) are zeroed, so they reach the bias component only."""
@@ -133,15 +94,15 @@ def _through_op(site: Site, parts: list[Parts | None], zero_additive: bool) -> t
     return groups, bias
 
 
-def _as_outputs(site: Site, groups: Any, bias: Any) -> list[Parts | None]:
+def _as_outputs(site: ComponentSite, groups: Any, bias: Any) -> list[Parts | None]:
     if isinstance(groups, (tuple, list)):
         return [Parts(g, b) if _is_float_tensor(b) else None for g, b in zip(groups, bias)]
     return [Parts(groups, bias)] + [None] * (len(site.node.outputs) - 1)
 
 
 @decomposition_rule("linear")
-class Linear(DecompositionRule):
-    """An op affine in its decomposed inputs: Eq. 15–16 of seeds/000 (Lemma 2, linear
+class Linear(Rule):
+    """An op affine in its decomposed inputs: Eq. 15–16 of Yang et al. (2023) (Lemma 2, linear
     layer, residual connection, attention with the probabilities as coefficients, Eq. 5).
 
     ``D_g(f(x)) = L(D_g x)`` with f's additive constants zeroed; ``B(f(x)) = f(B x)``
@@ -165,7 +126,7 @@ class Linear(DecompositionRule):
                     f"input as a coefficient (params: {{coefficients: [k]}})")
         return None
 
-    def decompose(self, site: Site) -> list[Parts | None]:
+    def decompose(self, site: ComponentSite) -> list[Parts | None]:
         fast = _direct(site)
         if fast is not None:
             return fast
@@ -173,7 +134,7 @@ class Linear(DecompositionRule):
         return _as_outputs(site, groups, bias)
 
 
-def _direct(site: Site) -> list[Parts | None] | None:
+def _direct(site: ComponentSite) -> list[Parts | None] | None:
     """The hot linear ops without ``vmap`` (same result, fewer copies), or ``None``."""
     op, parts, x, y = site.node.op, site.parts, site.inputs, site.outputs[0]
     carried = [p is not None for p in parts]
@@ -210,8 +171,8 @@ def _direct(site: Site) -> list[Parts | None] | None:
 
 
 @decomposition_rule("layernorm")
-class LayerNorm(DecompositionRule):
-    """LayerNorm (or RMSNorm) with 1/√(Var+ε) as a coefficient, Eq. 6 of seeds/000:
+class LayerNormComponents(Rule):
+    """LayerNorm (or RMSNorm) with 1/√(Var+ε) as a coefficient, Eq. 6 of Yang et al. (2023):
     ``D_g = (D_g x − mean(D_g x)) · s · γ`` per group, ``B = (B x − mean(B x)) · s · γ + β``,
     with ``s`` computed from the forward input (no centering for RMSNorm)."""
 
@@ -226,12 +187,11 @@ class LayerNorm(DecompositionRule):
             return "its scale or bias depends on the input; only the normalised input may carry components"
         return why
 
-    def decompose(self, site: Site) -> list[Parts | None]:
+    def decompose(self, site: ComponentSite) -> list[Parts | None]:
         x, p = site.inputs[0], site.parts[0]
         scale = site.inputs[1]
         beta = site.inputs[2] if len(site.inputs) > 2 else None
-        axis = int(site.attrs.get("axis", -1))
-        eps = float(site.attrs.get("epsilon", 1e-5))
+        axis, eps = int(site.attrs["axis"]), float(site.attrs["epsilon"])
         dims = tuple(d - x.dim() for d in norm_dims(x, axis))   # negative: valid with the leading G dim
         if site.node.op == "LayerNormalization":
             _, rstd = held_layer_norm_stats(x, axis, eps)
@@ -252,7 +212,7 @@ class LayerNorm(DecompositionRule):
 
 
 @decomposition_rule("activation")
-class Activation(DecompositionRule):
+class Activation(Rule):
     """An elementwise activation ``y = f(h)``, ``h = Σ_g D_g + B``.
 
     With ``s = (f(h) − f(0)) / h`` the activation's linear part (for ReLU the gate
@@ -276,7 +236,7 @@ class Activation(DecompositionRule):
 
     variant: str = "hat"
     alpha: str = "hybrid"
-    threshold: float = 0.1
+    threshold: float = param(0.1, UNIT)
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -293,7 +253,7 @@ class Activation(DecompositionRule):
             return "it needs exactly one decomposed input"
         return None
 
-    def decompose(self, site: Site) -> list[Parts | None]:
+    def decompose(self, site: ComponentSite) -> list[Parts | None]:
         k = next(i for i, p in enumerate(site.parts) if p is not None)
         h, y, p = site.inputs[k], site.outputs[0], site.parts[k]
         args = list(site.inputs)
@@ -335,7 +295,7 @@ class Activation(DecompositionRule):
 
 
 @decomposition_rule("product")
-class Product(DecompositionRule):
+class Product(Rule):
     """A product of two decomposed tensors (Mul, MatMul, Einsum, Gemm A·B), split
     symmetrically: with y = x ⊙ z, ``D_g y = ½ (D_g x ⊙ z + x ⊙ D_g z)`` and
     ``B y = ½ (B x ⊙ z + x ⊙ B z)`` plus the op's constant terms — Σ = x ⊙ z exactly, and
@@ -352,7 +312,7 @@ class Product(DecompositionRule):
             return "it splits a product of at most two decomposed tensors"
         return why
 
-    def decompose(self, site: Site) -> list[Parts | None]:
+    def decompose(self, site: ComponentSite) -> list[Parts | None]:
         carried = [i for i, p in enumerate(site.parts) if p is not None]
         factors = [i for i in carried if not (site.node.op == "Gemm" and i == 2)]
         if len(factors) < 2:

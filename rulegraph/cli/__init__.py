@@ -22,16 +22,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..errors import InputError, RulegraphError
+from ..explain import Explanation, explain, prepared
+from ..ir import Graph
+from ..loaders import load
+from ..methods import explain_with
+from ..ruleset import RuleSet, shipped_rule_sets
+from ..text import Encoded, TextEncoder
 from . import render
-from .errors import InputError, RulegraphError
-from .decomposition.options import decompose_kwargs, decomposition_options, reconstruction_table
-from .canonize import canonize
-from .explain import Explanation, bind, explain
-from .methods import explain_with
-from .ir import Graph
-from .loaders import load
-from .ruleset import RuleSet, shipped_rule_sets
-from .text import Encoded, TextEncoder
+from .decomposition import decomposition_options, pass_arguments, reconstruction_table
 
 # piped output (logs, CI) gets room for the tables instead of the default 80 columns
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -88,7 +87,7 @@ def input_options(f):
 
 def image_options(f):
     """``explain --image``: preprocessing (see rulegraph.image) and the heatmap PNG."""
-    from .image import IMAGENET_MEAN, IMAGENET_STD
+    from ..image import IMAGENET_MEAN, IMAGENET_STD
     floats = click.Tuple([float, float, float])
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
@@ -168,14 +167,10 @@ def _run(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation,
                 e = explain_with(graph, method[0], feeds, opts["target"], output=opts["output_name"],
                                  position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]],
                                  special=special, vocab=method[2], **method[1])
-            elif decompose_kwargs(ruleset, opts, enc):  # a `pass: decomposition` rule set
-                from .decomposition import decompose
-                e = decompose(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
-                              position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]],
-                              **decompose_kwargs(ruleset, opts, enc))
             else:
                 e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
-                            position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]])
+                            position=opts["position"], device=opts["device"], dtype=DTYPES[opts["dtype"]],
+                            **pass_arguments(ruleset, opts, enc))
             if enc is not None:
                 e.tokens = [enc.tokens]
                 e.extra["text"] = enc.text
@@ -230,8 +225,8 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
     graph = _load_model(model)
     chosen = None
     if method:
-        from .evaluate.command import parse_options
-        from .methods import Vocab, get
+        from ..methods import Vocab, get
+        from .evaluate import parse_options
         m = get(method)
         options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
         vocab = None
@@ -247,7 +242,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         if path is not None and str(path) != "-" and path.exists() and not force:
             raise InputError(f"{path} exists; pass --force to overwrite it")
     if image_path is not None:
-        from .image import load_image
+        from ..image import load_image
         pixels = next((i.name for i in graph.inputs if i.is_float), None)
         if pixels is None or texts:
             raise InputError("--image needs a model with a float (pixel) input, and no --text")
@@ -259,7 +254,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         raise InputError("--png writes an image heatmap: give --image PATH")
     results = _run(graph, ruleset, requests, opts, chosen)
     if png_path is not None:
-        from .image import write_heatmap
+        from ..image import write_heatmap
         e = results[0][0]
         write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=image_mean, std=image_std,
                       title=f"{e.rules}: {e.output}[{e.target[0]}]")
@@ -330,9 +325,8 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
 def check_cmd(model, rules, show_nodes):
     """Which rule each node got, and from which rule-file line. Exits 1 on unmatched nodes
     when the rule set says `on_unmatched: error`."""
-    ruleset = RuleSet.load(rules)
-    graph = canonize(_load_model(model), ruleset.canonize)
-    binding = bind(graph, ruleset)
+    graph, ruleset = prepared(_load_model(model), rules)
+    binding = ruleset.bind(graph)
     if show_nodes:
         t = Table(title=f"rule per node ({len(binding.reached)} reached by relevance)")
         for col in ("node", "op", "layer", "rule", "from"):
@@ -393,7 +387,7 @@ def rules_cmd(name):
 @click.option("--force", is_flag=True, help="overwrite an existing export")
 def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
     """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx or model.pt2 (+ tokenizer.json)."""
-    from .exporters import export_hf, save_hf_fx
+    from ..exporters import export_hf, save_hf_fx
     with err.status(f"exporting {source} ({fmt}{', ' + exporter + ' exporter' if fmt == 'onnx' else ''})…"):
         try:
             if fmt == "fx":
@@ -406,8 +400,8 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
 
 
 def _register_commands() -> None:
-    from .evaluate.command import evaluate_cmd
-    from .methods.command import methods_cmd
+    from .evaluate import evaluate_cmd
+    from .methods import methods_cmd
     cli.add_command(evaluate_cmd)
     cli.add_command(methods_cmd)
 

@@ -1,7 +1,7 @@
 """The relevance pass: a reverse topological walk from the explained output.
 
 Each reached node's rule turns the relevance at its outputs into contributions to
-its inputs (:mod:`rulegraph.rules`). Contributions to relevance-carrying values are
+its inputs (:mod:`rulegraph.rules`, :meth:`propagate`). Contributions to relevance-carrying values are
 accumulated for their producers; contributions to the rest (biases, masks, other
 constants) are absorbed. The walk stops at the boundary values, where the
 explanation is read.
@@ -14,13 +14,20 @@ into numbers with a single device sync.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from .interpreter import Plan, Step
-from .ir import Node
-from .rules import Contribution, Incoming, Rule, Site
-from .ruleset import Binding
+from ..audit import Audit, Conservation, LayerAudit, NodeAudit
+from ..errors import NumericalError
+from ..explanation import Explanation
+from ..interpreter import Plan, Step, Values
+from ..ir import Node
+from ..rules import RULES, Rule
+from ..rules.signal import Contribution, Incoming, Site
+from ..ruleset import Binding
+from ..tolerances import MASS_SCREEN, relative, tolerance
+from .base import PASSES, Forward, Pass, position_scores
 
 Tensor = torch.Tensor
 
@@ -128,8 +135,8 @@ class _Visit:
 
 def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     """The reached nodes in walk order (reverse topological), prepared once per binding and plan."""
-    cache = binding.__dict__.setdefault("_visits", {})
-    if id(plan) not in cache:
+    cache = binding.walks
+    if id(plan) not in cache or cache[id(plan)][0] is not plan:
         graph = binding.graph
         visits = []
         for node in reversed(binding.reached):
@@ -145,8 +152,8 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     return cache[id(plan)][1]
 
 
-def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str, seed: Tensor,
-              *, audit: bool = True, tolerance: float = 1e-4) -> Flow:
+def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
+         *, audit: bool = True, tolerance: float = 1e-4) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``.
 
     A conserving node's error is judged against the largest of |in|, |out| and
@@ -165,7 +172,7 @@ def propagate(binding: Binding, plan: Plan, env: dict[str, Tensor], output: str,
         entry = ledger.total(flow.output_relevance)
         inflow[output] = [entry]
         flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
-    statics = plan.last_statics
+    statics = env.statics
 
     for visit in _visits(binding, plan):
         node = visit.node
@@ -220,7 +227,7 @@ def _needs_mass(ledger: Ledger, record: NodeFlow, tolerance: float) -> bool:
     if not ledger.eager:
         return True
     r_in, r_out, r_abs = ledger.now(record.entries_in), ledger.now(record.entries_out), ledger.now(record.entries_absorbed)
-    return abs(r_in - r_out - r_abs) > 0.1 * tolerance * max(abs(r_in), abs(r_out), abs(r_abs))
+    return abs(r_in - r_out - r_abs) > MASS_SCREEN * tolerance * max(abs(r_in), abs(r_out), abs(r_abs))
 
 
 def finish(flow: Flow) -> Flow:
@@ -239,3 +246,72 @@ def finish(flow: Flow) -> Flow:
 def _producer(graph, value: str) -> str | None:
     node = graph.producer.get(value)
     return node.name if node is not None else None
+
+
+def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
+    """Aggregate a finished :class:`Flow` per node, per layer and for the graph."""
+    graph = binding.graph
+    layer_of = graph.layers
+    nodes = []
+    for rec in flow.nodes:
+        node = graph.node(rec.name)
+        gap = rec.relevance_in - rec.relevance_out - rec.absorbed
+        nodes.append(NodeAudit(
+            name=rec.name, op=node.op, layer=layer_of[rec.name], rule=rec.rule, where=rec.where,
+            conserving=rec.conserving, relevance_in=rec.relevance_in, relevance_out=rec.relevance_out,
+            absorbed=rec.absorbed, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
+            relative_error=relative(gap, rec.mass_in, rec.relevance_in, rec.relevance_out, rec.absorbed)
+            if rec.conserving else 0.0,
+            semantics=RULES["relevance"].get(rec.rule).breaking if rec.rule in RULES["relevance"] else ""))
+
+    layers: dict[str, LayerAudit] = {}
+    for n in sorted(nodes, key=lambda n: graph.node(n.name).index):
+        layer = layers.setdefault(n.layer, LayerAudit(n.layer))
+        layer.absorbed += n.absorbed
+        layer.breaks += n.breaks
+        layer.nodes += 1
+    for e in flow.edges:
+        src = layer_of[e.producer] if e.producer is not None else "input"
+        dst = layer_of[e.consumer] if e.consumer is not None else "output"
+        if src == dst:
+            continue
+        if src in layers:
+            layers[src].relevance_in += e.amount
+        if dst in layers:
+            layers[dst].relevance_out += e.amount
+
+    output_value = float(flow.output_relevance.double().sum())
+    input_total = float(sum(torch.nansum(t.double()) for t in flow.boundary.values())) if flow.boundary else 0.0
+    absorbed = sum(n.absorbed for n in nodes)
+    breaks = sum(n.breaks for n in nodes)
+    residual = output_value - input_total - absorbed - breaks
+    conservation = Conservation(
+        output_value=output_value, input_total=input_total, absorbed=absorbed, breaks=breaks,
+        residual=residual, relative_error=relative(residual, output_value),
+        stranded={k: float(v) for k, v in flow.stranded.items()})
+    return Audit(conservation, list(layers.values()), nodes, tolerance(dtype))
+
+
+@PASSES.register("relevance")
+class RelevancePass(Pass):
+    """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
+
+    def run(self, forward: Forward, *, audit: bool, **options: Any) -> Explanation:
+        binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
+        flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
+                    tolerance=tolerance(dtype))
+        if audit:
+            finish(flow)
+        boundary: dict[str, Tensor] = {}
+        for value, key in binding.boundary.items():
+            r = flow.boundary.get(value)
+            if r is None:
+                r = torch.zeros_like(values[value])
+            boundary[key] = boundary[key] + r if key in boundary else r
+        for key, r in boundary.items():
+            if not torch.isfinite(r).all():
+                raise NumericalError(f"relevance at {key!r} contains NaN or inf; a rule divided by a zero activation "
+                                     "or an input was infinite — try the epsilon rule")
+        return forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
+                                   boundary={k: v.detach().cpu() for k, v in boundary.items()},
+                                   audit=audit_of(flow, binding, dtype) if audit else None)

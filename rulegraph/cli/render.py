@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from rich.table import Table
 from rich.text import Text
 
-from .audit import Audit
-from .explain import Explanation
+from ..audit import Audit
+from ..explanation import Explanation
 
 POSITIVE = (220, 50, 47)    # relevance for the explained output
 NEGATIVE = (38, 110, 210)   # relevance against it

@@ -5,7 +5,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import methods
+from ..methods import methods
 
 
 @click.command("methods")

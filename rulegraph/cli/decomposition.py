@@ -7,7 +7,7 @@ import click
 from rich.table import Table
 
 from ..errors import InputError
-from .rules import ALPHAS, VARIANTS
+from ..rules.components import ALPHAS, VARIANTS
 
 KEYS = ("alpha", "lambda_", "groups", "variant")
 
@@ -28,8 +28,8 @@ def decomposition_options(f):
     return f
 
 
-def decompose_kwargs(ruleset, opts: dict[str, Any], encoded) -> dict[str, Any]:
-    """The :func:`~rulegraph.decomposition.decompose` arguments from the command's options."""
+def pass_arguments(ruleset, opts: dict[str, Any], encoded) -> dict[str, Any]:
+    """The pass's own :func:`~rulegraph.explain` arguments from the command's options."""
     given = [k for k in KEYS if opts.get(k) is not None]
     if ruleset is None or getattr(ruleset, "pass_name", "relevance") != "decomposition":
         if given:

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from ..errors import InputError
 from ..methods.sequences import ENGINES
-from . import metrics as M
-from .runner import Config, Evaluation, render_table
+from ..evaluate import metrics as M
+from ..evaluate.runner import Config, Evaluation, render_table
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)

@@ -1,0 +1,17 @@
+"""Passes: what runs after the forward to explain the output, chosen by a rule file's ``pass:``.
+
+Every pass starts from the same prologue (:func:`~rulegraph.passes.base.forward`) and walks
+the nodes the rule set reaches with its own rules:
+
+``relevance``      (default) backward from the explained output to the boundary, LRP-style
+                   (:mod:`.relevance`), audited for conservation at every node and layer;
+``decomposition``  forward, every value carrying one component per input group plus a bias
+                   component (:mod:`.decomposition`), audited for Σ components = value.
+
+Adding a pass is one module registering a :class:`~rulegraph.passes.base.Pass` subclass in
+:data:`PASSES`, plus a rule registry of the same name in :data:`rulegraph.rules.RULES`.
+"""
+from . import decomposition, relevance  # noqa: F401  (register on import)
+from .base import PASSES, Forward, Pass, forward, prepared
+
+__all__ = ["PASSES", "Forward", "Pass", "forward", "prepared"]

@@ -1,0 +1,68 @@
+"""One registry pattern for every extension point: passes, rules, canonizers, baselines, metrics.
+
+A :class:`Registry` maps names to what was registered under them, in registration order
+(never hash order), refuses a name registered twice, and answers an unknown name with a
+one-line error listing the valid choices::
+
+    PASSES = Registry("pass")
+
+    @PASSES.register("relevance")
+    class RelevancePass(Pass): ...
+
+    PASSES.get("relevanse")   # RulegraphError: unknown pass 'relevanse'; did you mean 'relevance'? valid: …
+"""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+from .errors import RulegraphError, choices
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name → item, in registration order."""
+
+    def __init__(self, kind: str, error: type[RulegraphError] = RulegraphError):
+        self.kind = kind
+        self.error = error
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """A decorator registering its argument under ``name`` (and setting ``.name`` on classes)."""
+        def add(item: T) -> T:
+            self.add(name, item)
+            return item
+        return add
+
+    def add(self, name: str, item: T) -> None:
+        if name in self._items:
+            raise RuntimeError(f"{self.kind} {name!r} is registered twice")
+        if isinstance(item, type):
+            item.name = name
+        self._items[name] = item
+
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (for what registers only for a while, such as a test's rule)."""
+        del self._items[name]
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise self.error(f"unknown {self.kind} {name!r}; {choices(self._items, name)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self):
+        return self._items.items()
+
+    def names(self) -> list[str]:
+        return list(self._items)

@@ -1,0 +1,107 @@
+"""A rule set bound to one graph: the boundary, the taint, and a rule per node relevance reaches."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import RuleMatchError
+from ..ir import Graph, Node
+from ..ops import lookup
+from ..rules import Rule
+
+
+@dataclass
+class Assignment:
+    """The rule one node got, and where it came from."""
+
+    rule: Rule
+    where: str          # "file:line" or "on_unmatched"
+
+
+class Binding:
+    """A rule set applied to one graph: boundary, taint, and a rule per node relevance reaches.
+
+    ``tainted`` holds the values that depend on the boundary (only those can carry
+    relevance). Walking back from the graph outputs, a node is *reached* when
+    relevance can arrive at one of its outputs given the rules downstream; only
+    reached nodes need a rule. ``unmatched`` lists reached nodes no entry matched.
+    """
+
+    def __init__(self, graph: Graph, ruleset):
+        self.graph = graph
+        self.ruleset = ruleset
+        self.boundary = ruleset.boundary.values(graph)
+        self.tainted = _taint(graph, set(self.boundary))
+        self.assignments: dict[str, Assignment] = {}
+        self.unmatched: list[Node] = []
+        self.reached: list[Node] = []           # in topological order
+        self.carried: dict[str, list[bool]] = {}
+        #: what a pass prepares once per binding and plan (the relevance walk's visits), by id(plan)
+        self.walks: dict[int, tuple] = {}
+        self._walk()
+
+    def _walk(self) -> None:
+        graph, rs = self.graph, self.ruleset
+        live = {v for v in graph.outputs if v in self.tainted}
+        reached = []
+        for node in reversed(graph.nodes):
+            if not any(v in live for v in node.outputs) or not any(v in self.tainted for v in node.inputs):
+                continue
+            reached.append(node)
+            spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
+            tainted = [v in self.tainted for v in node.inputs]
+            entry = rs.match(graph, node)
+            if entry is not None:
+                assignment = Assignment(*entry.assign(node))
+            elif rs.fallback is not None:
+                assignment = Assignment(rs.fallback, f"{rs.source}: on_unmatched")
+            else:  # keep walking as if it passed relevance on, so `check` lists every node upstream too
+                self.unmatched.append(node)
+                live.update(v for v in node.inputs if v in self.tainted)
+                continue
+            why = assignment.rule.check(node, spec, tainted)
+            if why is not None:
+                raise RuleMatchError(f"{assignment.where}: rule {assignment.rule.name!r} cannot apply to node "
+                                     f"{node.name!r} (op {node.op}): {why}")
+            self.assignments[node.name] = assignment
+            carried = assignment.rule.carries(node, spec, tainted)
+            self.carried[node.name] = carried
+            live.update(v for v, c in zip(node.inputs, carried) if c)
+        self.reached = reached[::-1]
+        self.unmatched.reverse()
+
+    @cached_property
+    def needed_values(self) -> frozenset[str]:
+        """What a pass reads from the forward: every value a reached node touches."""
+        needed = set(self.boundary) | set(self.graph.outputs)
+        for node in self.reached:
+            needed.update(v for v in (*node.inputs, *node.outputs) if v)
+        return frozenset(needed)
+
+    def require_complete(self) -> None:
+        """Raise if a reached node has no rule and the rule set says ``on_unmatched: error``."""
+        if self.unmatched and self.ruleset.on_unmatched == "error":
+            first = self.unmatched[0]
+            more = f" and {len(self.unmatched) - 1} more" if len(self.unmatched) > 1 else ""
+            ops = sorted({n.op for n in self.unmatched})
+            raise RuleMatchError(
+                f"{self.ruleset.source}: no rule matches node {first.name!r} (op {first.op}){more}; "
+                f"unmatched ops: {', '.join(ops)} — add an entry such as `- op: {first.op}` with a rule, "
+                f"or set `on_unmatched: warn|<rule>` (run `rulegraph check` for the full list)")
+
+
+def _taint(graph: Graph, boundary: set[str]) -> set[str]:
+    """Values that depend on the boundary's values and are floating point."""
+    tainted = set(boundary)
+    for node in graph.nodes:
+        if any(v in tainted for v in node.inputs) and _float_output(graph, node):
+            tainted.update(v for v in node.outputs if v)
+    return tainted
+
+
+def _float_output(graph: Graph, node: Node) -> bool:
+    if node.op in ("Cast", "CastLike"):
+        to = node.attrs.get("to")
+        return to is None or to.is_floating_point
+    return lookup(node.op, node.domain, node=node.name, opset=graph.opset).float_output
+

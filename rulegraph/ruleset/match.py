@@ -1,0 +1,169 @@
+"""What a rule-file entry matches: op types, op traits, node names, module scopes, producer
+patterns; and where the relevance boundary lies.
+
+An :class:`Entry` matches a node when every key it sets matches (``op``, ``trait``, ``name``,
+``scope``, ``inputs``); the first matching entry of a rule set gives the node its rule, and
+its ``per_layer`` items (:class:`Override`) may swap the params for some nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from ..errors import RuleMatchError
+from ..ir import Graph, Node, block_index
+from ..ops import lookup
+from ..rules import Rule
+
+#: boolean op traits an entry may select by (``trait: routing``), see :mod:`rulegraph.ops`
+TRAITS = ("routing", "elementwise")
+# index-preserving ops that may sit between an integer input and the embedding Gather
+_ID_ROUTES = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
+#: how far a pattern looks through ``through`` ops, and an id input through index routes
+PATTERN_DEPTH = 64
+ID_ROUTE_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """``from``: op types (or ``input`` / ``constant``) of the producer, looking through ``through`` ops."""
+
+    sources: tuple[str, ...]
+    through: tuple[str, ...] = ()
+
+    def matches(self, graph: Graph, value: str) -> bool:
+        for _ in range(PATTERN_DEPTH):
+            if value in graph.constant_values:
+                return "constant" in self.sources
+            if value in graph.input_names:
+                return "input" in self.sources
+            producer = graph.producer.get(value)
+            if producer is None:
+                return False
+            if producer.op in self.sources or "*" in self.sources:
+                return True
+            if producer.op not in self.through:
+                return False
+            value = _data_input(graph, producer)
+            if value is None:
+                return False
+        return False
+
+
+def _data_input(graph: Graph, node: Node) -> str | None:
+    """The input a pattern looks through to: the first data input that is not a constant."""
+    candidates = node.inputs[1:] if node.op == "Where" else node.inputs
+    return next((v for v in candidates if v and v not in graph.constant_values), None)
+
+
+@dataclass
+class Override:
+    """A ``per_layer`` item: the entry's rule with other params, for nodes in ``blocks``
+    (transformer block numbers) or matching ``names`` / ``scopes`` globs."""
+
+    rule: Rule
+    line: int
+    blocks: frozenset[int] | None = None
+    names: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+
+    def matches(self, node: Node) -> bool:
+        if self.blocks is not None:
+            b = block_index(node.scope) if node.scope else None
+            b = block_index(node.name) if b is None else b
+            if b is None or b not in self.blocks:
+                return False
+        if self.names and not any(fnmatchcase(node.name, g) for g in self.names):
+            return False
+        return not self.scopes or any(fnmatchcase(node.scope, g) for g in self.scopes)
+
+
+
+
+@dataclass
+class Entry:
+    """One rule-file entry: what it matches and the rule it assigns."""
+
+    rule: Rule
+    line: int
+    ops: tuple[str, ...] = ("*",)
+    traits: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    inputs: dict[int, Pattern] = field(default_factory=dict)
+    source: str = ""
+    overrides: list[Override] = field(default_factory=list)
+
+    def assign(self, node: Node) -> tuple[Rule, str]:
+        """The rule for a node this entry matched, and where it came from (``file:line``)."""
+        for o in self.overrides:
+            if o.matches(node):
+                return o.rule, f"{self.source}:{o.line}"
+        return self.rule, self.where
+
+    def matches(self, graph: Graph, node: Node) -> bool:
+        if "*" not in self.ops and node.op not in self.ops:
+            return False
+        if self.traits:
+            spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
+            if not all(getattr(spec, t) for t in self.traits):
+                return False
+        if self.names and not any(fnmatchcase(node.name, g) for g in self.names):
+            return False
+        if self.scopes and not any(fnmatchcase(node.scope, g) for g in self.scopes):
+            return False
+        for k, pattern in self.inputs.items():
+            if k >= len(node.inputs) or not node.inputs[k] or not pattern.matches(graph, node.inputs[k]):
+                return False
+        return True
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where relevance is read: ``embeddings`` (Gather outputs fed by integer inputs, and
+    float inputs), ``inputs`` (float graph inputs), or the outputs of ``nodes`` (globs)."""
+
+    kind: str = "embeddings"
+    nodes: tuple[str, ...] = ()
+
+    def values(self, graph: Graph) -> dict[str, str]:
+        """Boundary value → the key its scores are reported under (an input or node name)."""
+        found: dict[str, str] = {}
+        if self.kind == "nodes":
+            for n in graph.nodes:
+                if any(fnmatchcase(n.name, g) for g in self.nodes):
+                    found.update({v: n.name for v in n.outputs[:1]})
+            if not found:
+                raise RuleMatchError(f"boundary nodes {list(self.nodes)} match no node in the graph")
+            return found
+        found.update({i.name: i.name for i in graph.inputs if i.is_float})
+        if self.kind == "embeddings":
+            for n in graph.nodes:
+                if n.op == "Gather" and len(n.inputs) > 1:
+                    source = _integer_input(graph, n.inputs[1])
+                    if source is not None and n.inputs[0] in graph.constants \
+                            and graph.constants[n.inputs[0]].is_floating_point():
+                        found[n.outputs[0]] = source
+        if not found:
+            raise RuleMatchError(
+                "no relevance boundary: the model has no float inputs and no embedding Gather fed by an integer "
+                "input; set `boundary: {nodes: [<node name glob>]}` in the rule file")
+        return found
+
+
+def _integer_input(graph: Graph, value: str) -> str | None:
+    """The integer graph input ``value`` is (through index-preserving ops), if any."""
+    for _ in range(ID_ROUTE_DEPTH):
+        if value in graph.input_names:
+            info = next(i for i in graph.inputs if i.name == value)
+            return None if info.is_float else value
+        producer = graph.producer.get(value)
+        if producer is None or producer.op not in _ID_ROUTES:
+            return None
+        value = producer.inputs[0]
+    return None
+
