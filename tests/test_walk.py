@@ -1,0 +1,243 @@
+"""The relevance walk on hand-built ONNX graphs, against relevance computed by hand in numpy.
+
+Each test builds a small float64 graph, runs ``rulegraph.explain`` with an inline rule
+file in float64, and compares the relevance read at the input with a closed-form
+computation of the same rules written independently here (LRP-ε, the z-rule,
+Gradient×Input, ``identity``, ``stop``): the library's output is never its own reference.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import rulegraph
+from handbuilt import model, node, seed, stabilize
+from rulegraph import RuleSet
+
+F64 = torch.float64
+RNG = np.random.default_rng(7)
+X = RNG.normal(size=(3, 4))                    # three items, four features
+W1, B1 = RNG.normal(size=(4, 5)), RNG.normal(size=5)
+W2, B2 = RNG.normal(size=(5, 3)), RNG.normal(size=3)
+TARGET = [0, 2, 1]
+
+
+def close(got, expected, rtol=1e-12):
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=rtol, atol=1e-13)
+
+
+def run(onnx_model, rules: str, feeds: dict[str, np.ndarray], target=TARGET, source="walk.yaml", **kwargs):
+    return rulegraph.explain(onnx_model, RuleSet.from_yaml(rules, source=source),
+                             {k: torch.from_numpy(v) for k, v in feeds.items()}, target=target, dtype=F64, **kwargs)
+
+
+# -- a two-layer MLP under LRP-ε ------------------------------------------------------------
+
+def mlp():
+    """y = relu(x·W1 + b1)·W2 + b2, two Gemm nodes and a Relu."""
+    return model([node("Gemm", ["x", "W1", "b1"], ["h"], "fc1/Gemm"),
+                  node("Relu", ["h"], ["a"], "act/Relu"),
+                  node("Gemm", ["a", "W2", "b2"], ["y"], "fc2/Gemm")],
+                 {"W1": W1, "b1": B1, "W2": W2, "b2": B2}, {"x": 4}, {"y": 3})
+
+
+def mlp_rules(epsilon: float) -> str:
+    return f"""\
+boundary: inputs
+rules:
+  - op: Gemm
+    rule: epsilon
+    params: {{epsilon: {epsilon}}}
+  - op: Relu
+    rule: identity
+"""
+
+
+def lrp_epsilon_mlp(epsilon: float, target=TARGET) -> dict[str, np.ndarray]:
+    """LRP-ε by hand: R_i = x_i Σ_j w_ij R_j / (z_j + ε sign z_j) per linear layer, ReLU passes R on."""
+    h = X @ W1 + B1
+    a = np.maximum(h, 0)
+    y = a @ W2 + B2
+    r_y = seed(y, target)
+    s2 = r_y / stabilize(y, epsilon)
+    r_a = a * (s2 @ W2.T)
+    r_h = r_a                                          # identity on the ReLU
+    s1 = r_h / stabilize(h, epsilon)
+    r_x = X * (s1 @ W1.T)
+    return dict(h=h, a=a, y=y, r_y=r_y, s2=s2, r_a=r_a, r_h=r_h, s1=s1, r_x=r_x)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.25, 3.0])
+def test_mlp_epsilon_input_relevance(epsilon):
+    ref = lrp_epsilon_mlp(epsilon)
+    e = run(mlp(), mlp_rules(epsilon), {"x": X})
+    assert e.target == TARGET
+    close(e.output_value, ref["y"][np.arange(3), TARGET])
+    close(e.boundary["x"].numpy(), ref["r_x"])
+    close(e.relevance["x"].numpy(), ref["r_x"])       # a [batch, features] input: scores are the relevance
+
+
+def test_mlp_epsilon_default_target_is_the_argmax():
+    y = np.maximum(X @ W1 + B1, 0) @ W2 + B2
+    argmax = y.argmax(1).tolist()
+    e = run(mlp(), mlp_rules(0.5), {"x": X}, target=None)
+    assert e.target == argmax
+    close(e.boundary["x"].numpy(), lrp_epsilon_mlp(0.5, argmax)["r_x"])
+
+
+def test_larger_epsilon_keeps_less_relevance():
+    """ε only absorbs: Σ R(x) shrinks in magnitude towards 0 as ε grows (hand numbers, per item)."""
+    totals = [lrp_epsilon_mlp(eps)["r_x"].sum(1) for eps in (0.0, 1.0, 100.0)]
+    got = [run(mlp(), mlp_rules(eps), {"x": X}).boundary["x"].numpy().sum(1) for eps in (0.0, 1.0, 100.0)]
+    close(np.array(got), np.array(totals))
+    assert np.all(np.abs(got[2]) < 0.05 * np.abs(got[0]))
+
+
+def test_matmul_plus_add_equals_the_gemm():
+    """A linear layer exported as MatMul + Add: z-rule on the MatMul and ε on the bias Add gives LRP-ε
+    of the whole layer (the split the shipped ``epsilon`` rule set uses on transformers)."""
+    split = model([node("MatMul", ["x", "W1"], ["m1"], "fc1/MatMul"), node("Add", ["m1", "b1"], ["h"], "fc1/Add"),
+                   node("Relu", ["h"], ["a"], "act/Relu"),
+                   node("MatMul", ["a", "W2"], ["m2"], "fc2/MatMul"), node("Add", ["m2", "b2"], ["y"], "fc2/Add")],
+                  {"W1": W1, "b1": B1, "W2": W2, "b2": B2}, {"x": 4}, {"y": 3})
+    rules = """\
+boundary: inputs
+rules:
+  - op: Add
+    rule: epsilon
+    params: {epsilon: 0.25}
+  - op: MatMul
+    rule: zero
+  - op: Relu
+    rule: identity
+"""
+    close(run(split, rules, {"x": X}).boundary["x"].numpy(), lrp_epsilon_mlp(0.25)["r_x"])
+
+
+# -- Gradient×Input and breaks --------------------------------------------------------------
+
+def tanh_net(tanh_name="act/Tanh"):
+    """y = tanh(x·W1)·W2 (no biases)."""
+    return model([node("MatMul", ["x", "W1"], ["h"], "fc1/MatMul"),
+                  node("Tanh", ["h"], ["t"], tanh_name),
+                  node("MatMul", ["t", "W2"], ["y"], "fc2/MatMul")],
+                 {"W1": W1, "W2": W2}, {"x": 4}, {"y": 3})
+
+
+def test_gradient_everywhere_is_gradient_times_input():
+    """GI in closed form: R(x) = x ⊙ ∂y_k/∂x = x ⊙ (((1 − t²) ⊙ W2[:, k]) W1ᵀ)."""
+    t = np.tanh(X @ W1)
+    grad = ((1 - t ** 2) * W2[:, TARGET].T) @ W1.T
+    e = run(tanh_net(), "boundary: inputs\nrules:\n  - op: '*'\n    rule: gradient\n", {"x": X})
+    close(e.boundary["x"].numpy(), X * grad)
+
+
+def test_identity_on_tanh_is_the_z_rule_through_it():
+    """With ``identity`` on the Tanh the relevance at tanh's input is the relevance at its output."""
+    h = X @ W1
+    t = np.tanh(h)
+    y = t @ W2
+    r_t = t * ((seed(y, TARGET) / y) @ W2.T)
+    r_x = X * ((r_t / h) @ W1.T)
+    rules = "boundary: inputs\nrules:\n  - {op: Tanh, rule: identity}\n  - {op: MatMul, rule: zero}\n"
+    close(run(tanh_net(), rules, {"x": X}).boundary["x"].numpy(), r_x)
+
+
+def test_stop_drops_one_branch_and_keeps_the_other():
+    """y = (x·W1 + tanh(x)·V)·W2; ``stop`` on the Tanh: only the MatMul branch reaches x."""
+    V = RNG.normal(size=(4, 5))
+    net = model([node("MatMul", ["x", "W1"], ["u"], "left/MatMul"),
+                 node("Tanh", ["x"], ["tx"], "right/Tanh"),
+                 node("MatMul", ["tx", "V"], ["v"], "right/MatMul"),
+                 node("Add", ["u", "v"], ["z"], "sum/Add"),
+                 node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
+                {"W1": W1, "V": V, "W2": W2}, {"x": 4}, {"y": 3})
+    rules = "boundary: inputs\nrules:\n  - {op: Tanh, rule: stop}\n  - {op: '*', rule: zero}\n"
+    u, v = X @ W1, np.tanh(X) @ V
+    z = u + v
+    y = z @ W2
+    r_z = z * ((seed(y, TARGET) / y) @ W2.T)
+    r_u = u * r_z / z
+    e = run(net, rules, {"x": X})
+    close(e.boundary["x"].numpy(), X * ((r_u / u) @ W1.T))
+
+
+# -- fan-out: one value, two consumers ------------------------------------------------------
+
+def test_relevance_from_two_consumers_accumulates():
+    """h feeds a MatMul and an elementwise Mul whose outputs are added: R(h) is the sum of what
+    both consumers hand back, and R(x) follows from that sum."""
+    Wa, c = RNG.normal(size=(5, 5)), RNG.normal(size=5)
+    net = model([node("MatMul", ["x", "W1"], ["h"], "fc1/MatMul"),
+                 node("MatMul", ["h", "Wa"], ["p"], "branch_a/MatMul"),
+                 node("Mul", ["h", "c"], ["q"], "branch_b/Mul"),
+                 node("Add", ["p", "q"], ["z"], "merge/Add"),
+                 node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
+                {"W1": W1, "Wa": Wa, "c": c, "W2": W2}, {"x": 4}, {"y": 3})
+    h = X @ W1
+    p, q = h @ Wa, h * c
+    z = p + q
+    y = z @ W2
+    r_z = z * ((seed(y, TARGET) / y) @ W2.T)
+    r_p, r_q = p * r_z / z, q * r_z / z
+    r_h_from_a = h * ((r_p / p) @ Wa.T)
+    r_h_from_b = r_q                                   # z-rule through q = h ⊙ c hands R(q) on unchanged
+    r_h = r_h_from_a + r_h_from_b
+    r_x = X * ((r_h / h) @ W1.T)
+    e = run(net, "boundary: inputs\nrules:\n  - {op: '*', rule: zero}\n", {"x": X})
+    close(e.boundary["x"].numpy(), r_x)
+    # and neither branch alone would give it
+    assert not np.allclose(e.boundary["x"].numpy(), X * ((r_h_from_a / h) @ W1.T))
+    assert not np.allclose(e.boundary["x"].numpy(), X * ((r_h_from_b / h) @ W1.T))
+
+
+def test_input_consumed_twice_sums_at_the_boundary():
+    """The graph input itself feeds two MatMuls: its relevance is the sum of both."""
+    W3 = RNG.normal(size=(4, 5))
+    net = model([node("MatMul", ["x", "W1"], ["u"], "a/MatMul"), node("MatMul", ["x", "W3"], ["w"], "b/MatMul"),
+                 node("Add", ["u", "w"], ["z"], "merge/Add"), node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
+                {"W1": W1, "W3": W3, "W2": W2}, {"x": 4}, {"y": 3})
+    u, w = X @ W1, X @ W3
+    z = u + w
+    y = z @ W2
+    r_z = z * ((seed(y, TARGET) / y) @ W2.T)
+    r_u, r_w = u * r_z / z, w * r_z / z
+    r_x = X * ((r_u / u) @ W1.T) + X * ((r_w / w) @ W3.T)
+    e = run(net, "boundary: inputs\nrules:\n  - {op: '*', rule: zero}\n", {"x": X})
+    close(e.boundary["x"].numpy(), r_x)
+    close(e.boundary["x"].numpy().sum(1), y[np.arange(3), TARGET])   # no bias, no ε: all of it arrives
+
+
+# -- on_unmatched: warn ---------------------------------------------------------------------
+
+def test_unmatched_node_strands_relevance_and_nothing_passes_it():
+    rules = "boundary: inputs\non_unmatched: warn\nrules:\n  - {op: MatMul, rule: zero}\n"
+    rs = RuleSet.from_yaml(rules, source="warn.yaml")
+    graph = rulegraph.load(tanh_net())
+    binding = rs.bind(graph)
+    assert [n.name for n in binding.unmatched] == ["act/Tanh"]
+    assert [n.name for n in binding.reached] == ["fc1/MatMul", "act/Tanh", "fc2/MatMul"]   # walked on for `check`
+    assert sorted(binding.assignments) == ["fc1/MatMul", "fc2/MatMul"]
+    with pytest.warns(UserWarning, match=r"1 node\(s\) have no rule.*'act/Tanh'"):
+        e = rulegraph.explain(graph, rs, {"x": torch.from_numpy(X)}, target=TARGET, dtype=F64)
+    assert np.all(e.boundary["x"].numpy() == 0.0)              # nothing got past the Tanh
+    assert [n.name for n in e.audit.nodes] == ["fc2/MatMul"]  # the walk never reached fc1
+
+
+def test_on_unmatched_error_refuses_to_run():
+    rs = RuleSet.from_yaml("boundary: inputs\nrules:\n  - {op: MatMul, rule: zero}\n", source="err.yaml")
+    with pytest.raises(rulegraph.RulegraphError, match="no rule matches node 'act/Tanh'"):
+        rulegraph.explain(tanh_net(), rs, {"x": torch.from_numpy(X)}, dtype=F64)
+
+
+def test_audit_off_gives_the_same_relevance():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        on = run(mlp(), mlp_rules(0.25), {"x": X})
+        off = run(mlp(), mlp_rules(0.25), {"x": X}, audit=False)
+    assert off.audit is None
+    close(off.boundary["x"].numpy(), lrp_epsilon_mlp(0.25)["r_x"])
+    close(off.boundary["x"].numpy(), on.boundary["x"].numpy())
