@@ -15,6 +15,7 @@ import torch
 
 from .errors import RuleFileError
 from .ir import Graph, Node
+from .ops import lookup
 from .registry import Registry
 
 #: name → graph rewrite ``Graph -> Graph``; a rule file's ``canonize:`` lists names
@@ -58,7 +59,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
                                    or layer.attrs.get("transA", 0)):
             continue
         scale, beta, mean, var = (_constant(graph, v).double() for v in bn.inputs[1:5])
-        a = scale / torch.sqrt(var + bn.attrs.get("epsilon", BATCHNORM_EPSILON))
+        a = scale / torch.sqrt(var + {**lookup("BatchNormalization").defaults, **bn.attrs}["epsilon"])
         w = _constant(graph, layer.inputs[1]).double()
         if layer.op == "Conv":
             w = w * a.reshape(-1, *([1] * (w.dim() - 1)))
@@ -81,10 +82,6 @@ def fold_batchnorm(graph: Graph) -> Graph:
     nodes = [n for n in nodes if n.op != "Identity" or any(v in used or v in graph.outputs for v in n.outputs)]
     return Graph(nodes, graph.inputs, graph.outputs, constants, opset=graph.opset, name=graph.name,
                  metadata=graph.metadata, source=graph.source)
-
-
-#: BatchNormalization's ONNX default ε, for graphs built without the loaders' defaults
-BATCHNORM_EPSILON = 1e-5
 
 
 def _constant(graph: Graph, value: str) -> torch.Tensor | None:

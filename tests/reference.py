@@ -1,7 +1,7 @@
 """Independent torch references for the transformer-level tests.
 
 :func:`bert_logits` re-implements a Hugging Face BERT classifier functionally from
-its weights, with the implementation trick of seeds/002 (Sec. 4) as switches:
+its weights, with the implementation trick of Ali et al. 2022 (Sec. 4) as switches:
 ``detach_probs`` holds the attention probabilities constant (AH rule),
 ``detach_std`` holds LayerNorm's √(ε+Var) constant (LN rule). Gradient×Input on
 the word embeddings of that function is the reference LRP explanation.

@@ -58,7 +58,7 @@ def test_gi_equals_autograd_gradient_times_input(bert, bert_onnx):
     ("lrp-ah", dict(detach_probs=True)),
 ])
 def test_lrp_equals_the_papers_detach_trick(bert, bert_onnx, rules, detach):
-    """seeds/002, Sec. 4: LRP (AH[+LN]) is GI with the probabilities [and LayerNorm std] detached."""
+    """Ali et al. 2022, Sec. 4: LRP (AH[+LN]) is GI with the probabilities [and LayerNorm std] detached."""
     feeds = _feeds()
     e = rulegraph.explain(bert_onnx, rules, feeds, dtype=F64)
     assert _relative(e.relevance["input_ids"], _reference(bert, feeds, e.target, **detach)) < 1e-8
@@ -94,7 +94,7 @@ def test_conserving_rule_set_has_no_breaks(bert_onnx):
 
 
 def test_gi_breaks_where_the_paper_says(bert_onnx):
-    """GI breaks conservation in LayerNorm, attention and GELU (seeds/002, Sec. 3)."""
+    """GI breaks conservation in LayerNorm, attention and GELU (Ali et al. 2022, Sec. 3)."""
     e = rulegraph.explain(bert_onnx, "gi", _feeds())
     broken = {n.op for n in e.audit.nodes if not n.conserving and abs(n.breaks) > 0}
     assert {"LayerNormalization", "Softmax", "Erf"} <= broken

@@ -1,6 +1,6 @@
 """Each rule against an independent closed form, on one node, in float64.
 
-The references are written out from the formulas (DESIGN.md; seeds/002 Sec. 4 for AH
+The references are written out from the formulas (Ali et al. 2022, Sec. 4 for AH
 and LN), not from the rule implementations: matrices and einsums, no VJPs.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_epsilon_on_matmul_with_transposed_weight_and_batch():
     close(rel[0], lrp_epsilon_linear(x.reshape(6, 5), w, torch.zeros(4, dtype=F64), r.reshape(6, 4), 0.1).reshape(2, 3, 5))
 
 
-# -- attention and layer norm (seeds/002, Sec. 4) ---------------------------------------------------
+# -- attention and layer norm (Ali et al. 2022, Sec. 4) ---------------------------------------------------
 
 def test_ah_rule_closed_form():
     """R(x_i) = Σ_j x_i p_ij / Σ_i' x_i' p_i'j · R(y_j), with y = P·V per head; P gets none."""

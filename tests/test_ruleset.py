@@ -138,3 +138,43 @@ def test_loading_the_same_file_twice_gives_the_same_rule_set(tmp_path):
     path.write_text("name: mine\nrules:\n  - op: '*'\n    rule: zero\n")
     changed = RuleSet.load(path)
     assert changed is not first and changed.entries[0].rule.name == "zero"
+
+
+# -- op traits, param domains, what a rule file may expand to -------------------------------------------
+
+def test_trait_routing_selects_exactly_the_routing_ops(bert_onnx):
+    from rulegraph.ops import lookup
+    graph = rulegraph.load(bert_onnx)
+    rules = RuleSet.from_yaml("rules:\n  - trait: routing\n    rule: pass\n  - op: '*'\n    rule: gradient\n",
+                              source="t.yaml")
+    binding = rules.bind(graph)
+    for node in binding.reached:
+        routing = lookup(node.op, node.domain).routing
+        assert (binding.assignments[node.name].rule.name == "pass") == routing, node.op
+    assert any(binding.assignments[n.name].rule.name == "pass" for n in binding.reached)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("rules:\n  - trait: routeing\n    rule: pass\n", "my.yaml:2: unknown op trait 'routeing'; did you mean 'routing'?"),
+    ("rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: -0.1}\n",
+     "my.yaml:4: param 'epsilon' of rule 'epsilon' must be ≥ 0, got -0.1"),
+    ("rules:\n  - op: Conv\n    rule: gamma\n    params:\n      gamma: -1\n",
+     "my.yaml:5: param 'gamma' of rule 'gamma' must be ≥ 0, got -1.0"),
+    ("rules:\n  - op: Conv\n    rule: zplus\n    params: {stabilizer: -1.0e-6}\n", "my.yaml:4: param 'stabilizer'"),
+    ("pass: decomposition\nrules:\n  - op: Relu\n    rule: activation\n    params: {threshold: 2}\n",
+     "my.yaml:5: param 'threshold' of rule 'activation' must be ≤ 1, got 2.0"),
+    ("pass: backward\nrules:\n  - op: Add\n    rule: pass\n", "my.yaml:1: unknown pass 'backward'"),
+    ("rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: !!python/object:os.system x}\n",
+     "my.yaml:4: tag 'tag:yaml.org,2002:python/object:os.system' is not allowed in a rule file"),
+])
+def test_domains_traits_and_tags_are_checked_where_the_file_is_read(text, expected):
+    assert expected in error(text)
+
+
+def test_an_alias_bomb_is_refused_before_it_expands():
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    text = "\n".join(levels) + "\nrules:\n  - op: Add\n    rule: pass\n    note: *a8\n"
+    message = error(text)
+    assert "expands to more than 100,000 YAML nodes" in message and message.startswith("my.yaml:")
+    assert len(message) < 300

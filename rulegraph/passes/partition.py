@@ -1,4 +1,4 @@
-"""Partitions of the input positions into groups (seeds/000, Sec. 2.1: a group is an
+"""Partitions of the input positions into groups (Yang et al. 2023, Sec. 2.1: a group is an
 element of a partition P of the inputs).
 
 A partition is given as
