@@ -19,9 +19,11 @@ from ._common import (
     quiet,
     torch_export_dynamic_shapes,
 )
+from ..registry import Registry
 
-#: The exporters :func:`export_onnx` can use: torch's TorchScript tracer and its torch.export-based one.
-EXPORTERS = ("torchscript", "dynamo")
+#: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
+#: one. Each is ``fn(module, example_inputs, path, opset, dynamic_input_names, output_names)``.
+EXPORTERS: Registry = Registry("exporter")
 #: The lowest opset accepted (the first with a LayerNormalization op).
 MIN_OPSET = 17
 #: Metadata key under which :func:`export_onnx` records the exporter used.
@@ -90,10 +92,7 @@ def export_onnx(
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
         raw = Path(scratch) / "raw.onnx"
         with eval_mode(module), quiet():
-            if exporter == "torchscript":
-                _export_torchscript(module, example_inputs, raw, opset, dynamic, list(output_names))
-            else:
-                _export_dynamo(module, example_inputs, raw, opset, dynamic, list(output_names))
+            EXPORTERS.get(exporter)(module, example_inputs, raw, opset, dynamic, list(output_names))
         model = onnx.load(raw)
         onnx.helper.set_model_props(model, {**_existing_props(model), **props})
         onnx.checker.check_model(model)
@@ -125,6 +124,7 @@ def _existing_props(model: onnx.ModelProto) -> dict[str, str]:
     return {prop.key: prop.value for prop in model.metadata_props}
 
 
+@EXPORTERS.register("torchscript")
 def _export_torchscript(
     module: torch.nn.Module,
     example_inputs: Mapping[str, torch.Tensor],
@@ -149,6 +149,7 @@ def _export_torchscript(
     )
 
 
+@EXPORTERS.register("dynamo")
 def _export_dynamo(
     module: torch.nn.Module,
     example_inputs: Mapping[str, torch.Tensor],

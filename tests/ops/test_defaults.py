@@ -19,7 +19,7 @@ INTERNAL = {("Softmax", "coerce_2d"), ("LogSoftmax", "coerce_2d"), ("Hardmax", "
 
 def _schema_defaults(op: str) -> dict | None:
     try:
-        schema = defs.get_schema(op, 18)
+        schema = defs.get_schema(op, max(18, defs.get_schema(op).since_version))   # newer ops: their first opset
     except Exception:
         return None
     out = {}
@@ -34,7 +34,7 @@ def test_keyword_defaults_are_the_onnx_defaults(key):
     spec = REGISTRY[key]
     schema = _schema_defaults(spec.name)
     if schema is None:
-        pytest.skip(f"{spec.name} has no ONNX schema at opset 18")
+        pytest.skip(f"{spec.name} has no ONNX schema")
     for name, value in spec.defaults.items():
         if (spec.name, name) in INTERNAL or name not in schema or value is None:
             continue

@@ -12,7 +12,7 @@ import rulegraph
 from rulegraph.passes.decomposition import run_pass
 from rulegraph.text import TextEncoder
 
-CACHE = Path(os.environ.get("RULEGRAPH_CACHE", Path(__file__).resolve().parents[1] / ".cache")) / "sentiment-minilm"
+CACHE = Path(os.environ.get("RULEGRAPH_CACHE", Path(__file__).resolve().parents[2] / ".cache")) / "sentiment-minilm"
 pytestmark = pytest.mark.skipif(not (CACHE / "model.onnx").exists(),
                                 reason=f"no demo model in {CACHE}; `make demo` builds it")
 

@@ -15,7 +15,7 @@ torchvision = pytest.importorskip("torchvision")
 import rulegraph  # noqa: E402
 from rulegraph.ruleset import RuleSet  # noqa: E402
 
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "torchvision-onnx"
+CACHE = Path(__file__).resolve().parents[2] / ".cache" / "torchvision-onnx"
 CASES = [("resnet18", "epsilon-gamma-box"), ("resnet18", "epsilon-plus-flat"), ("vgg11", "epsilon-gamma-box"),
          ("vgg11", "epsilon-plus-flat"), ("vit_b_16", "attnlrp"), ("vit_b_16", "cp-lrp")]
 

@@ -90,7 +90,7 @@ def test_rule_assignments_match_the_golden_file(graphs, model, rules):
     if REGOLD:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump(got))
-        pytest.skip(f"RULEGRAPH_REGOLD set: rewrote {path.relative_to(Path(__file__).parent.parent)}")
+        pytest.skip(f"RULEGRAPH_REGOLD set: rewrote {path.relative_to(Path(__file__).parents[2])}")
     assert path.exists(), (f"no golden file {path}; generate it with "
                            "RULEGRAPH_REGOLD=1 .venv/bin/python -m pytest tests/test_golden_rules.py")
     expected = json.loads(path.read_text())

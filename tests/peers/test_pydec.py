@@ -21,7 +21,7 @@ pytestmark = pytest.mark.peer
 pydec = pytest.importorskip("pydec")
 
 SPEC = importlib.util.spec_from_file_location(
-    "decomposition_speed", Path(__file__).resolve().parents[1] / "benchmarks" / "decomposition_speed.py")
+    "decomposition_speed", Path(__file__).resolve().parents[2] / "benchmarks" / "decomposition_speed.py")
 bench = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench)
 SMALL = dict(hidden=64, layers=3, heads=4, ffn=128, vocab=200, positions=64)
