@@ -8,6 +8,7 @@ for these.
 from __future__ import annotations
 
 from difflib import get_close_matches
+from pathlib import Path
 from typing import Iterable
 
 
@@ -37,6 +38,31 @@ class InputError(RulegraphError):
 
 class NumericalError(RulegraphError):
     """NaN or inf where a finite value is needed."""
+
+
+#: the largest text file rulegraph reads whole (a rule file, a tokenizer is read by its own library)
+MAX_TEXT_BYTES = 16 * 2**20
+
+
+def read_text(path: Path, what: str, error: type[RulegraphError]) -> str:
+    """The UTF-8 text of ``path``, or a one-line ``error`` saying why it cannot be read."""
+    if not path.exists():
+        raise error(f"{what} not found: {path}")
+    if path.is_dir():
+        raise error(f"{path} is a directory, not a {what}")
+    size = path.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise error(f"{path} is {size / 2**20:.0f} MiB; a {what} may be at most {MAX_TEXT_BYTES // 2**20} MiB")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                    f"{exc.start})") from None
 
 
 def choices(valid: Iterable[str], given: str | None = None) -> str:

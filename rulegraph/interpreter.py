@@ -21,6 +21,7 @@ every value by name, and the static arguments (shapes, axes) it handed to the op
 """
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -35,6 +36,7 @@ from .ops import OpSpec, lookup
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+_POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
 class Values(dict):
@@ -114,6 +116,7 @@ class Plan:
             isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
             for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
+        self.limits = InputLimits.of(graph, self.kind)
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
 
@@ -269,7 +272,11 @@ class Plan:
         for name, info in expected.items():
             value = inputs[name]
             if not isinstance(value, Tensor):
-                value = torch.as_tensor(value)
+                try:
+                    value = torch.as_tensor(value)
+                except (TypeError, ValueError, RuntimeError):
+                    raise InputError(f"input {name} must be a tensor or an array of numbers, "
+                                     f"got a {type(value).__name__}") from None
             if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
                 raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
                                  f"got {str(value.dtype).removeprefix('torch.')}")
@@ -287,15 +294,79 @@ class Plan:
             elif value.dtype != info.dtype:
                 value = value.to(info.dtype)
             feeds[name] = value.to(self.device)
+        self.limits.check(feeds, expected)
         return feeds
 
     def outputs(self, env: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: env[name] for name in self.graph.outputs}
 
 
+@dataclass
+class InputLimits:
+    """What the inputs' values and sizes may be, read off the graph once: token ids index an
+    embedding table (``ids``: input → (rows, table)); the sequence length is bounded by the export's
+    ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
+    by values that depend only on the input shapes)."""
+
+    ids: dict[str, tuple[int, str]]
+    positions: tuple[int, str] | None
+
+    @classmethod
+    def of(cls, graph: Graph, kind: dict[str, Kind]) -> "InputLimits":
+        ids: dict[str, tuple[int, str]] = {}
+        for node, source in graph.embeddings():
+            rows = int(graph.constants[node.inputs[0]].shape[int(node.attrs.get("axis", 0))])
+            if source not in ids or rows < ids[source][0]:
+                ids[source] = (rows, node.inputs[0])
+        positions = None
+        limit = graph.metadata.get("rulegraph.max_length", "")
+        if limit.isdigit():
+            positions = (int(limit), "the export's rulegraph.max_length")
+        else:
+            for node in graph.nodes:
+                table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""
+                if table in graph.constants and graph.constants[table].is_floating_point() \
+                        and kind.get(node.inputs[1]) == Kind.SHAPE and _POSITION_TABLE.search(table):
+                    rows = int(graph.constants[table].shape[0])
+                    if positions is None or rows < positions[0]:
+                        positions = (rows, f"the position table {table!r}")
+        return cls(ids, positions)
+
+    def check(self, feeds: dict[str, Tensor], infos: dict) -> None:
+        """Refuse ids outside their embedding table, sequences longer than the position table, and
+        inputs that disagree on a dimension they share by name (``batch``, ``sequence``…)."""
+        seen: dict[str, tuple[str, int]] = {}
+        for name, value in feeds.items():
+            shape = infos[name].shape or ()
+            for d, symbol in enumerate(shape):
+                if isinstance(symbol, str) and d < value.dim():
+                    first = seen.setdefault(symbol, (name, value.shape[d]))
+                    if first[1] != value.shape[d]:
+                        raise InputError(f"input {name} has {value.shape[d]} along {symbol!r} (dim {d}) but "
+                                         f"{first[0]} has {first[1]}; they must agree (shape {tuple(value.shape)})")
+        for name, (rows, table) in self.ids.items():
+            ids = feeds[name]
+            if ids.numel() == 0:
+                raise InputError(f"input {name} is empty")
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0:
+                raise InputError(f"input {name} holds the id {low}; token ids are ≥ 0")
+            if high >= rows:
+                raise InputError(f"input {name} holds the id {high}, outside the vocabulary: the embedding table "
+                                 f"{table!r} has {rows} rows (ids 0…{rows - 1})")
+            if self.positions is not None and ids.dim() >= 2 and ids.shape[1] > self.positions[0]:
+                raise InputError(f"input {name} has {ids.shape[1]} positions; the model takes at most "
+                                 f"{self.positions[0]} ({self.positions[1]})")
+
+
 def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:
     """The graph's :class:`Plan` for ``device`` and ``dtype`` (built once, then reused)."""
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"unknown device {device!r}; valid: cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise InputError(f"device {device.type!r} is not supported; valid: cpu, cuda, cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
     if dtype not in (torch.float32, torch.float64):

@@ -140,6 +140,30 @@ class Graph:
                 known.update(v for v in n.outputs if v)
         return frozenset(known)
 
+    def integer_input(self, value: str) -> str | None:
+        """The integer graph input ``value`` is, through index-preserving ops (Cast, Reshape…), if any."""
+        for _ in range(ID_ROUTE_DEPTH):
+            if value in self.input_names:
+                info = next(i for i in self.inputs if i.name == value)
+                return None if info.is_float else value
+            producer = self.producer.get(value)
+            if producer is None or producer.op not in ID_ROUTES:
+                return None
+            value = producer.inputs[0]
+        return None
+
+    def embeddings(self) -> list[tuple[Node, str]]:
+        """The embedding lookups: ``Gather`` nodes of a constant float table indexed by an integer
+        graph input, with that input's name, in graph order."""
+        found = []
+        for n in self.nodes:
+            if n.op == "Gather" and len(n.inputs) > 1 and n.inputs[0] in self.constants \
+                    and self.constants[n.inputs[0]].is_floating_point():
+                source = self.integer_input(n.inputs[1])
+                if source is not None:
+                    found.append((n, source))
+        return found
+
     @cached_property
     def layers(self) -> dict[str, str]:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
@@ -176,6 +200,10 @@ def _topological(nodes: list[Node], constants: dict, inputs: list[ValueInfo]) ->
 def _ready(node: Node, available: set[str]) -> bool:
     return all(v in available for v in node.inputs)
 
+
+#: index-preserving ops that may sit between an integer input and the embedding Gather, and how many
+ID_ROUTES = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"})
+ID_ROUTE_DEPTH = 16
 
 _BLOCK = re.compile(r"(?:^|[./_])(?:layers?|h|blocks?|encoder_layers?|decoder_layers?|transformer_blocks?)[._](\d+)(?=$|[./_])")
 _EMBED = re.compile(r"embed|wte|wpe|patch", re.IGNORECASE)

@@ -76,11 +76,22 @@ def test_inputs_are_checked(bert_onnx, change, message):
         rulegraph.run(rulegraph.load(bert_onnx), feeds)
 
 
-def test_a_failing_op_names_its_node(bert_onnx):
+def test_ids_outside_the_embedding_table_are_refused_before_the_run(bert_onnx):
     feeds = tiny.token_inputs()
     feeds["token_type_ids"] = feeds["token_type_ids"] + 7          # beyond the 2-row type embedding table
-    with pytest.raises(rulegraph.errors.ModelError, match=r"node '.*' \(Gather\) failed on inputs"):
+    with pytest.raises(rulegraph.errors.InputError, match=r"token_type_ids holds the id 7, outside the vocabulary: "
+                                                          r"the embedding table .* has 2 rows \(ids 0…1\)"):
         rulegraph.run(rulegraph.load(bert_onnx), feeds)
+
+
+def test_a_failing_op_names_its_node():
+    from rulegraph.ir import Graph, Node, ValueInfo
+    node = Node("squash", "Reshape", ("x", "shape"), ("y",))
+    graph = Graph([node], [ValueInfo("x", torch.float32, (2, "n"))], ["y"],
+                  {"shape": torch.tensor([5])}, opset=18)
+    with pytest.raises(rulegraph.errors.ModelError, match=r"node 'squash' \(Reshape\) failed on inputs "
+                                                          r"\[\(2, 3\):float32, \[5\]\]"):
+        rulegraph.run(graph, {"x": torch.ones(2, 3)})
 
 
 def test_sequence_outputs_explain_one_position(tmp_path):
@@ -93,7 +104,7 @@ def test_sequence_outputs_explain_one_position(tmp_path):
     feeds = tiny.token_inputs(("input_ids", "attention_mask"), length=6)
     last = rulegraph.explain(path, "lrp-ah-ln", feeds, dtype=torch.float64)
     third = rulegraph.explain(path, "lrp-ah-ln", feeds, position=2, dtype=torch.float64)
-    assert last.position == -1 and third.position == 2
+    assert last.position == 5 and third.position == 2          # the last of 6 positions by default
     assert last.target == [int(last.output_tensor[0, -1].argmax())]
     scores = third.relevance["input_ids"][0]
     assert torch.all(scores[3:] == 0)                   # causal: later tokens cannot matter

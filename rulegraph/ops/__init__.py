@@ -116,9 +116,11 @@ def lookup(op_type: str, domain: str = "", *, node: str = "", opset: int | None 
         where = f"node {node!r}: " if node else ""
         dom = f", domain {domain!r}" if domain not in ("", "ai.onnx") else ""
         ops = f"opset {opset}" if opset else "any opset"
-        raise UnsupportedOpError(
-            f"{where}op {op_type!r}{dom} ({ops}) has no implementation in rulegraph; "
-            f"{choices((k[1] for k in REGISTRY if k[0] == _canonical_domain(domain)), op_type)}")
+        known = [k[1] for k in REGISTRY if k[0] == _canonical_domain(domain)]
+        valid = choices(known, op_type) if known else (
+            f"rulegraph implements no op of domain {domain!r}; ops of the default ONNX domain: "
+            f"{choices(k[1] for k in REGISTRY if not k[0])}")
+        raise UnsupportedOpError(f"{where}op {op_type!r}{dom} ({ops}) has no implementation in rulegraph; {valid}")
     return spec
 
 

@@ -14,9 +14,10 @@ argmax over the last axis (the predicted class), at the last position for sequen
 from __future__ import annotations
 
 import json
+import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
@@ -102,6 +103,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             unmatched: str = Pass.unmatched) -> Forward:
     """The shared prologue (see the module docstring)."""
+    check_arguments(inputs, target, position)
     binding = ruleset.bind(graph)
     binding.require_complete()
     if binding.unmatched and ruleset.on_unmatched == "warn":
@@ -123,6 +125,26 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position)
 
 
+def check_arguments(inputs: Any, target: Any, position: Any) -> None:
+    """The API's arguments have the types they need, before any work."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must be a dict of model input name → tensor, got a {type(inputs).__name__}")
+    bad = [k for k in inputs if not isinstance(k, str)]
+    if bad:
+        raise InputError(f"inputs must be keyed by input name (str), got the key {bad[0]!r}")
+    items = [target] if target is None or _is_index(target) else target
+    if isinstance(target, (str, bytes)) or not isinstance(items, (list, tuple)) or \
+            not all(t is None and target is None or _is_index(t) for t in items):
+        raise InputError(f"target must be a class index (int) or a list of them, one per batch item; got {target!r}")
+    if position is not None and not _is_index(position):
+        raise InputError(f"position must be an int, got {position!r}")
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) or \
+        isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
+
+
 def select(out: Tensor, target, position) -> tuple[Tensor, list[int], int | None]:
     """One-hot selection of the explained scalar per batch item, the targets and the position."""
     shape = out.shape
@@ -131,10 +153,15 @@ def select(out: Tensor, target, position) -> tuple[Tensor, list[int], int | None
     batch = out.shape[0]
     picked = out
     if out.dim() == 3:
-        position = -1 if position is None else position
-        if not -out.shape[1] <= position < out.shape[1]:
-            raise InputError(f"--position {position} is outside the output's {out.shape[1]} positions")
+        if position is None:
+            position = out.shape[1] - 1
+        if not 0 <= position < out.shape[1]:
+            raise InputError(f"position {position} is out of range; the output has {out.shape[1]} positions "
+                             f"(0…{out.shape[1] - 1})")
         picked = out[:, position]
+    elif position is not None:
+        raise InputError(f"position {position} was given, but the output (shape {tuple(shape)}) has no positions; "
+                         "it applies to [batch, positions, classes] outputs")
     elif out.dim() != 2:
         raise InputError(f"cannot pick a target in an output of shape {tuple(out.shape)}; "
                          "expected [batch, classes] or [batch, positions, classes]")
@@ -145,10 +172,9 @@ def select(out: Tensor, target, position) -> tuple[Tensor, list[int], int | None
         targets = [int(target)] * batch if isinstance(target, int) else [int(t) for t in target]
         if len(targets) != batch:
             raise InputError(f"got {len(targets)} targets for a batch of {batch}")
-        bad = [t for t in targets if not -classes <= t < classes]
+        bad = [t for t in targets if not 0 <= t < classes]
         if bad:
             raise InputError(f"target {bad[0]} is out of range; the output has {classes} classes (0…{classes - 1})")
-        targets = [t % classes for t in targets]
     seed = torch.zeros_like(picked)
     seed[torch.arange(batch), targets] = 1
     if out.dim() == 3:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import RuleFileError, choices
+from ..errors import RuleFileError, choices, read_text
 from ..ir import Graph, Node
 from ..rules import Rule
 from .bind import Assignment, Binding
@@ -90,7 +90,7 @@ class RuleSet:
 
     @classmethod
     def _cached(cls, path: Path, source: str) -> "RuleSet":
-        text = path.read_text()
+        text = read_text(path, "rule file", RuleFileError)
         key = (str(path.resolve()), source, text)
         if key not in _LOADED:
             _LOADED[key] = cls.from_yaml(text, source=source)

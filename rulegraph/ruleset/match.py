@@ -17,11 +17,8 @@ from ..rules import Rule
 
 #: boolean op traits an entry may select by (``trait: routing``), see :mod:`rulegraph.ops`
 TRAITS = ("routing", "elementwise")
-# index-preserving ops that may sit between an integer input and the embedding Gather
-_ID_ROUTES = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
-#: how far a pattern looks through ``through`` ops, and an id input through index routes
+#: how far a pattern looks through ``through`` ops
 PATTERN_DEPTH = 64
-ID_ROUTE_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -142,28 +139,11 @@ class Boundary:
             return found
         found.update({i.name: i.name for i in graph.inputs if i.is_float})
         if self.kind == "embeddings":
-            for n in graph.nodes:
-                if n.op == "Gather" and len(n.inputs) > 1:
-                    source = _integer_input(graph, n.inputs[1])
-                    if source is not None and n.inputs[0] in graph.constants \
-                            and graph.constants[n.inputs[0]].is_floating_point():
-                        found[n.outputs[0]] = source
+            found.update({n.outputs[0]: source for n, source in graph.embeddings()})
         if not found:
             raise RuleMatchError(
                 "no relevance boundary: the model has no float inputs and no embedding Gather fed by an integer "
                 "input; set `boundary: {nodes: [<node name glob>]}` in the rule file")
         return found
 
-
-def _integer_input(graph: Graph, value: str) -> str | None:
-    """The integer graph input ``value`` is (through index-preserving ops), if any."""
-    for _ in range(ID_ROUTE_DEPTH):
-        if value in graph.input_names:
-            info = next(i for i in graph.inputs if i.name == value)
-            return None if info.is_float else value
-        producer = graph.producer.get(value)
-        if producer is None or producer.op not in _ID_ROUTES:
-            return None
-        value = producer.inputs[0]
-    return None
 
