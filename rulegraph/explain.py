@@ -7,18 +7,23 @@ Load the model, read the rule set, apply its canonizers, run the shared prologue
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from .errors import InputError
 from .explanation import Explanation
+from .ir import Graph
 from .passes import PASSES, forward, prepared
 from .ruleset import RuleSet
+from .text import Encoded, TextEncoder
 
-__all__ = ["Explanation", "explain", "prepared"]
+__all__ = ["Explanation", "encode", "explain", "prepared"]
 
 
-def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
+def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = None,
+            target: int | Sequence[int] | None = None, *, text: str | None = None, tokenizer: str | Path | None = None,
             output: str | None = None, position: int | None = None, device: str = "cpu",
             dtype: torch.dtype = torch.float32, audit: bool = True, **options: Any) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a rule set.
@@ -30,10 +35,40 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: in
     position explained (default the last). ``options``: the pass's own arguments, e.g. for
     ``pass: decomposition`` ``groups``, ``alpha``, ``threshold``, ``variant``, ``mode``
     (:class:`rulegraph.passes.decomposition.DecompositionPass`).
+
+    Instead of ``inputs``, ``text="…"`` tokenizes a text with ``tokenizer`` (a
+    ``tokenizer.json``; default: the one beside the model file) and fills the model's inputs;
+    the explanation then carries the tokens (``e.tokens``).
     """
     graph, ruleset = prepared(model, rules)
     kind = PASSES.get(ruleset.pass_name)
     options = kind.resolve(options)
+    encoded = None
+    if text is not None:
+        if inputs is not None:
+            raise InputError("give inputs or text=…, not both")
+        encoded = encode(model, text, tokenizer)
+        inputs = encoded.inputs
+    elif inputs is None:
+        raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     unmatched=kind.unmatched)
-    return kind().run(start, audit=audit, **options)
+    e = kind().run(start, audit=audit, **options)
+    if encoded is not None:
+        e.tokens = [encoded.tokens]
+        e.extra["text"] = encoded.text
+    return e
+
+
+def encode(model: Any, text: str, tokenizer: str | Path | None = None) -> Encoded:
+    """``text`` tokenized for ``model`` (with ``tokenizer``, default the ``tokenizer.json`` beside the
+    model file): ``.inputs`` fills the model's inputs, ``.tokens`` and ``.special`` describe them."""
+    from .loaders import load
+    if not isinstance(text, str):
+        raise InputError(f"text must be a str, got a {type(text).__name__}")
+    graph = load(model)
+    path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
+    encoder = TextEncoder.for_model(graph, path, tokenizer)
+    encoded = encoder.encode(text)
+    encoded.inputs = encoder.fill(graph, encoded, {})
+    return encoded

@@ -1,6 +1,7 @@
 """Loaders: an exported model (ONNX file or ModelProto, torch.export program, fx GraphModule) → IR."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ def load(model: Any) -> Graph:
     """
     if isinstance(model, Graph):
         return model
+    return _with_outputs(_load(model))
+
+
+def _with_outputs(graph: Graph) -> Graph:
+    if not graph.outputs:
+        raise ModelError(f"the model ({graph.source or graph.name or 'given'}) has no outputs: nothing to explain")
+    return graph
+
+
+def _load(model: Any) -> Graph:
     if isinstance(model, (str, Path)):
         if Path(model).suffix == ".pt2":
             return _load_pt2(Path(model))
@@ -42,11 +53,16 @@ def _load_pt2(path: Path) -> Graph:
     from .fx import load_fx
     if not path.is_file():
         raise ModelError(f"model file not found: {path}")
+    quiet = logging.getLogger("torch.export")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)           # torch logs a traceback before it raises
     try:
         program = torch.export.load(str(path))
     except Exception as exc:  # zip, pickle and schema errors
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"{path} is not a readable torch.export program ({type(exc).__name__}: {first})") from None
+    finally:
+        quiet.setLevel(level)
     graph = load_fx(program)
     graph.source = f"fx:{path}"
     return graph

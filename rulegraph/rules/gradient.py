@@ -38,9 +38,16 @@ class _GradientFamily(Rule):
     inputs it propagates to (linear layers, sums, routing); elsewhere (GELU, softmax,
     products of two activations) the audit books the difference as a break."""
 
-    detach: list[int] = field(default_factory=list)
+    detach: list[int] = param([], NON_NEGATIVE)
     conserving: ClassVar[bool] = False
     breaking: ClassVar[str] = "breaks on ops not affine in the carried inputs"
+
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        beyond = [i for i in self.detach if i >= len(node.inputs)]
+        if why is None and beyond:
+            return f"detach lists input {beyond[0]}, but the node has {len(node.inputs)} inputs (0…{len(node.inputs) - 1})"
+        return why
 
     def carries(self, node, spec, tainted):
         return [t and i not in self.detach for i, t in enumerate(tainted)]
