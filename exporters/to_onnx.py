@@ -30,18 +30,23 @@ MIN_OPSET = 17
 EXPORTER_KEY = "rulegraph.exporter"
 
 
+#: The highest opset each exporter writes (torch 2.x: the TorchScript exporter stops at 20).
+MAX_OPSET = {"torchscript": 20, "dynamo": 23}
+
+
 def check_exporter_options(exporter: str, opset: int) -> None:
-    """Raise ``ValueError`` for an unknown exporter name or an opset below :data:`MIN_OPSET`."""
+    """Raise ``ValueError`` for an unknown exporter name or an opset outside what it can write."""
     if exporter not in EXPORTERS:
         raise ValueError(f"unknown exporter {exporter!r}; valid: {', '.join(EXPORTERS)}")
-    if not isinstance(opset, int) or opset < MIN_OPSET:
-        raise ValueError(f"opset {opset!r} is too old; use {MIN_OPSET} or newer")
+    top = MAX_OPSET.get(exporter, MIN_OPSET)
+    if not isinstance(opset, int) or isinstance(opset, bool) or not MIN_OPSET <= opset <= top:
+        raise ValueError(f"opset {opset!r} is not supported by the {exporter} exporter; valid: {MIN_OPSET}…{top}")
 
 
 def refuse_overwrite(path: Path) -> None:
     """Raise ``FileExistsError`` if ``path`` exists."""
     if path.exists():
-        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")  # the CLI says --force
 
 
 def export_onnx(

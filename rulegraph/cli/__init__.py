@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import InputError, RulegraphError
 from ..explain import Explanation, explain, prepared
@@ -40,6 +41,23 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 # -- shared options --------------------------------------------------------------------------
+
+class OutputPath(click.ParamType):
+    """A file to write (``-``: standard output); an empty value is refused, not read as ``.``."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Path):
+            return value
+        if not str(value).strip():
+            raise InputError(f"{param.opts[0] if param else 'the output'} is an empty path; give a file name, "
+                             "or '-' for standard output")
+        return Path(value)
+
+
+OUTPUT = OutputPath()
+
 
 def model_argument(f):
     return click.argument("model", type=click.Path(dir_okay=True, path_type=Path))(f)
@@ -92,7 +110,7 @@ def image_options(f):
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
                      help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
-        click.option("--png", "png_path", type=click.Path(path_type=Path), metavar="OUT",
+        click.option("--png", "png_path", type=OUTPUT, metavar="OUT",
                      help="write the pixel heatmap as a PNG (default with --image and --html: beside the page)"),
         click.option("--size", "image_size", type=int, default=224, show_default=True, help="center-crop size"),
         click.option("--resize", "image_resize", type=int, default=256, show_default=True,
@@ -123,10 +141,7 @@ def _parse_inputs(graph: Graph, raw: tuple[str, ...]) -> dict[str, torch.Tensor]
                              f"{', '.join(i.describe() for i in graph.inputs)}")
         info = infos[name]
         if value.endswith(".npy"):
-            import numpy as np
-            if not Path(value).exists():
-                raise InputError(f"--input {name}: file not found: {value}")
-            feeds[name] = torch.from_numpy(np.load(value))
+            feeds[name] = _npy(name, Path(value))
             continue
         try:
             numbers = [float(v) if info.is_float else int(v) for v in value.split(",") if v.strip()]
@@ -139,9 +154,35 @@ def _parse_inputs(graph: Graph, raw: tuple[str, ...]) -> dict[str, torch.Tensor]
     return feeds
 
 
+def _npy(name: str, path: Path) -> torch.Tensor:
+    """An input from a ``.npy`` file (plain arrays only: pickled objects are refused)."""
+    import numpy as np
+    if not path.is_file():
+        raise InputError(f"--input {name}: {'not a file' if path.exists() else 'file not found'}: {path}")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"--input {name}: {path} is not a readable .npy array ({str(exc).splitlines()[0]})") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        raise InputError(f"--input {name}: {path} holds {getattr(array, 'dtype', type(array).__name__)} values; "
+                         "give numbers (bool, int or float)")
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _texts(texts: tuple[str, ...]) -> tuple[str, ...]:
+    """The --text values, refused when the shell handed over bytes that are not UTF-8."""
+    for t in texts:
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError("--text is not valid UTF-8 (check the terminal's or the file's encoding)") from None
+    return texts
+
+
 def _requests(graph: Graph, model: Path, texts, tokenizer, raw_inputs) -> list[tuple[dict, Encoded | None]]:
     """The explanations asked for: one per --text, or one from --input values."""
     extra = _parse_inputs(graph, raw_inputs)
+    texts = _texts(texts)
     if texts:
         encoder = TextEncoder.for_model(graph, model, tokenizer)
         return [(encoder.fill(graph, enc, extra), enc) for enc in (encoder.encode(t) for t in texts)]
@@ -179,15 +220,40 @@ def _run(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation,
     return results
 
 
+def check_output(path: Path | None, force: bool, option: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: empty, a directory, not a
+    regular file, an existing file without ``--force``, or in a folder that is not writable."""
+    if path is None or str(path) == "-":
+        return
+    if not str(path).strip():
+        raise InputError(f"{option} is an empty path; give a file name, or '-' for standard output")
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a directory; give a file name inside it")
+    if path.exists() and not path.is_file():
+        raise InputError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
+    if path.exists() and not force:
+        raise InputError(f"{option} {path} exists; pass --force to overwrite it")
+    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or \
+            (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{option} {path}: cannot write there (permission denied in {folder})")
+
+
 def _write(path: Path, content: str, force: bool, what: str) -> None:
+    """Write ``content`` whole or not at all (a temporary file beside it, then a rename)."""
     if str(path) == "-":
         click.echo(content)
         return
-    if path.exists() and not force:
-        raise InputError(f"{path} exists; pass --force to overwrite it")
+    check_output(path, force, what)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content)
-    err.print(f"[dim]wrote {what} to {path}[/]")
+    staged = path.with_name(f".{path.name}.rulegraph-partial")
+    try:
+        staged.write_text(content)
+        os.replace(staged, path)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        raise InputError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+    err.print(f"[dim]wrote {what} to {escape(str(path))}[/]")
 
 
 def _json(results: list[tuple[Explanation, Any]]) -> str:
@@ -209,8 +275,8 @@ def cli():
 @method_options
 @input_options
 @decomposition_options
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the explanation as JSON ('-': stdout)")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), help="write a self-contained heatmap page")
+@click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
+@click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
 @image_options
 def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_inputs, json_path, html_path, force,
@@ -238,9 +304,8 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         ruleset = RuleSet.load(rules)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
         png_path = html_path.with_suffix(".png")      # the heatmap beside the page
-    for path in (json_path, html_path, png_path):
-        if path is not None and str(path) != "-" and path.exists() and not force:
-            raise InputError(f"{path} exists; pass --force to overwrite it")
+    for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
+        check_output(path, force, option)
     if image_path is not None:
         from ..image import load_image
         pixels = next((i.name for i in graph.inputs if i.is_float), None)
@@ -258,7 +323,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         e = results[0][0]
         write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=image_mean, std=image_std,
                       title=f"{e.rules}: {e.output}[{e.target[0]}]")
-        err.print(f"[dim]wrote heatmap to {png_path}[/]")
+        err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"
     for i, (e, enc) in enumerate(results):
         if quiet:
@@ -272,6 +337,9 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         tokens = enc.tokens if enc else [str(k) for k in range(len(e.scores(key)))]
         out.print(render.heatmap_text(tokens, e.scores(key), enc.special if enc else None))
         out.print(render.top_tokens(tokens, e.scores(key), enc.special if enc else None))
+        note = render.mass_note(tokens, e.scores(key), enc.special if enc else None)
+        if note:
+            out.print(Text(note, style="yellow"))
         out.print(render.summary_table(e))
     if json_path is not None:
         _write(json_path, _json(results), force, "JSON")
@@ -286,12 +354,14 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
 @rules_option
 @input_options
 @decomposition_options
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="write the audit as JSON ('-': stdout)")
-@click.option("--top", type=int, default=25, show_default=True, help="nodes to list (largest absorbed/breaks/errors)")
+@click.option("--json", "json_path", type=OUTPUT, help="write the audit as JSON ('-': stdout)")
+@click.option("--top", type=click.IntRange(min=0), default=25, show_default=True,
+              help="nodes to list (largest absorbed/breaks/errors)")
 @click.option("--all", "all_nodes", is_flag=True, help="list every node")
 @click.option("--force", is_flag=True, help="overwrite an existing --json file")
 def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_nodes, force, **opts):
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
+    check_output(json_path, force, "--json")
     graph = _load_model(model)
     ruleset = RuleSet.load(rules)
     results = _run(graph, ruleset, _requests(graph, model, texts, tokenizer, raw_inputs), opts)
@@ -307,7 +377,7 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
         if json_path is not None and str(json_path) == "-":
             continue
         if enc is not None:
-            out.rule(enc.text[:80])
+            out.rule(escape(enc.text[:80]))
         out.print(render.summary_table(e))
         out.print(reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
@@ -388,14 +458,28 @@ def rules_cmd(name):
 def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
     """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx or model.pt2 (+ tokenizer.json)."""
     from ..exporters import export_hf, save_hf_fx
+    from ..exporters.to_onnx import check_exporter_options
+    try:
+        check_exporter_options(exporter, opset)
+    except ValueError as exc:
+        raise InputError(f"--opset/--exporter: {exc}") from None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"OUT_DIR {out_dir} is a file; give a folder")
+    made = not out_dir.exists()
     with err.status(f"exporting {source} ({fmt}{', ' + exporter + ' exporter' if fmt == 'onnx' else ''})…"):
         try:
             if fmt == "fx":
                 path = save_hf_fx(source, out_dir, attention=attention, overwrite=force)
             else:
                 path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force)
-        except (ValueError, FileNotFoundError, FileExistsError) as exc:
-            raise InputError(str(exc)) from exc
+        except FileExistsError as exc:
+            raise InputError(f"{exc.filename or str(exc).split(' already')[0]} already exists; pass --force to "
+                             "overwrite it") from None
+        except (ValueError, FileNotFoundError) as exc:
+            raise InputError(str(exc)) from None
+        finally:
+            if made and out_dir.is_dir() and not any(out_dir.iterdir()):
+                out_dir.rmdir()           # leave no empty folder behind a failed export
     out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
 
 

@@ -6,6 +6,7 @@ import html
 import os
 from datetime import datetime, timezone
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -37,15 +38,45 @@ def shade(score: float, scale: float) -> tuple[int, int, int]:
     return tuple(round(255 + (c - 255) * a) for c in base)
 
 
+def ink(background: tuple[int, int, int]) -> str:
+    """Black or white, whichever reads better on ``background`` (WCAG relative luminance)."""
+    def linear(c: int) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in background)
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.18 else "white"
+
+
+def colour_scale(scores: list[float], special: list[bool]) -> float:
+    """The |score| shown saturated: the largest over the ordinary tokens, or over all when only
+    special tokens carry relevance."""
+    ordinary = [abs(s) for s, sp in zip(scores, special) if not sp]
+    return max(ordinary, default=0.0) or max((abs(s) for s in scores), default=0.0)
+
+
 def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | None = None) -> Text:
-    scale = max((abs(s) for s, sp in zip(scores, special or [False] * len(scores)) if not sp), default=0.0)
+    special = special or [False] * len(tokens)
+    scale = colour_scale(scores, special)
     text = Text()
-    for tok, score, sp in zip(display_tokens(tokens), scores, special or [False] * len(tokens)):
-        r, g, b = shade(score, scale)
+    for tok, score, sp in zip(display_tokens(tokens), scores, special):
+        colour = shade(score, scale)
         lead = " " if tok.startswith(" ") else ""
         text.append(lead)
-        text.append(tok.lstrip(" "), style=f"{'dim ' if sp else ''}black on rgb({r},{g},{b})")
+        text.append(tok.lstrip(" "), style=f"{'underline ' if sp else ''}{ink(colour)} on rgb{colour}")
     return text
+
+
+def mass_note(tokens: list[str], scores: list[float], special: list[bool] | None) -> str | None:
+    """Where the relevance mass is, when the special tokens ([CLS], [SEP]…) hold a large share of it:
+    the words for and against the output then tell only part of the story."""
+    special = special or [False] * len(tokens)
+    total = sum(abs(s) for s in scores)
+    held = [(t, s) for t, s, sp in zip(tokens, scores, special) if sp and s]
+    share = sum(abs(s) for _, s in held) / total if total else 0.0
+    if share < 0.25:
+        return None
+    listed = ", ".join(f"{t} {s:+.3g}" for t, s in sorted(held, key=lambda ts: -abs(ts[1]))[:3])
+    return (f"special tokens hold {share:.0%} of |relevance| ({listed}; Σ all tokens {sum(scores):+.3g})")
 
 
 def words(tokens: list[str], scores: list[float], special: list[bool]) -> list[tuple[str, float]]:
@@ -86,7 +117,7 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     t.add_column(style="bold")
     t.add_column(justify="right")
     label = e.labels[e.target[item]] if e.labels and e.target[item] < len(e.labels) else str(e.target[item])
-    t.add_row("explained", f"{e.output}[{e.target[item]}] = {e.output_value[item]:.6g}  ({label})")
+    t.add_row("explained", escape(f"{e.output}[{e.target[item]}] = {e.output_value[item]:.6g}  ({label})"))
     if e.audit is not None:
         c = e.audit.conservation
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
@@ -95,7 +126,7 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
         t.add_row("expected breaks (by rule design)", f"{fmt(c.breaks)}  in {len(e.audit.expected)} node(s)")
         t.add_row("unexplained residual", f"{fmt(c.residual)}  rel {c.relative_error:.2e} {flag}")
         if c.stranded:
-            t.add_row("stranded (no rule)", ", ".join(f"{k}: {fmt(v)}" for k, v in c.stranded.items()))
+            t.add_row("stranded (no rule)", escape(", ".join(f"{k}: {fmt(v)}" for k, v in c.stranded.items())))
         if e.audit.unexpected:
             t.add_row("unexpected breaks", f"[red]{len(e.audit.unexpected)} conserving node(s) off by > "
                                            f"{e.audit.tolerance:g}[/] (see `rulegraph audit`)")
@@ -109,7 +140,7 @@ def layers_table(audit: Audit) -> Table:
     for col in ("layer", "relevance in", "relevance out", "absorbed", "breaks", "rel. error", "nodes"):
         t.add_column(col, justify="left" if col == "layer" else "right")
     for layer in audit.layers:
-        t.add_row(layer.name, fmt(layer.relevance_in), fmt(layer.relevance_out), fmt(layer.absorbed),
+        t.add_row(escape(layer.name), fmt(layer.relevance_in), fmt(layer.relevance_out), fmt(layer.absorbed),
                   fmt(layer.breaks), f"{layer.relative_error:.1e}", str(layer.nodes))
     return t
 
@@ -134,7 +165,7 @@ def nodes_table(audit: Audit, limit: int | None = 25) -> Table:
         if n.conserving and n.relative_error > audit.tolerance:
             err = f"[red]{err}[/]"
         line = n.where.rsplit(":", 1)[-1]
-        t.add_row(names[n.name], n.op, f"{n.rule} [dim]:{line}[/]", fmt(n.relevance_in), fmt(n.relevance_out),
+        t.add_row(escape(names[n.name]), escape(n.op), f"{escape(n.rule)} [dim]:{escape(line)}[/]", fmt(n.relevance_in), fmt(n.relevance_out),
                   fmt(n.absorbed), fmt(n.breaks), err)
     return t
 
@@ -144,8 +175,10 @@ def nodes_table(audit: Audit, limit: int | None = 25) -> Table:
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
-.tokens{font-size:1.15em;line-height:2.1em}
-.tok{padding:.15em .05em;border-radius:3px} .special{opacity:.55}
+.tokens{font-size:1.1em;line-height:1.2em}
+.tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
+.tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .special{outline:1px dashed #888}
+.note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
 table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
 td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee} td:first-child,th:first-child{text-align:left}
 .ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
@@ -154,11 +187,12 @@ small{color:#666}
 
 
 def _span(tok: str, score: float, scale: float, special: bool) -> str:
-    r, g, b = shade(score, scale)
+    """A token with its score printed under it, on its colour, in the ink that reads on it."""
+    colour = shade(score, scale)
     lead = " " if tok.startswith(" ") else ""
     cls = "tok special" if special else "tok"
-    return (f'{lead}<span class="{cls}" style="background:rgb({r},{g},{b})" '
-            f'title="{score:+.4g}">{html.escape(tok.lstrip(" "))}</span>')
+    return (f'{lead}<span class="{cls}" style="background:rgb{colour};color:{ink(colour)}" '
+            f'title="{score:+.6g}">{html.escape(tok.lstrip(" "))}<small>{score:+.2g}</small></span>')
 
 
 def _layer_chart(audit: Audit) -> str:
@@ -169,8 +203,15 @@ def _layer_chart(audit: Audit) -> str:
     scale = max((abs(v) for _, vals in rows for v in vals), default=1.0) or 1.0
     bar, gap, label_w, half = 7, 10, 90, 220
     height = len(rows) * (4 * bar + gap) + 30
-    parts = [f'<svg width="{label_w + 2 * half + 20}" height="{height}" font-size="11">',
-             f'<line x1="{label_w + half}" y1="0" x2="{label_w + half}" y2="{height - 20}" stroke="#aaa"/>']
+    axis_y = height - 20
+    height += 16
+    parts = [f'<svg width="{label_w + 2 * half + 40}" height="{height}" font-size="11">',
+             f'<line x1="{label_w + half}" y1="0" x2="{label_w + half}" y2="{axis_y}" stroke="#aaa"/>',
+             f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + 2 * half}" y2="{axis_y}" stroke="#aaa"/>']
+    for frac in (-1, -0.5, 0, 0.5, 1):       # the axis: relevance, one scale for every bar
+        x = label_w + half + frac * half
+        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#aaa"/>'
+                     f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{frac * scale:+.3g}</text>')
     y = 5
     for name, vals in rows:
         parts.append(f'<text x="0" y="{y + 2 * bar + 3}">{html.escape(name)}</text>')
@@ -183,8 +224,8 @@ def _layer_chart(audit: Audit) -> str:
         y += gap
     legend_x = label_w
     for label, colour in series:
-        parts.append(f'<rect x="{legend_x}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
-                     f'<text x="{legend_x + 14}" y="{height - 5}">{label}</text>')
+        parts.append(f'<rect x="{legend_x}" y="{height - 12}" width="10" height="10" fill="{colour}"/>'
+                     f'<text x="{legend_x + 14}" y="{height - 3}">{label}</text>')
         legend_x += 80
     parts.append("</svg>")
     return "".join(parts)
@@ -202,7 +243,7 @@ def html_report(items: list[tuple[Explanation, list[str] | None, list[bool] | No
         scores = e.scores(key)
         tokens = tokens or [str(k) for k in range(len(scores))]
         special = special or [False] * len(tokens)
-        scale = max((abs(s) for s, sp in zip(scores, special) if not sp), default=0.0)
+        scale = colour_scale(scores, special)
         label = e.labels[e.target[0]] if e.labels and e.target[0] < len(e.labels) else str(e.target[0])
         body.append(f"<h2>{i + 1}. {html.escape(text or '')}</h2>")
         body.append(f"<p>explained <b>{html.escape(e.output)}[{e.target[0]}] = {e.output_value[0]:.5g}</b> "
@@ -210,6 +251,9 @@ def html_report(items: list[tuple[Explanation, list[str] | None, list[bool] | No
                     f"<code>{html.escape(key)}</code></p>")
         body.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
                                                   zip(display_tokens(tokens), scores, special)) + "</p>")
+        note = mass_note(tokens, scores, special)
+        if note:
+            body.append(f'<p class="note">{html.escape(note)}</p>')
         if e.audit is not None:
             c = e.audit.conservation
             status = ('<span class="ok">within tolerance</span>' if e.audit.ok
