@@ -9,12 +9,13 @@ float32 tensor. The zB bounds of ``rulesets/epsilon-gamma-box.yaml`` assume thes
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Sequence
 
 from .errors import InputError
+
+if TYPE_CHECKING:       # numpy and torch are imported where used: the command line reads the constants fast
+    import numpy as np
+    import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -23,6 +24,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,
                mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> torch.Tensor:
     """The image at ``path`` preprocessed (see the module docstring) as ``[1, 3, size, size]``."""
+    import numpy as np
+    import torch
+
     from PIL import Image, UnidentifiedImageError
 
     if len(mean) != 3 or len(std) != 3:
@@ -51,6 +55,9 @@ def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,
 
 def pixel_map(relevance: torch.Tensor) -> np.ndarray:
     """``[H, W]`` relevance per pixel: the sum over channels of a ``[(1,) C, H, W]`` tensor."""
+    import numpy as np
+    import torch
+
     r = relevance.detach().double().cpu()
     if r.dim() == 4:
         r = r[0]
@@ -66,6 +73,9 @@ def write_heatmap(relevance: torch.Tensor, path: str | Path, *, image: torch.Ten
                   title: str = "") -> Path:
     """A PNG of the per-pixel relevance (red positive, blue negative, symmetric scale), beside
     the de-normalised input image when ``image`` is given."""
+    import numpy as np
+    import torch
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,3 +1,22 @@
 """The rule sets shipped with rulegraph (YAML files in this folder), loadable by name:
 ``RuleSet.load("lrp-ah-ln")``. See each file's description, and the README's
-rule-file walkthrough for the schema."""
+rule-file walkthrough for the schema. Listing them needs nothing but this folder."""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+
+def shipped_rule_sets(models: str | None = "transformers") -> dict[str, Path]:
+    """Name → path of the shipped rule sets written for ``models`` (``transformers``,
+    ``cnns``; ``None``: all) — a rule file's ``models:`` key — in name order."""
+    folder = resources.files(__name__)
+    found = sorted((Path(p.name).stem, Path(str(p))) for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return {k: v for k, v in found if models is None or _models(v) == models}
+
+
+def _models(path: Path) -> str:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return str(doc.get("models", "transformers")) if isinstance(doc, dict) else "transformers"

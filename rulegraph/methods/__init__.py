@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import InputError, choices
-from ..explain import Explanation, explain
+from ..api import Explanation, explain
 from ..loaders import load
 from ..ruleset import RuleSet, shipped_rule_sets
 from .sequences import REMOVALS, TokenModel, Tokens, Vocab, token_input

@@ -35,14 +35,12 @@ Mistakes are reported as ``file:line: what was wrong; valid: …``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-
-import yaml
 
 from ..errors import RuleFileError, choices, read_text
 from ..ir import Graph, Node
 from ..rules import Rule
+from ..rulesets import shipped_rule_sets
 from .bind import Assignment, Binding
 from .match import Boundary, Entry, Override, Pattern
 from .parse import parse
@@ -112,16 +110,3 @@ class RuleSet:
         if held is None or held[0] is not self:
             held = cache[id(self)] = (self, Binding(graph, self))
         return held[1]
-
-
-def shipped_rule_sets(models: str | None = "transformers") -> dict[str, Path]:
-    """Name → path of the shipped rule sets written for ``models`` (``transformers``,
-    ``cnns``; ``None``: all) — a rule file's ``models:`` key — in name order."""
-    folder = resources.files("rulegraph.rulesets")
-    found = sorted((Path(p.name).stem, Path(str(p))) for p in folder.iterdir() if p.name.endswith(".yaml"))
-    return {k: v for k, v in found if models is None or _models(v) == models}
-
-
-def _models(path: Path) -> str:
-    doc = yaml.safe_load(path.read_text())
-    return str(doc.get("models", "transformers")) if isinstance(doc, dict) else "transformers"

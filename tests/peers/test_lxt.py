@@ -19,7 +19,7 @@ pytestmark = pytest.mark.peer
 pytest.importorskip("lxt")
 pytest.importorskip("transformers")
 
-from rulegraph.explain import explain  # noqa: E402
+from rulegraph import explain  # noqa: E402
 
 RTOL = 1e-5
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.peer
 zennit = pytest.importorskip("zennit")
 from zennit.composites import EpsilonGammaBox, EpsilonPlusFlat  # noqa: E402
 
-from rulegraph.explain import explain  # noqa: E402
+from rulegraph import explain  # noqa: E402
 from rulegraph.ruleset import RuleSet  # noqa: E402
 
 RTOL = 1e-6

@@ -1,0 +1,48 @@
+"""``rulegraph export``: a Hugging Face model directory → model.onnx (or model.pt2) + tokenizer.json."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .console import err, out
+
+
+@click.command("export")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["onnx", "fx"]), default="onnx", show_default=True,
+              help="onnx: OUT_DIR/model.onnx; fx: a torch.export program saved as OUT_DIR/model.pt2")
+@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
+              help="ONNX exporter")
+@click.option("--opset", type=int, default=18, show_default=True)
+@click.option("--attention", type=click.Choice(["eager", "sdpa"]), default="eager", show_default=True,
+              help="attention implementation to export (eager gives an explicit Softmax → MatMul)")
+@click.option("--force", is_flag=True, help="overwrite an existing export")
+def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
+    """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx or model.pt2 (+ tokenizer.json)."""
+    from ..exporters import export_hf, save_hf_fx
+    from ..exporters.to_onnx import check_exporter_options
+    try:
+        check_exporter_options(exporter, opset)
+    except ValueError as exc:
+        raise InputError(f"--opset/--exporter: {exc}") from None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"OUT_DIR {out_dir} is a file; give a folder")
+    made = not out_dir.exists()
+    with err.status(f"exporting {source} ({fmt}{', ' + exporter + ' exporter' if fmt == 'onnx' else ''})…"):
+        try:
+            if fmt == "fx":
+                path = save_hf_fx(source, out_dir, attention=attention, overwrite=force)
+            else:
+                path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force)
+        except FileExistsError as exc:
+            raise InputError(f"{exc.filename or str(exc).split(' already')[0]} already exists; pass --force to "
+                             "overwrite it") from None
+        except (ValueError, FileNotFoundError) as exc:
+            raise InputError(str(exc)) from None
+        finally:
+            if made and out_dir.is_dir() and not any(out_dir.iterdir()):
+                out_dir.rmdir()           # leave no empty folder behind a failed export
+    out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
