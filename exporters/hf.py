@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 
 import torch
 
+from ..loaders import FX_METADATA
 from .to_fx import export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -255,9 +256,10 @@ def save_hf_fx(
     if not overwrite:
         refuse_overwrite(model_path)
         refuse_overwrite(tokenizer_copy)
-    program, _ = export_hf_fx(model_dir, attention=attention)
+    program, info = export_hf_fx(model_dir, attention=attention)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.export.save(program, str(model_path))
+    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": '["logits"]'}
+    torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
     shutil.copyfile(tokenizer, tokenizer_copy)
     return model_path
 

@@ -1,12 +1,17 @@
 """Loaders: an exported model (ONNX file or ModelProto, torch.export program, fx GraphModule) → IR."""
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelError
-from ..ir import Graph
+from ..ir import Graph, Node
+
+#: the file inside a ``.pt2`` archive holding rulegraph's metadata (labels, length limit, output names),
+#: as the ONNX exports keep it in ``metadata_props``
+FX_METADATA = "rulegraph.json"
 
 
 def load(model: Any) -> Graph:
@@ -56,8 +61,9 @@ def _load_pt2(path: Path) -> Graph:
     quiet = logging.getLogger("torch.export")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)           # torch logs a traceback before it raises
+    extra = {FX_METADATA: ""}
     try:
-        program = torch.export.load(str(path))
+        program = torch.export.load(str(path), extra_files=extra)
     except Exception as exc:  # zip, pickle and schema errors
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"{path} is not a readable torch.export program ({type(exc).__name__}: {first})") from None
@@ -65,4 +71,24 @@ def _load_pt2(path: Path) -> Graph:
         quiet.setLevel(level)
     graph = load_fx(program)
     graph.source = f"fx:{path}"
-    return graph
+    return _with_metadata(graph, extra[FX_METADATA], path) if extra[FX_METADATA] else graph
+
+
+def _with_metadata(graph: Graph, text: str | bytes, path: Path) -> Graph:
+    """The graph with the export's metadata, its outputs renamed as the export names them
+    (``rulegraph.outputs``: a JSON list; an ``Identity`` node gives each its name)."""
+    try:
+        metadata = json.loads(text)
+        names = json.loads(metadata.get("rulegraph.outputs", "[]"))
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        raise ModelError(f"{path}: its {FX_METADATA} is not valid JSON metadata") from None
+    nodes, outputs = list(graph.nodes), list(graph.outputs)
+    if len(names) == len(outputs) and all(isinstance(n, str) for n in names):
+        taken = set(graph.producer) | set(graph.constants) | set(graph.input_names)
+        for k, (old, new) in enumerate(zip(graph.outputs, names)):
+            if new != old and new not in taken:
+                nodes.append(Node(new, "Identity", (old,), (new,), scope=graph.producer[old].scope
+                                  if old in graph.producer else ""))
+                outputs[k] = new
+    return Graph(nodes, graph.inputs, outputs, graph.constants, opset=graph.opset, name=graph.name,
+                 metadata={**graph.metadata, **{str(k): str(v) for k, v in metadata.items()}}, source=graph.source)

@@ -172,7 +172,7 @@ def test_export_then_explain(capsys, tmp_path):
     code, out, err = run(capsys, "export", source, tmp_path / "out")
     assert code == 0, err
     code, _, err = run(capsys, "export", source, tmp_path / "out")
-    assert_one_line_error(code, err, "overwrite")
+    assert_one_line_error(code, err, "model.onnx already exists; pass --force to overwrite it")
     code, out, err = run(capsys, "explain", tmp_path / "out" / "model.onnx", "-r", "lrp-ah-ln", "-t", "w3 w9",
                          "--json", tmp_path / "onnx.json")
     assert code == 0, err
@@ -183,3 +183,5 @@ def test_export_then_explain(capsys, tmp_path):
     assert code == 0, err
     from_onnx, from_fx = (json.loads((tmp_path / f).read_text()) for f in ("onnx.json", "fx.json"))
     assert from_fx["relevance"]["input_ids"] == pytest.approx(from_onnx["relevance"]["input_ids"], rel=1e-4, abs=1e-7)
+    assert from_fx["output"] == from_onnx["output"] == "logits"              # the .pt2 keeps names and labels
+    assert from_fx["labels"] == from_onnx["labels"] == ["negative", "positive"]
