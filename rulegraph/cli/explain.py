@@ -148,9 +148,11 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
 @rules_option
 @click.option("--nodes", "show_nodes", is_flag=True, help="list every node with its rule")
 def check_cmd(model, rules, show_nodes):
-    """Which rule each node got, and from which rule-file line. Exits 1 on unmatched nodes
-    when the rule set says `on_unmatched: error`."""
+    """Which rule each node got, and from which rule-file line. Lists every gap at once — ops with
+    no implementation, rules that cannot apply, nodes without a rule — and exits 1 on any that
+    would stop `explain`."""
     from ..api import prepared
+    from ..ops import unsupported
     from .inputs import load_model
     graph, ruleset = prepared(load_model(model), rules)
     binding = ruleset.bind(graph)
@@ -160,24 +162,40 @@ def check_cmd(model, rules, show_nodes):
             t.add_column(col, overflow="fold")
         for n in binding.reached:
             a = binding.assignments.get(n.name)
-            t.add_row(n.name, n.op, graph.layers[n.name], a.rule.describe() if a else "[red]unmatched[/]",
-                      a.where if a else "")
+            t.add_row(escape(n.name), escape(n.op), escape(graph.layers[n.name]),
+                      escape(a.rule.describe()) if a else "[red]no rule[/]", escape(a.where) if a else "")
         out.print(t)
     else:
         counts = Counter((n.op, binding.assignments[n.name].rule.describe(), binding.assignments[n.name].where)
                          for n in binding.reached if n.name in binding.assignments)
-        t = Table(title=f"{graph.name or model}: {len(binding.reached)} of {len(graph.nodes)} nodes reached by "
-                        f"relevance, boundary: {', '.join(sorted(set(binding.boundary.values())))}")
+        t = Table(title=escape(f"{graph.name or model}: {len(binding.reached)} of {len(graph.nodes)} nodes reached "
+                               f"by relevance, boundary: {', '.join(sorted(set(binding.boundary.values())))}"))
         for col in ("op", "rule", "from", "nodes"):
             t.add_column(col, justify="right" if col == "nodes" else "left")
         for (op, rule, where), k in sorted(counts.items(), key=lambda kv: kv[0][2]):
-            t.add_row(op, rule, where, str(k))
+            t.add_row(escape(op), escape(rule), escape(where), str(k))
         out.print(t)
+    failed = False
+    missing = unsupported(graph.nodes)
+    if missing:
+        failed = True
+        out.print(f"[red]{sum(map(len, missing.values()))} node(s) of {len(missing)} op type(s) have no "
+                  "implementation[/] (the forward cannot run):")
+        for (domain, op), names in missing.items():
+            where = f" (domain {domain})" if domain not in ("", "ai.onnx") else ""
+            out.print(f"  {escape(op)}{escape(where)}: {len(names)} node(s), first {escape(names[0])}")
+    rule_problems = [p for p in binding.problems if p.__class__.__name__ != "UnsupportedOpError"]
+    if rule_problems:
+        failed = True
+        out.print(f"[red]{len(rule_problems)} rule(s) cannot apply to the node they matched[/]:")
+        for p in rule_problems[:50]:
+            out.print(f"  {escape(str(p))}")
     if binding.unmatched:
         out.print(f"[red]{len(binding.unmatched)} node(s) without a rule[/] (on_unmatched: {ruleset.on_unmatched}):")
         for n in binding.unmatched[:50]:
-            out.print(f"  {n.name}  [dim]({n.op})[/]")
-        if ruleset.on_unmatched == "error":
-            sys.exit(1)
-    else:
-        out.print("[green]every node relevance reaches has a rule[/]")
+            out.print(f"  {escape(n.name)}  [dim]({escape(n.op)})[/]")
+        failed |= ruleset.on_unmatched == "error"
+    if failed:
+        sys.exit(1)
+    if not binding.unmatched:
+        out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")

@@ -124,6 +124,15 @@ def lookup(op_type: str, domain: str = "", *, node: str = "", opset: int | None 
     return spec
 
 
+def unsupported(nodes) -> dict[tuple[str, str], list[str]]:
+    """(domain, op) → the names of the nodes whose op has no implementation, in graph order."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        if (_canonical_domain(node.domain), node.op) not in REGISTRY:
+            missing.setdefault((node.domain, node.op), []).append(node.name)
+    return missing
+
+
 def _canonical_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..errors import RuleMatchError
+from ..errors import RuleMatchError, RulegraphError, UnsupportedOpError
 from ..ir import Graph, Node
 from ..ops import lookup
 from ..rules import Rule
@@ -36,6 +36,9 @@ class Binding:
         self.unmatched: list[Node] = []
         self.reached: list[Node] = []           # in topological order
         self.carried: dict[str, list[bool]] = {}
+        #: what keeps the rule set from running on this graph, in walk order: a rule that cannot apply
+        #: to the node it matched, an op with no implementation (``require_complete`` raises the first)
+        self.problems: list[RulegraphError] = []
         #: what a pass prepares once per binding and plan (the relevance walk's visits), by id(plan)
         self.walks: dict[int, tuple] = {}
         self._walk()
@@ -48,8 +51,13 @@ class Binding:
             if not any(v in live for v in node.outputs) or not any(v in self.tainted for v in node.inputs):
                 continue
             reached.append(node)
-            spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
             tainted = [v in self.tainted for v in node.inputs]
+            try:
+                spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
+            except UnsupportedOpError as exc:     # listed; the walk goes on as if it passed relevance
+                self.problems.append(exc)
+                live.update(v for v in node.inputs if v in self.tainted)
+                continue
             entry = rs.match(graph, node)
             if entry is not None:
                 assignment = Assignment(*entry.assign(node))
@@ -61,8 +69,10 @@ class Binding:
                 continue
             why = assignment.rule.check(node, spec, tainted)
             if why is not None:
-                raise RuleMatchError(f"{assignment.where}: rule {assignment.rule.name!r} cannot apply to node "
-                                     f"{node.name!r} (op {node.op}): {why}")
+                self.problems.append(RuleMatchError(f"{assignment.where}: rule {assignment.rule.name!r} cannot apply "
+                                                    f"to node {node.name!r} (op {node.op}): {why}"))
+                live.update(v for v in node.inputs if v in self.tainted)
+                continue
             self.assignments[node.name] = assignment
             carried = assignment.rule.carries(node, spec, tainted)
             self.carried[node.name] = carried
@@ -79,7 +89,13 @@ class Binding:
         return frozenset(needed)
 
     def require_complete(self) -> None:
-        """Raise if a reached node has no rule and the rule set says ``on_unmatched: error``."""
+        """Raise the first problem (see :attr:`problems`), or if a reached node has no rule and the
+        rule set says ``on_unmatched: error``."""
+        if self.problems:
+            first = self.problems[0]
+            more = (f" (and {len(self.problems) - 1} more problem(s): run `rulegraph check` for the list)"
+                    if len(self.problems) > 1 else "")
+            raise type(first)(f"{first}{more}")
         if self.unmatched and self.ruleset.on_unmatched == "error":
             first = self.unmatched[0]
             more = f" and {len(self.unmatched) - 1} more" if len(self.unmatched) > 1 else ""
@@ -103,5 +119,8 @@ def _float_output(graph: Graph, node: Node) -> bool:
     if node.op in ("Cast", "CastLike"):
         to = node.attrs.get("to")
         return to is None or to.is_floating_point
-    return lookup(node.op, node.domain, node=node.name, opset=graph.opset).float_output
+    try:
+        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).float_output
+    except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
+        return True
 
