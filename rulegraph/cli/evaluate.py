@@ -78,13 +78,14 @@ def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> 
     shown, rows = table_rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
                              lambda text: f"[bold]{text}[/]")
     t.add_column("method")
+    t.add_column("scores")
     for m in shown:
         t.add_column(header(m), justify="right")
     t.add_column("explained/min", justify="right")
     t.add_column("evaluated/min", justify="right")
     for method, cells in rows:
         tp = summary.throughput.get(method, {})
-        t.add_row(method, *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
+        t.add_row(method, summary.scores.get(method, ""), *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
     return t
 
 

@@ -84,6 +84,7 @@ class Summary:
     n_examples: int
     rows: list[dict]
     failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+    scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
 
 
 def _digest(path: str) -> str:
@@ -235,6 +236,7 @@ class Evaluation:
         evaluated = len(complete)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
         summary.failed = dict(self.failed)
+        summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
         self._write(summary, metrics)
         return summary
 
@@ -364,7 +366,7 @@ class Evaluation:
             "curve_x": {m.name: m.xs() for m in metrics if m.xs()},
             "throughput": summary.throughput,
             "timing": TIMING,
-            "scores": {n: m.quantity(self.options[n]) for n, m in self.methods.items()},
+            "scores": summary.scores,
             "failed": summary.failed,
         }
         (self.out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
