@@ -32,8 +32,9 @@ from rich.console import Console
 import data
 import train
 import train_imdb
+from rulegraph.cli.evaluate import TerminalListener, render_table
 from rulegraph.evaluate import metrics as M
-from rulegraph.evaluate.runner import Config, Evaluation, markdown_table, render_table
+from rulegraph.evaluate.runner import Config, Evaluation, markdown_table
 from rulegraph.ruleset import shipped_rule_sets
 
 #: The papers' comparison: baselines, then the rule sets.
@@ -41,7 +42,7 @@ BASE_METHODS = ["random", "attention", "rollout", "gi", "ig", "loo", "lrp-ah", "
 #: Rule sets added to the table when they ship.
 OPTIONAL_METHODS = ["attnlrp", "decomposition"]
 METRICS = ["aopc", "lodds", "auac", "au-mse", "hiding", "revealing", "word-deletion"]
-SETTINGS = M.Settings(aopc_k=20, aopc_step=10, lodds_k=20, steps=5, words=4)
+SETTINGS = {"aopc_k": 20, "aopc_step": 10, "lodds_k": 20, "steps": 5, "words": 4}     # the metrics' options
 OPTIONS = {"ig": {"steps": "8", "baseline": "pad"}}
 #: Per-part additions. IMDB: the decomposition with signed α, so the pass is linearized (one
 #: backward) instead of carrying all ~230 components (~40 s a review on 2 cores). In this GELU
@@ -95,7 +96,7 @@ def run(part: str, n: int, method_names: list[str], threads: int | None, console
         torch.set_num_threads(threads)
     out = EVAL_DIR / part
     seed_from_docs(part, out, config, console)
-    summary = Evaluation(config, out, console=console).run(compute)
+    summary = Evaluation(config, out, listener=TerminalListener(console)).run(compute)
     metrics = M.build(METRICS, M.Removal(REMOVAL), SETTINGS)
     Console(highlight=False, width=200).print(render_table(summary, metrics, f"{part}: {summary.n_examples} texts"))
     (out / "table.md").write_text(markdown_table(summary, metrics) + "\n")

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
 from ..errors import InputError
 from ..methods.sequences import ENGINES
 from ..evaluate import metrics as M
-from ..evaluate.runner import Config, Evaluation, render_table
+from ..evaluate.runner import TIMING, Config, Evaluation, Listener, Summary, header, table_rows
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -39,13 +41,69 @@ def parse_options(raw: tuple[str, ...], methods: list[str] | None = None) -> dic
     return options
 
 
+class TerminalListener(Listener):
+    """The runner's notes and progress in the terminal (a rich progress bar on stderr)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress: Progress | None = None
+        self.task = None
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.console.print(f"[red]{text}[/]" if level == "error" else f"[dim]{text}[/]")
+
+    def start(self, total: int, pairs: str) -> None:
+        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[pairs]}"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        self.progress = Progress(*columns, console=self.console)
+        self.progress.start()
+        self.task = self.progress.add_task("evaluating", total=total, pairs=pairs)
+
+    def method(self, name: str) -> None:
+        self.progress.update(self.task, description=f"{name:>12}")
+
+    def advance(self, tokens: int, pairs: str) -> None:
+        self.progress.update(self.task, advance=tokens, pairs=pairs)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
+    """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
+    t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)",
+              caption=TIMING)
+    shown, rows = table_rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
+                             lambda text: f"[bold]{text}[/]")
+    t.add_column("method")
+    t.add_column("scores")
+    for m in shown:
+        t.add_column(header(m), justify="right")
+    t.add_column("explained/min", justify="right")
+    t.add_column("evaluated/min", justify="right")
+    for method, cells in rows:
+        tp = summary.throughput.get(method, {})
+        t.add_row(method, summary.scores.get(method, ""), *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
+    return t
+
+
+def metric_options(command):
+    """The metrics' declared options as click options (``aopc_k`` → ``--aopc-k``), in registration order."""
+    for o in reversed(list(M.all_options().values())):
+        command = click.option(o.flag, o.key, type=o.type, default=o.default, show_default=True,
+                               help=f"{o.help} ({o.range()})")(command)
+    return command
+
+
 @click.command("evaluate")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE.csv",
               help="CSV with a `text` column, optional `label` (index or class name) and `answer` (span QA)")
 @click.option("--methods", "methods", required=True, metavar="A,B,…",
               help="methods to compare (see `rulegraph methods`): baselines and rule sets")
-@click.option("--metrics", "metric_names", default=",".join(M.METRICS[:-1]), show_default=True, metavar="A,B,…",
+@click.option("--metrics", "metric_names", default=",".join(M.defaults()), show_default=True, metavar="A,B,…",
               help=f"any of {', '.join(M.METRICS)}")
 @click.option("--tokenizer", type=click.Path(path_type=Path), metavar="PATH",
               help="tokenizer.json (default: the one next to the model)")
@@ -57,13 +115,7 @@ def parse_options(raw: tuple[str, ...], methods: list[str] | None = None) -> dic
                    "special tokens are never removed; AUAC always starts from [UNK]")
 @click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",
               help="a method option, e.g. ig.steps=50, loo.mode=delete (repeatable)")
-@click.option("--aopc-k", type=int, default=20, show_default=True, help="AOPC: mean over k = 0…K % removed")
-@click.option("--aopc-step", type=int, default=1, show_default=True, help="AOPC: k in steps of this many %")
-@click.option("--lodds-k", type=int, default=20, show_default=True, help="LOdds: % removed")
-@click.option("--steps", type=int, default=20, show_default=True,
-              help="curve points − 1 for AUAC, AU-MSE, hiding and revealing (fractions 0, 1/steps, …, 1)")
-@click.option("--words", type=int, default=10, show_default=True, help="word-deletion: up to this many words")
-@click.option("--precision-k", type=int, default=20, show_default=True, help="Precision@k: k")
+@metric_options
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random baseline and the bootstrap")
 @click.option("--batch", type=int, default=16, show_default=True, help="examples explained together")
 @click.option("--batch-tokens", type=int, default=8192, show_default=True, help="padded tokens per forward batch")
@@ -76,8 +128,8 @@ def parse_options(raw: tuple[str, ...], methods: list[str] | None = None) -> dic
 @click.option("--force", is_flag=True, help="discard results already in --out and start over")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
-def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, removal, raw_options, aopc_k, aopc_step, lodds_k,
-                 steps, words, precision_k, seed, batch, batch_tokens, device, engine, dtype, threads, force, quiet, report_only):
+def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, removal, raw_options, seed, batch,
+                 batch_tokens, device, engine, dtype, threads, force, quiet, report_only, **metric_settings):
     """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
     AU-MSE, hiding / revealing games, accuracy vs words deleted (and Precision@k for span QA).
 
@@ -96,14 +148,13 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, remo
     config = Config(
         model=str(model), data=str(data), methods=method_names, metrics=_csv(metric_names, "metrics"),
         tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
-        removal=removal, settings=M.Settings(aopc_k=aopc_k, aopc_step=aopc_step, lodds_k=lodds_k, steps=steps, words=words,
-                                                 precision_k=precision_k), seed=seed, n=n,
+        removal=removal, settings=metric_settings, seed=seed, n=n,
         device=device, engine=engine, dtype=dtype, batch=batch, batch_tokens=batch_tokens)
     if not Path(data).is_file():
         raise InputError(f"data file not found: {data}")
-    evaluation = Evaluation(config, out_dir, force=force, console=err, progress=not quiet)
+    evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet)
     summary = evaluation.run(compute=not report_only)
-    metrics = M.build(config.metrics, M.Removal(removal), config.settings)
+    metrics = M.build(config.metrics, M.Removal(removal), evaluation.settings)
     out.print(render_table(summary, metrics))
     for name, why in summary.failed.items():
         err.print(f"[red]{name}: failed, left out of the table: {why}[/]")

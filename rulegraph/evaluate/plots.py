@@ -1,5 +1,9 @@
 """PNG figures of an evaluation: mean perturbation curves per method, and the conservation
-scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3)."""
+scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3).
+
+What is drawn how comes from declarations: a panel's title is the metric's ``title`` and
+direction, its axis the metric's ``x_label``; methods declared ``reference`` (random scores,
+attention weights) are dashed, and the scatter shows the methods declared ``additive``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,22 +13,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-TITLES = {
-    "aopc": "AOPC: p(ŷ|x) − p(ŷ|x̃ᵏ)  ↑",
-    "auac": "activation (AUAC): p(ŷ)  ↑",
-    "au-mse": "pruning (AU-MSE): MSE of logits  ↓",
-    "hiding": "hiding game: accuracy  ↓",
-    "revealing": "revealing game: accuracy  ↑",
-    "word-deletion": "accuracy vs words deleted  ↓",
-}
-
-
 def _colours(methods):
     cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
     return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
 
 
-def curves(summary, metrics, path: Path, title: str = "") -> None:
+def curves(summary, metrics, path: Path, reference: dict[str, bool] | None = None, title: str = "") -> None:
     shown = [m for m in metrics if m.name in summary.curves]
     if not shown:
         return
@@ -39,8 +33,8 @@ def curves(summary, metrics, path: Path, title: str = "") -> None:
             ys = summary.curves[metric.name].get(method)
             if ys is not None:
                 ax.plot(xs, ys, label=method, color=colours[method], lw=1.4,
-                        ls="--" if method in ("random", "attention", "rollout") else "-")
-        ax.set_title(TITLES.get(metric.name, metric.name), fontsize=9)
+                        ls="--" if (reference or {}).get(method) else "-")
+        ax.set_title(f"{metric.title or metric.name}  {metric.direction()}", fontsize=9)
         ax.set_xlabel(metric.x_label, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)

@@ -5,6 +5,13 @@ Batched (examples sorted by length, explained in padded batches; every perturbed
 run once per method and batch through one plan), resumable (one JSON line per example ×
 method appended to ``results.jsonl``; a re-run skips what is there), deterministic (file
 order, seeded random baseline and bootstrap).
+
+The runner holds data only: what it has to say while running (notes, progress) goes to a
+:class:`Listener`, which the command line (``rulegraph.cli.evaluate``) draws in the terminal;
+the terminal table is drawn there too, the Markdown table is :func:`markdown_table`.
+
+Speed: each method is called once on one text before its timed calls (a warm-up: binding,
+plan preparation, sessions), so ``explained/min`` does not depend on which method runs first.
 """
 from __future__ import annotations
 
@@ -21,9 +28,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from .. import methods as registry
 from ..errors import InputError, RulegraphError, choices
@@ -37,6 +41,8 @@ RESULTS = "results.jsonl"
 CONFIG = "config.json"
 OUTPUTS = ("table.csv", "summary.json", "curves.png", "conservation.png")
 BOOTSTRAP = 2000
+TIMING = ("explained/min and evaluated/min exclude one warm-up call per method (and one forward of the "
+          "metrics' model), made before the timed calls")
 WINDOW = 4                      # × --batch examples sorted by length together
 
 
@@ -47,11 +53,11 @@ class Config:
     model: str
     data: str
     methods: list[str]
-    metrics: list[str] = field(default_factory=lambda: list(M.METRICS[:-1]))
+    metrics: list[str] = field(default_factory=M.defaults)
     tokenizer: str | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     removal: str = "mask"
-    settings: M.Settings = field(default_factory=M.Settings)
+    settings: dict[str, Any] = field(default_factory=dict)     # metric options by key (M.all_options)
     seed: int = 0
     n: int | None = None
     device: str = "cpu"
@@ -67,7 +73,7 @@ class Config:
         return {"model": _digest(self.model), "data": _digest(self.data),
                 "tokenizer": _digest(tokenizer) if tokenizer.is_file() else None,
                 "metrics": list(self.metrics), "options": self.options, "removal": self.removal,
-                "settings": asdict(self.settings), "seed": self.seed, "dtype": self.dtype}
+                "settings": M.settings(self.settings), "seed": self.seed, "dtype": self.dtype}
 
 
 @dataclass
@@ -78,6 +84,7 @@ class Summary:
     n_examples: int
     rows: list[dict]
     failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+    scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
 
 
 def _digest(path: str) -> str:
@@ -96,17 +103,37 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "float64": torch.float64}[name]
 
 
+class Listener:
+    """What a running evaluation reports, to whoever shows it; this one shows nothing.
+    ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
+
+    def note(self, text: str, level: str = "info") -> None:
+        """A line for the user; ``level``: ``info`` or ``error``."""
+
+    def start(self, total: int, pairs: str) -> None:
+        """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""
+
+    def method(self, name: str) -> None:
+        """The method now running."""
+
+    def advance(self, tokens: int, pairs: str) -> None:
+        """``tokens`` more explained."""
+
+    def stop(self) -> None:
+        """Work ended (finished or interrupted)."""
+
+
 class Evaluation:
-    def __init__(self, config: Config, out: Path, *, force: bool = False, console: Console | None = None,
+    def __init__(self, config: Config, out: Path, *, force: bool = False, listener: Listener | None = None,
                  progress: bool = True):
         self.config = config
         self.out = Path(out)
         self.force = force
-        self.console = console or Console(stderr=True)
+        self.listener = listener or Listener()
         self.show_progress = progress
-        unknown = [m for m in config.metrics if m not in M.METRICS]
-        if unknown:
-            raise InputError(f"unknown metric {unknown[0]!r}; {choices(M.METRICS, unknown[0])}")
+        for name in config.metrics:
+            M.METRICS.get(name)             # unknown metric: an error naming the valid ones
+        self.settings = M.settings(config.settings)
         if config.removal not in registry.REMOVALS:
             raise InputError(f"unknown removal {config.removal!r}; valid: {', '.join(registry.REMOVALS)}")
         if not config.methods:
@@ -117,10 +144,12 @@ class Evaluation:
                 raise InputError(f"options given for {name!r}, which is not among --methods "
                                  f"({', '.join(config.methods)})")
         self.failed: dict[str, str] = {}       # method → error (left out of the table)
+        self.warm: set[str] = set()             # methods called once already (untimed)
+        self.warm_model = False
         self.options = {}
         for name, m in self.methods.items():
             opts = dict(config.options.get(name, {}))
-            if name == "random" and "seed" not in opts:
+            if m.seeded and "seed" not in opts:
                 opts["seed"] = config.seed
             self.options[name] = m.resolve(opts)
 
@@ -174,9 +203,9 @@ class Evaluation:
         rows = read_rows(Path(cfg.data), json.loads(labels) if labels else None, cfg.n)
         examples, truncated = encode(rows, encoder)
         if truncated:
-            self.console.print(f"[dim]{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens[/]")
+            self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
-        metrics = M.build(cfg.metrics, removal, cfg.settings)
+        metrics = M.build(cfg.metrics, removal, self.settings)
         model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
                                     batch_tokens=cfg.batch_tokens, engine=cfg.engine)
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
@@ -186,32 +215,15 @@ class Evaluation:
                  for i in sorted(range(start, min(len(examples), start + window)), key=lambda i: examples[i].length)]
         chunks = self._chunks(examples, order)
         todo = sum(examples[i].length for i in order for m in self.methods if (examples[i].row.index, m) not in done)
-        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[pairs]}"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
         pairs_total = len(examples) * len(self.methods)
         pairs_done = sum((e.row.index, m) in done for e in examples for m in self.methods)
-        with Progress(*columns, console=self.console, disable=not self.show_progress) as progress, \
-                (self.out / RESULTS).open("a", encoding="utf-8") as sink:
-            task = progress.add_task("evaluating", total=max(todo, 1), pairs=f"{pairs_done}/{pairs_total} explained")
-            for chunk in chunks if compute else []:
-                for name, method in self.methods.items():
-                    pending = [examples[i] for i in chunk if (examples[i].row.index, name) not in done]
-                    if not pending or name in self.failed:
-                        continue
-                    progress.update(task, description=f"{name:>12}")
-                    try:
-                        rows = self._evaluate(graph, method, pending, vocab, metrics, model)
-                    except RulegraphError as exc:      # e.g. a rule set that does not fit this model
-                        self.failed[name] = str(exc)
-                        self.console.print(f"[red]method {name} failed and is left out: {exc}[/]")
-                        continue
-                    for row in rows:
-                        sink.write(json.dumps(row) + "\n")
-                        pairs_done += 1
-                    sink.flush()
-                    os.fsync(sink.fileno())
-                    progress.update(task, advance=sum(e.length for e in pending),
-                                    pairs=f"{pairs_done}/{pairs_total} explained")
+        progress = self.listener if self.show_progress else Listener()
+        progress.start(max(todo, 1), f"{pairs_done}/{pairs_total} explained")
+        try:
+            self._loop(chunks if compute else [], examples, done, graph, vocab, metrics, model, progress,
+                       pairs_done, pairs_total)
+        finally:
+            progress.stop()
         wanted = {e.row.index for e in examples}
         results = [r for r in self._read_results() if r["example"] in wanted and r["method"] in self.methods]
         # a stopped run: aggregate only the texts every method has finished (paired comparison)
@@ -224,8 +236,31 @@ class Evaluation:
         evaluated = len(complete)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
         summary.failed = dict(self.failed)
+        summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
         self._write(summary, metrics)
         return summary
+
+    def _loop(self, chunks, examples, done, graph, vocab, metrics, model, progress: Listener, pairs_done: int,
+              pairs_total: int) -> None:
+        with (self.out / RESULTS).open("a", encoding="utf-8") as sink:
+            for chunk in chunks:
+                for name, method in self.methods.items():
+                    pending = [examples[i] for i in chunk if (examples[i].row.index, name) not in done]
+                    if not pending or name in self.failed:
+                        continue
+                    progress.method(name)
+                    try:
+                        rows = self._evaluate(graph, method, pending, vocab, metrics, model)
+                    except RulegraphError as exc:      # e.g. a rule set that does not fit this model
+                        self.failed[name] = str(exc)
+                        self.listener.note(f"method {name} failed and is left out: {exc}", "error")
+                        continue
+                    for row in rows:
+                        sink.write(json.dumps(row) + "\n")
+                        pairs_done += 1
+                    sink.flush()
+                    os.fsync(sink.fileno())
+                    progress.advance(sum(e.length for e in pending), f"{pairs_done}/{pairs_total} explained")
 
     def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
         chunks, current = [], []
@@ -262,6 +297,11 @@ class Evaluation:
             feeds["attention_mask"] = mask
         if "token_type_ids" in names:
             feeds["token_type_ids"] = types
+        if method.name not in self.warm:    # one untimed call first: the timing leaves out the warm-up
+            registry.explain_with(graph, method, {k: v[:1] for k, v in feeds.items()}, device=cfg.device,
+                                  dtype=_dtype(cfg.dtype), special=special[:1], vocab=vocab, audit=False,
+                                  **self.options[method.name])
+            self.warm.add(method.name)
         started = time.perf_counter()
         explanation = registry.explain_with(graph, method, feeds, device=cfg.device, dtype=_dtype(cfg.dtype),
                                             special=special, vocab=vocab, audit=False, **self.options[method.name])
@@ -280,8 +320,11 @@ class Evaluation:
                                      tuple(e.encoded.inputs["token_type_ids"][0].tolist()))
             cases.append(M.Case(tokens, e.encoded.special, scores[b, :n].tolist(), explanation.target[b],
                                 e.row.label, e.encoded.word_ids, e.answer))
-        started = time.perf_counter()
         wanted = list(dict.fromkeys(seq for case in cases for metric in metrics for seq in metric.inputs(case)))
+        if wanted and not self.warm_model:  # the metrics' model too (a session to open, a plan to prepare)
+            model(wanted[:1])
+            self.warm_model = True
+        started = time.perf_counter()
         logits = dict(zip(wanted, model(wanted))) if wanted else {}
         metric_seconds = time.perf_counter() - started
         rows = []
@@ -313,7 +356,7 @@ class Evaluation:
         doc = {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(),
-            "config": {**asdict(self.config), "settings": asdict(self.config.settings)},
+            "config": {**asdict(self.config), "settings": self.settings},
             "removal": self.config.removal,
             "interval": f"95% percentile bootstrap over examples ({BOOTSTRAP} resamples, seed {self.config.seed})",
             "n_examples": summary.n_examples,
@@ -322,10 +365,12 @@ class Evaluation:
             "curves": summary.curves,
             "curve_x": {m.name: m.xs() for m in metrics if m.xs()},
             "throughput": summary.throughput,
+            "timing": TIMING,
+            "scores": summary.scores,
             "failed": summary.failed,
         }
         (self.out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-        plots.curves(summary, metrics, self.out / "curves.png")
+        plots.curves(summary, metrics, self.out / "curves.png", {n: m.reference for n, m in self.methods.items()})
         plots.conservation(summary, {n: m.additive for n, m in self.methods.items()}, self.out / "conservation.png")
 
 
@@ -383,7 +428,7 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     return Summary(table, curves, throughput, n_examples, rows)
 
 
-def _rows(summary: Summary, metrics: list[M.Metric], cell, bold):
+def table_rows(summary: Summary, metrics: list[M.Metric], cell, bold):
     """(shown metrics, [(method, cells)]): each cell ``cell(stats)``, the best mean per metric
     passed through ``bold``, ``–`` where a method has no figure."""
     shown = [m for m in metrics if any(m.name in per for per in summary.table.values())]
@@ -397,30 +442,15 @@ def _rows(summary: Summary, metrics: list[M.Metric], cell, bold):
     return shown, rows
 
 
-def _header(m: M.Metric) -> str:
-    return f"{m.name} {'↑' if m.higher_is_better else '↓'}"
-
-
-def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
-    """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
-    t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)")
-    shown, rows = _rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
-                        lambda text: f"[bold]{text}[/]")
-    t.add_column("method")
-    for m in shown:
-        t.add_column(_header(m), justify="right")
-    t.add_column("explained/min", justify="right")
-    t.add_column("evaluated/min", justify="right")
-    for method, cells in rows:
-        tp = summary.throughput.get(method, {})
-        t.add_row(method, *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
-    return t
+def header(m: M.Metric) -> str:
+    """A metric's column head: its name and direction."""
+    return f"{m.name} {m.direction()}"
 
 
 def markdown_table(summary: Summary, metrics: list[M.Metric]) -> str:
     """The same table in Markdown (for docs)."""
-    shown, rows = _rows(summary, metrics, lambda s: f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]",
+    shown, rows = table_rows(summary, metrics, lambda s: f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]",
                         lambda text: f"**{text}**")
-    lines = ["| method | " + " | ".join(map(_header, shown)) + " |", "|" + "---|" * (len(shown) + 1)]
+    lines = ["| method | " + " | ".join(map(header, shown)) + " |", "|" + "---|" * (len(shown) + 1)]
     lines += [f"| {method} | " + " | ".join(cells) + " |" for method, cells in rows]
     return "\n".join(lines)

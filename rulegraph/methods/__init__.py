@@ -3,7 +3,9 @@
 One table maps a name to a :class:`Method`. Every shipped rule set (``rulegraph rules``)
 and any YAML rule file path is a method that runs :func:`rulegraph.explain`, so rule sets
 added later (AttnLRP, Mask-LRP, decomposition…) are methods without any change here. The
-baselines are registered in :mod:`rulegraph.methods.baselines` with declared options:
+baselines are registered in :mod:`rulegraph.methods.baselines` (one file each) with declared
+options and declared properties (:class:`~rulegraph.methods.base.Method`: ``additive``, the
+``score`` quantity, ``seeded``, ``reference``), so nothing elsewhere branches on a name:
 
     random     seeded random scores
     gs         gradient sensitivity ‖∂f/∂x‖₂ per token (Li et al. 2016; Wu & Ong 2021 Eq. 1)
@@ -21,9 +23,8 @@ Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegra
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -31,90 +32,12 @@ from ..errors import InputError, choices
 from ..api import Explanation, explain
 from ..loaders import load
 from ..ruleset import RuleSet, shipped_rule_sets
+from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
+from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
 from .sequences import REMOVALS, TokenModel, Tokens, Vocab, token_input
 
-__all__ = ["Method", "Option", "Request", "REMOVALS", "TokenModel", "Tokens", "Vocab", "explain_with", "get",
-           "methods", "names", "token_input"]
-
-
-@dataclass(frozen=True)
-class Option:
-    """A declared method option: its type, default and (optionally) the valid choices."""
-
-    name: str
-    type: type
-    default: Any
-    help: str = ""
-    choices: tuple = ()
-
-    def parse(self, method: str, value: Any) -> Any:
-        if value is None and self.default is None:      # an option that is unset by default
-            return None
-        if isinstance(value, str) and self.type is not str:
-            try:
-                value = self.type(value)
-            except ValueError:
-                raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}") from None
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or isinstance(value, bool) != (self.type is bool):
-            raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}")
-        if self.choices and value not in self.choices:
-            raise InputError(f"option {method}.{self.name}: {value!r} is not valid; "
-                             f"{choices([str(c) for c in self.choices], str(value))}")
-        return value
-
-
-@dataclass
-class Request:
-    """What one explanation call asks for (a batch of inputs)."""
-
-    graph: Any
-    inputs: dict[str, torch.Tensor]
-    target: int | list[int] | None = None
-    output: str | None = None
-    position: int | None = None
-    device: str = "cpu"
-    dtype: torch.dtype = torch.float32
-    special: torch.Tensor | None = None     # [batch, tokens] bool: [CLS], [SEP]… (never perturbed)
-    vocab: Vocab | None = None
-    audit: bool = True
-
-
-@dataclass(frozen=True)
-class Method:
-    """A named explanation method. ``additive``: its scores are contributions that should add
-    up to the explained logit (plotted in the conservation scatter)."""
-
-    name: str
-    description: str
-    run: Callable[..., Explanation]
-    options: tuple[Option, ...] = ()
-    kind: str = "baseline"              # "baseline" or "rules"
-    additive: bool = False
-
-    def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` checked against the declared ones, with the defaults filled in."""
-        declared = {o.name: o for o in self.options}
-        unknown = [k for k in options if k not in declared]
-        if unknown:
-            valid = choices(list(declared), unknown[0]) if declared else "it takes no options"
-            raise InputError(f"method {self.name!r} has no option {unknown[0]!r}; {valid}")
-        return {name: o.parse(self.name, options[name]) if name in options else o.default
-                for name, o in declared.items()}
-
-
-BASELINES: dict[str, Method] = {}
-
-
-def baseline(name: str, description: str, *options: Option, additive: bool = False):
-    """Register a baseline: a function ``(request, **options) -> Explanation``."""
-    def register(fn):
-        if name in BASELINES:
-            raise RuntimeError(f"method {name!r} is registered twice")
-        BASELINES[name] = Method(name, description, fn, tuple(options), "baseline", additive)
-        return fn
-    return register
+__all__ = ["BASELINES", "Method", "Option", "RELEVANCE", "Request", "REMOVALS", "TokenModel", "Tokens", "Vocab",
+           "baseline", "explain_with", "get", "methods", "names", "token_input"]
 
 
 #: Options of a rule set with ``pass: decomposition`` (those of ``explain --alpha/--lambda/--variant``);
@@ -143,27 +66,24 @@ def _rules_method(name: str) -> Method:
                              threshold=options["lambda"], variant=options["variant"], **kwargs)
         return explain(request.graph, RuleSet.load(name), request.inputs, request.target, **kwargs)
     return Method(name, description.strip() or f"rule set {name}", run,
-                  DECOMPOSITION_OPTIONS if decomposition else (), "rules", True)
+                  DECOMPOSITION_OPTIONS if decomposition else (), "rules", True, RELEVANCE)
 
 
 def names() -> list[str]:
     """Every method name: the baselines, then the shipped rule sets."""
-    _ensure_baselines()
     return [*BASELINES, *sorted(n for n in shipped_rule_sets() if n not in BASELINES)]
 
 
 def methods() -> dict[str, Method]:
     """Name → :class:`Method` for the baselines and every shipped rule set (read now, so rule
     sets added later appear)."""
-    _ensure_baselines()
-    return {**BASELINES, **{n: _rules_method(n) for n in sorted(shipped_rule_sets()) if n not in BASELINES}}
+    return {**dict(BASELINES.items()), **{n: _rules_method(n) for n in sorted(shipped_rule_sets()) if n not in BASELINES}}
 
 
 def get(name: str) -> Method:
     """The method called ``name``: a baseline, a shipped rule set, or a path to a YAML rule file."""
-    _ensure_baselines()
     if name in BASELINES:
-        return BASELINES[name]
+        return BASELINES.get(name)
     if name in shipped_rule_sets():
         return _rules_method(name)
     path = Path(name)
@@ -195,7 +115,3 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     if resolved:
         e.extra.setdefault("options", resolved)
     return e
-
-
-def _ensure_baselines() -> None:
-    from . import baselines  # noqa: F401  (registers on import)

@@ -13,7 +13,9 @@ COMMANDS = [
     ["explain", "{model}", "-r", "decomposition", "-t", "w1 w2 w3", "--groups", "word", "--json", "-"],
     ["audit", "{model}", "-r", "attnlrp", "-t", "w5 w6", "--json", "-"],
     ["check", "{model}", "-r", "epsilon", "--nodes"],
+    ["explain", "{model}", "--method", "ig", "-o", "steps=4", "-t", "w1 w2 w3 w4", "--json", "-"],
     ["rules"],
+    ["methods"],
 ]
 
 
@@ -24,9 +26,9 @@ def _run(argv: list[str], seed: int) -> bytes:
     return done.stdout
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:1] + c[2:4]) for c in COMMANDS])
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c[:1] + c[2:4]).replace("{model} ", "") for c in COMMANDS])
 def test_output_is_the_same_under_every_hash_seed(argv, bert_onnx):
     argv = [a.replace("{model}", str(bert_onnx)) for a in argv]
-    outputs = {seed: _run(argv, seed) for seed in (0, 1, 2)}
+    outputs = {seed: _run(argv, seed) for seed in (0, 1, 2, 3)}
     assert outputs[0], "no output"
-    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3]

@@ -56,6 +56,7 @@ def test_evaluate_prints_the_table_and_writes_outputs(model, data, tmp_path):
                     "--out", out, "-o", "ig.steps=4", "--aopc-step", "10", "--steps", "4", "-q")
     assert result.exit_code == 0, result.output
     assert "aopc" in result.output and "ig" in result.output and "random" in result.output
+    assert "random number" in result.output and "relevance (logit" in result.output     # the scores column
     assert len((out / "results.jsonl").read_text().splitlines()) == 3 * 3
     doc = json.loads((out / "summary.json").read_text())
     assert set(doc["table"]) == {"random", "gi", "ig"}
@@ -83,6 +84,7 @@ def test_methods_lists_baselines_and_rule_sets():
     assert result.exit_code == 0
     for name in ("random", "gs", "ig", "loo", "attention", "rollout", "gi", "lrp-ah-ln"):
         assert name in result.output
+    assert "scores" in result.output        # a column: what each method's scores are (declared; see tests/methods)
 
 
 def test_explain_with_a_baseline_method(bert_onnx, tmp_path):

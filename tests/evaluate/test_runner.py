@@ -18,7 +18,7 @@ from rulegraph.evaluate.runner import Config, Evaluation
 
 TEXTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w20 w21 w22 w23",
          "w24 w25 w26 w27 w28", "w30 w31 w32 w33 w34 w35 w36 w37", "w40 w41", "w50 w51 w52 w53 w54 w55 w56"]
-SETTINGS = M.Settings(aopc_k=20, aopc_step=10, lodds_k=20, steps=5, words=2)
+SETTINGS = {"aopc_k": 20, "aopc_step": 10, "lodds_k": 20, "steps": 5, "words": 2}
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_precision_at_k_reads_the_answer_column(model, tmp_path):
     path = tmp_path / "qa.csv"
     path.write_text(f"text,answer\n{text},{best}\n{text},\n")
     cfg = Config(model=str(model), data=str(path), methods=["gi"], metrics=["precision@k"],
-                 settings=M.Settings(precision_k=1))
+                 settings={"precision_k": 1})
     summary = Evaluation(cfg, tmp_path / "out", progress=False).run()
     values = [r["metrics"]["precision@k"] for r in sorted(summary.rows, key=lambda r: r["example"])]
     assert values == [1.0, None]                  # the second row has no answer: no value
@@ -213,3 +213,22 @@ def test_a_run_moved_elsewhere_resumes_and_other_weights_are_refused(model, data
     (moved / data.name).write_text(data.read_text().replace("w1 ", "w2 "))
     with pytest.raises(InputError, match=r"other settings \(data\)"):
         Evaluation(config(moved / model.name, moved / data.name, n=3), out, progress=False).run()
+
+
+def test_the_committed_runs_keep_their_identity():
+    """The settings of the committed evaluations resolve to what their config.json holds, so
+    `make eval` continues them."""
+    from pathlib import Path
+    docs = Path(__file__).resolve().parents[2] / "docs" / "evaluation"
+    for part, words in (("rt", 4), ("imdb", 4)):
+        stored = json.loads((docs / f"{part}-config.json").read_text())
+        given = {"aopc_k": 20, "aopc_step": 10, "lodds_k": 20, "steps": 5, "words": words}
+        assert M.settings(given) == stored["settings"]
+        assert list(M.settings(given)) == list(stored["settings"])      # same keys, same order
+
+
+def test_summary_states_the_score_quantities_and_the_timing(model, data, tmp_path):
+    Evaluation(config(model, data, methods=("random", "gi", "loo"), n=2), tmp_path / "out", progress=False).run()
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert doc["scores"] == {"random": "random number in [0, 1)", "gi": "relevance (logit units)", "loo": "logit drop"}
+    assert "warm-up" in doc["timing"]

@@ -1,0 +1,52 @@
+"""AOPC (Yang et al. 2023; Song et al. 2024): the mean over k ∈ {0, s, 2s, …, K}% (step s) of
+p(ŷ|x) − p(ŷ|x̃ᵏ), x̃ᵏ being x with its k% most relevant tokens removed. ↑"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...methods.sequences import Tokens
+from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, count, logp, metric
+
+
+@dataclass
+class Deletion(Metric):
+    """Most relevant first, at percentages — shared by AOPC and LOdds."""
+
+    percents: tuple[float, ...] = ()
+
+    def xs(self) -> list[float]:
+        return [float(k) for k in self.percents]
+
+    def perturbed(self, case: Case, percent: float) -> Tokens:
+        order = case.most_relevant_first()
+        return self.removal.apply(case.tokens, order[:count(percent / 100, len(order))])
+
+    def inputs(self, case: Case) -> list[Tokens]:
+        return [case.tokens, *(self.perturbed(case, k) for k in self.percents)]
+
+
+@metric("aopc")
+@dataclass
+class AOPC(Deletion):
+    title = "AOPC: p(ŷ|x) − p(ŷ|x̃ᵏ)"
+    x_label = "% of tokens removed (most relevant first)"
+    options = (
+        Option("k_max", "aopc_k", int, 20, "AOPC: mean over k = 0…K % removed", 0, 100),
+        Option("k_step", "aopc_step", int, 1, "AOPC: k in steps of this many %", 1, 100),
+    )
+    k_max: int = 20
+    k_step: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.percents = tuple(range(0, self.k_max + 1, self.k_step))
+
+    def reduce(self, case, logits):
+        p0 = math.exp(logp(logits[case.tokens], case.target))
+        drops = [p0 - math.exp(logp(logits[self.perturbed(case, k)], case.target)) for k in self.percents]
+        return Result(sum(drops) / len(drops), drops)
+
+
+def aopc(model: ModelFn, case: Case, removal: Removal, k_max: int = 20, k_step: int = 1) -> Result:
+    return compute(AOPC(removal, k_max=k_max, k_step=k_step), model, case)

@@ -1,0 +1,35 @@
+"""Hiding game (Hou & Castanon 2023, "Decoding layer saliency in transformers", App. A.1): hide
+the most relevant tokens first; the area under accuracy. ↓ (a good method breaks the
+prediction quickly). "Accuracy" compares with the label, or with the prediction on the full
+input when there is none."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...methods.sequences import Tokens
+from .auac import Fractions
+from .base import Case, ModelFn, Removal, Result, area, compute, correct, count, metric, reference
+
+
+@metric("hiding")
+@dataclass
+class Hiding(Fractions):
+    higher_is_better = False
+    title = "hiding game: accuracy"
+    x_label = "fraction of tokens hidden (most relevant first)"
+
+    def hidden(self, case: Case, f: float) -> Tokens:
+        order = case.most_relevant_first()
+        return self.removal.apply(case.tokens, order[:count(f, len(order))])
+
+    def inputs(self, case):
+        return [case.tokens, *(self.hidden(case, f) for f in self.xs())]
+
+    def reduce(self, case, logits):
+        ref = reference(case, logits)
+        curve = [correct(logits[self.hidden(case, f)], ref) for f in self.xs()]
+        return Result(area(curve, self.xs()), curve)
+
+
+def hiding(model: ModelFn, case: Case, removal: Removal, steps: int = 20) -> Result:
+    return compute(Hiding(removal, steps), model, case)

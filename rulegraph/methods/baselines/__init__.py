@@ -1,0 +1,22 @@
+"""The baseline methods, one per file, run through the same interpreter on the exported graph,
+in batches. Importing this package registers them in :data:`rulegraph.methods.base.BASELINES`
+in this order (the order ``rulegraph methods`` lists them):
+
+* ``random``: seeded random scores (the floor).
+* ``gs`` and ``ig`` read ∂f/∂x at the embeddings from the relevance pass with the ``gi``
+  rule set (its boundary signal is the gradient); IG runs the interpolated embeddings
+  through :meth:`Plan.run` ``overrides``, many steps per batch.
+* ``loo`` runs perturbed token sequences through :class:`~rulegraph.methods.sequences.TokenModel`.
+* ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
+  feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``.
+
+A new baseline is one file here with ``@baseline(name, description, Option(...), score=...)``,
+added to the import list below, and its test in ``tests/methods/``.
+"""
+from __future__ import annotations
+
+from . import random, gs, ig, loo, attention, rollout  # noqa: F401  (registration order)
+from .attention import attention_values
+from .rollout import rollout_matrix
+
+__all__ = ["attention_values", "rollout_matrix"]

@@ -1,0 +1,86 @@
+"""What the baselines share: the explanation they return, forwards through the interpreter,
+∂f/∂x at the boundary by the ``gi`` relevance pass, and the positions never perturbed."""
+from __future__ import annotations
+
+import torch
+
+from ...errors import RulegraphError
+from ...explanation import Explanation
+from ...interpreter import prepare
+from ...passes.base import labels, position_scores, select
+from ...passes.relevance import walk
+from ...ruleset import RuleSet
+from ..base import Request
+
+Tensor = torch.Tensor
+
+#: Padded tokens per interpreter run when a method batches many rows (IG steps, LOO).
+BATCH_TOKENS = 4096
+
+
+def explanation(req: Request, out: Tensor, targets: list[int], position: int | None,
+                 boundary: dict[str, Tensor], relevance: dict[str, Tensor] | None = None, **extra) -> Explanation:
+    seed, _, _ = select(out, targets, position)
+    explained = (out * seed).flatten(1).sum(1) if out.dim() > 1 else out * seed
+    boundary = {k: v.detach().cpu() for k, v in boundary.items()}
+    return Explanation(
+        output=req.output or req.graph.outputs[0], output_tensor=out.detach().cpu(), target=targets,
+        position=position, output_value=explained.double().tolist(),
+        relevance=relevance if relevance is not None else {k: position_scores(v) for k, v in boundary.items()},
+        boundary=boundary, rules="", audit=None, labels=labels(req.graph), extra=dict(extra))
+
+
+def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, Tensor, list[int], int | None]:
+    plan = prepare(req.graph, req.device, req.dtype)
+    output = req.output or req.graph.outputs[0]
+    with torch.no_grad():
+        env = plan.run(req.inputs, keep=keep, overrides=overrides)
+    out = env[output]
+    _, targets, position = select(out, req.target, req.position)
+    return env, out, targets, position
+
+
+def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
+    """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
+    boundary values and the output."""
+    rules = RuleSet.load("gi")
+    binding = rules.bind(req.graph)
+    binding.require_complete()
+    plan = prepare(req.graph, req.device, req.dtype)
+    output = req.output or req.graph.outputs[0]
+    with torch.no_grad():
+        env = plan.run(inputs, keep=binding.needed_values, overrides=overrides)
+        out = env[output]
+        seed, _, _ = select(out, targets, req.position)
+        flow = walk(binding, plan, env, output, seed, audit=False)
+    grads = {}
+    for v in binding.boundary:
+        g = flow.signals.get(v)
+        if g is None and v in flow.boundary:
+            raise RulegraphError(f"the gi pass reached {v!r} with explicit relevance, so its gradient cannot be read")
+        grads[v] = torch.zeros_like(env[v]) if g is None else g
+    return grads, {v: env[v] for v in binding.boundary}, out, binding
+
+
+def by_key(binding, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Boundary value → tensor, summed into the boundary's keys (input names)."""
+    out: dict[str, Tensor] = {}
+    for v, t in tensors.items():
+        key = binding.boundary[v]
+        out[key] = out[key] + t if key in out else t
+    return out
+
+
+def chunks(n: int, per: int):
+    for start in range(0, n, max(1, per)):
+        yield range(start, min(n, start + max(1, per)))
+
+
+def never_perturbed(req: Request, ids: Tensor) -> Tensor:
+    """Positions never perturbed: the special tokens given, and padding."""
+    special = req.special if req.special is not None else torch.zeros_like(ids, dtype=torch.bool)
+    special = special.to(torch.bool).clone()
+    mask = req.inputs.get("attention_mask")
+    if mask is not None:
+        special |= mask.to(special.device) == 0
+    return special
