@@ -14,7 +14,6 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
-from .ir import Graph
 from .passes import PASSES, forward, prepared
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder

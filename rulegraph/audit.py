@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import torch
 
 from .tolerances import relative
 

@@ -55,9 +55,6 @@ def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,
 
 def pixel_map(relevance: torch.Tensor) -> np.ndarray:
     """``[H, W]`` relevance per pixel: the sum over channels of a ``[(1,) C, H, W]`` tensor."""
-    import numpy as np
-    import torch
-
     r = relevance.detach().double().cpu()
     if r.dim() == 4:
         r = r[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 import click
 from rich.markup import escape

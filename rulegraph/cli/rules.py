@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from .console import out

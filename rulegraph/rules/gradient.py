@@ -6,7 +6,7 @@ chain of these rules reproduces Gradient×Input with some terms detached to roun
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
