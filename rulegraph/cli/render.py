@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import os
-from datetime import datetime, timezone
 
 from rich.markup import escape
 from rich.table import Table
@@ -234,8 +233,7 @@ def _layer_chart(audit: Audit) -> str:
 def html_report(items: list[tuple[Explanation, list[str] | None, list[bool] | None, str | None]],
                 model: str) -> str:
     """A self-contained page: per explanation the heatmap, the conservation figures and the layer chart."""
-    body = [f"<h1>rulegraph explanation</h1><p><small>model {html.escape(model)} · "
-            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC</small></p>",
+    body = [f"<h1>rulegraph explanation</h1><p><small>model {html.escape(model)}</small></p>",
             '<p class="legend"><span style="background:rgb(220,50,47);color:#fff">for the output</span>'
             '<span style="background:rgb(38,110,210);color:#fff">against it</span></p>']
     for i, (e, tokens, special, text) in enumerate(items):

@@ -10,6 +10,7 @@ import pytest
 
 COMMANDS = [
     ["explain", "{model}", "-r", "lrp-ah-ln", "-t", "w1 w2 w3 w4", "--json", "-"],
+    ["explain", "{model}", "-r", "epsilon", "-t", "w1 w2 w3 w4", "--html", "-"],
     ["explain", "{model}", "-r", "decomposition", "-t", "w1 w2 w3", "--groups", "word", "--json", "-"],
     ["audit", "{model}", "-r", "attnlrp", "-t", "w5 w6", "--json", "-"],
     ["check", "{model}", "-r", "epsilon", "--nodes"],
