@@ -27,12 +27,13 @@ hands on to the values); the block number is the node's ``block i`` from its sco
 """
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
 
-from ..errors import RuleMatchError
+from ..errors import RuleMatchError, RulegraphError
 from ..ir import block_index
 from .base import relevance_rule, param
 from .gradient import AttentionHead, _divide, _gradient_contributions
@@ -76,8 +77,11 @@ class HeadMask(AttentionHead):
         from ..heads import inline_masks, read_masks
         if self.masks and self.inline is not None:
             raise ValueError("give `masks` (a file) or `inline`, not both")
-        self._masks = read_masks(self.masks) if self.masks else (
-            inline_masks(self.inline) if self.inline is not None else None)
+        try:
+            self._masks = read_masks(self.masks) if self.masks else (
+                inline_masks(self.inline) if self.inline is not None else None)
+        except RulegraphError as exc:     # the rule-file parser reports it at the params' line
+            raise ValueError(re.sub(r"^<inline>:\d+: ", "inline masks: ", str(exc))) from None
 
     def propagate(self, site):
         carried = self.carries(site.node, site.spec, site.tainted)
