@@ -52,6 +52,7 @@ class GraphCache:
     bindings: dict = field(default_factory=dict)         # id(rule set) → (rule set, ruleset.Binding)
     canonized: dict = field(default_factory=dict)        # canonizer names → canonized Graph
     attention: list | None = None                        # the attention probabilities' values, in block order
+    heads: list | None = None                            # heads.AttentionBlock per attention block
     sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
 
 

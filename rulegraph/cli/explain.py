@@ -194,7 +194,30 @@ def check_cmd(model, rules, show_nodes):
         for n in binding.unmatched[:50]:
             out.print(f"  {escape(n.name)}  [dim]({escape(n.op)})[/]")
         failed |= ruleset.on_unmatched == "error"
+    if not failed and not binding.unmatched:
+        out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")
+    if not missing:
+        _heads_table(graph)
     if failed:
         sys.exit(1)
-    if not binding.unmatched:
-        out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")
+
+
+def _heads_table(graph) -> None:
+    """The attention blocks and their heads (rulegraph.heads), after check's own output; nothing
+    for a graph without attention."""
+    from ..errors import RulegraphError
+    from ..heads import attention_nodes, find_heads
+    if not attention_nodes(graph):
+        return
+    try:
+        blocks = find_heads(graph)
+    except RulegraphError as exc:
+        out.print(f"[yellow]attention heads not counted[/]: {escape(str(exc))}")
+        return
+    t = Table(title=f"attention: {len(blocks)} blocks, {sum(b.heads for b in blocks)} heads "
+                    "(head count from one forward on a 1×5 dummy input)")
+    for col in ("block", "heads", "softmax node", "value-product node"):
+        t.add_column(col, justify="right" if col in ("block", "heads") else "left", overflow="fold")
+    for b in blocks:
+        t.add_row(str(b.block), str(b.heads), escape(b.softmax), escape(b.product))
+    out.print(t)

@@ -8,11 +8,12 @@ its pass's registry (:data:`~rulegraph.rules.base.RULES`); its dataclass fields 
 ``modified``    modified-weight rules on linear layers: γ, αβ, z⁺, flat, w², zB
 ``attnlrp``     the softmax and uniform rules of AttnLRP (Achtibat et al. 2024)
 ``routing``     ``pass`` (routing ops), ``identity``, ``stop``
+``masked``      Mask-LRP's head mask on the AH rule (Song et al. 2024)
 ``components``  the decomposition pass's rules (Yang et al. 2023)
 
 Adding a rule is one file (or one class in its family's file) plus its closed-form test.
 """
-from . import attnlrp, components, gradient, modified, routing  # noqa: F401  (register on import)
+from . import attnlrp, components, gradient, masked, modified, routing  # noqa: F401  (register on import)
 from .base import RULES, Rule, decomposition_rule, relevance_rule
 
 __all__ = ["RULES", "Rule", "decomposition_rule", "relevance_rule"]

@@ -1,0 +1,148 @@
+"""``mask-lrp`` and ``mask-lrp-random``: the final attribution of Mask-LRP (Song et al. 2024, "Better
+Explain Transformers by Illuminating Important Information", EACL Findings, Sec. 4.3, Eq. 10–11),
+and its random-mask control (Sec. 5.2 and 5.4: a random mask at the same mask rate).
+
+Per attention block ``b``, with the relevance of the ``mask-lrp`` rule set (heads masked to the
+positional and syntactic heads, the block renormalised; :mod:`rulegraph.rules.masked`)::
+
+    Ā^(b) = E_h (∇A^(b) ⊙ (R_synt^(n_b) + R_pos^(n_b)))⁺ + I                                 (Eq. 10)
+    R(x)  = Ā^(1) · Ā^(2) · … · Ā^(B)                                                        (Eq. 11)
+
+``∇A^(b)`` is the gradient of the explained logit with respect to the attention probabilities of
+block ``b`` (total derivative, through every later block; one autograd pass per block), and
+``R^(n_b)`` the relevance of the attention map: the AH share of each edge ``q → k`` of the masked
+head relevance ``R'`` at the value product ``O = A V``, ``R_A[h, q, k] = Σ_d A_qk V_kd R'_qd / O_qd``
+(its sum over ``k`` and ``d`` is ``R'``). As in the paper's numbering the block nearest the output
+is ``b = 1``, so the product runs from the last block to the first (Chefer et al. 2021, CVPR, Eq. 13–14);
+the scores are the row of the explained position (``row``: 0 = [CLS]).
+"""
+from __future__ import annotations
+
+import json
+import random
+
+import torch
+
+from ...errors import InputError
+from ...explanation import Explanation
+from ...heads import HeadMasks, find_heads, read_masks
+from ...interpreter import prepare
+from ...passes.base import select
+from ...rules.gradient import _divide
+from ...rules.masked import RECORDER
+from ...ruleset import RuleSet, shipped_rule_sets
+from ..base import Option, Request, baseline
+from ..sequences import token_input
+from .attention import query_rows
+from .common import explanation
+
+Tensor = torch.Tensor
+_RULES: dict[str, RuleSet] = {}
+
+
+def rule_set(masks: HeadMasks | None) -> RuleSet:
+    """The shipped ``mask-lrp`` rule set with ``masks`` inline (``None``: every head kept)."""
+    inline = json.dumps({str(b): list(t) for b, t in sorted(masks.types.items())}) if masks else None
+    key = inline or ""
+    if key not in _RULES:
+        text = shipped_rule_sets()["mask-lrp"].read_text(encoding="utf-8")
+        old = 'params: {masks: ""}'
+        if old not in text:
+            raise InputError("rulesets/mask-lrp.yaml no longer has `params: {masks: \"\"}` on its head-mask entry")
+        _RULES[key] = RuleSet.from_yaml(text.replace(old, f"params: {{inline: {inline}}}") if inline else text,
+                                        source="rulesets/mask-lrp.yaml")
+    return _RULES[key]
+
+
+def random_masks(masks: HeadMasks, blocks, seed: int) -> HeadMasks:
+    """The head types of ``masks`` shuffled over every head of the model (seeded): the same number of
+    positional, syntactic and none heads, so the same mask rate ‖M_random‖ = ‖M‖."""
+    slots = [(b.block, m) for b in blocks for m in range(b.heads)]
+    types = [t for b in blocks for t in (masks.of(b.block, b.heads) or ("positional",) * b.heads)]
+    random.Random(seed).shuffle(types)
+    out: dict[int, list[str]] = {b.block: [] for b in blocks}
+    for (block, _), t in zip(slots, types):
+        out[block].append(t)
+    return HeadMasks({b: tuple(t) for b, t in out.items()}, f"random({masks.source}, seed={seed})")
+
+
+def attention_gradients(req: Request, blocks, targets: list[int]) -> list[Tensor]:
+    """∂(explained output)/∂A^(b) for each block: one autograd pass per block, with that block's
+    probabilities as a leaf (later blocks are recomputed from it, so the gradient is total)."""
+    plan = prepare(req.graph, req.device, req.dtype)
+    output = req.output or req.graph.outputs[0]
+    with torch.no_grad():
+        env = plan.run(req.inputs, keep=frozenset(b.probs for b in blocks))
+    grads = []
+    for b in blocks:
+        leaf = env[b.probs].detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = plan.run(req.inputs, keep=frozenset(), overrides={b.probs: leaf})[output]
+            seed, _, _ = select(out.detach(), targets, req.position)
+            (g,) = torch.autograd.grad((out * seed).sum(), leaf)
+        grads.append(g.detach())
+    return grads
+
+
+def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
+    blocks = find_heads(req.graph)
+    if not blocks:
+        raise InputError("mask-lrp needs attention blocks (a Softmax feeding the value product); none found")
+    rules = rule_set(masks)
+    products = {b.product for b in blocks}
+    recorded: dict[str, Tensor] = {}
+    token = RECORDER.set(recorded)
+    try:
+        from ...api import explain
+        e = explain(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+                    device=req.device, dtype=req.dtype, audit=req.audit)
+    finally:
+        RECORDER.reset(token)
+    plan = prepare(req.graph, req.device, req.dtype)
+    nodes = [req.graph.node(b.product) for b in blocks]
+    keep = frozenset(v for n in nodes for v in (n.inputs[0], n.inputs[1], n.outputs[0]))
+    with torch.no_grad():
+        env = plan.run(req.inputs, keep=keep)
+    grads = attention_gradients(req, blocks, e.target)
+    rollout = None
+    for b, node, grad in zip(blocks, nodes, grads):
+        if b.product not in recorded:
+            raise InputError(f"no relevance reached the value product {b.product!r} of block {b.block}")
+        a, v, o = env[node.inputs[0]], env[node.inputs[1]], env[node.outputs[0]]
+        s = _divide(recorded[b.product].to(o.dtype), o)                                  # R' / O
+        r_attention = a * torch.einsum("bhkd,bhqd->bhqk", v, s)                          # Σ_d A_qk V_kd R'_qd / O_qd
+        cam = (grad * r_attention).mean(1).clamp(min=0)                                  # Eq. 10 (heads averaged, ⁺)
+        cam = cam + torch.eye(cam.shape[-1], dtype=cam.dtype, device=cam.device)
+        rollout = cam if rollout is None else cam @ rollout                              # Eq. 11
+    rows = query_rows(req, row, rollout.shape[0], rollout.shape[1])
+    scores = torch.stack([rollout[i, q] for i, q in enumerate(rows)]).detach().double().cpu()
+    out = torch.as_tensor(e.output_tensor)
+    return explanation(req, out, e.target, e.position, {token_input(req.graph): scores},
+                       masks=masks.source if masks else None,
+                       mask_rate=masks.rate if masks else 1.0)
+
+
+def _masks(path: str) -> HeadMasks | None:
+    return read_masks(path) if path else None
+
+
+@baseline("mask-lrp", "Mask-LRP (Song et al. 2024, Eq. 10–11): head-averaged positive ∇A ⊙ R of the attention maps "
+          "(relevance of the mask-lrp rule set, heads masked to the positional/syntactic ones of --masks) plus "
+          "identity, rolled out over the blocks; the row of the explained position",
+          Option("masks", str, "", "mask file of `rulegraph heads calibrate` (empty: every head kept)"),
+          Option("row", int, 0, "query position read: 0 = [CLS]; negative counts back from the last real token"),
+          score="rolled-out attention relevance")
+def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
+    return mask_lrp(req, _masks(masks), row)
+
+
+@baseline("mask-lrp-random", "Mask-LRP with a random head mask at the same mask rate (Song et al. 2024, Sec. 5.4 "
+          "ablation): the head types of --masks shuffled over the model's heads (seeded)",
+          Option("masks", str, "", "mask file whose mask rate (and type counts) the random mask keeps"),
+          Option("seed", int, 0, "seed of the shuffle"),
+          Option("row", int, 0, "query position read, as for mask-lrp"),
+          score="rolled-out attention relevance")
+def mask_lrp_random(req: Request, masks: str, seed: int, row: int) -> Explanation:
+    if not masks:
+        raise InputError("mask-lrp-random needs -o mask-lrp-random.masks=FILE (its mask rate is kept)")
+    return mask_lrp(req, random_masks(read_masks(masks), find_heads(req.graph), seed), row)

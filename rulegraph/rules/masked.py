@@ -1,0 +1,111 @@
+"""Mask-LRP's head mask (Song et al. 2024, "Better Explain Transformers by Illuminating Important
+Information", EACL Findings, Sec. 4.3).
+
+The relevance of the heads of attention block ``b`` is masked by ``M^(b)`` — the heads found
+positional or syntactic (Sec. 4.2, Eq. 6–8; ``rulegraph heads calibrate``) are kept, the rest
+dropped — and the kept relevance renormalised so the block conserves::
+
+    R^(n_b) := R_synt + R_pos = G(X, Y, M^(b) R^(n_b − 1))                        (Sec. 4.3, after Eq. 9)
+    R_synt  := R_synt · |ΣR_synt| / (|ΣR_synt| + |ΣR_pos|) · ΣR^(n_b − 1) / ΣR_synt
+    R_pos   := R_pos  · |ΣR_pos|  / (|ΣR_synt| + |ΣR_pos|) · ΣR^(n_b − 1) / ΣR_pos
+
+Choices, stated:
+
+* The paper writes the first factor's denominator as ``|ΣR^(n_b)|`` with ``R^(n_b) = R_synt + R_pos``;
+  that conserves only when ΣR_synt and ΣR_pos have the same sign. We use ``|ΣR_synt| + |ΣR_pos|``
+  (the form of the residual-sum rule of Chefer et al. 2021, CVPR, which Mask-LRP builds on): equal
+  to the paper's where both have the same sign, and the block conserves always.
+* ``M`` is binary: a head is kept when its type is ``positional`` or ``syntactic`` (Eq. 6 adds
+  two indicator sums; a head with both types is listed once, as ``syntactic``).
+* Sums run per batch item over the block's heads, queries and head dimensions.
+* A block whose kept heads carry no relevance (every head ``none``, or kept sums all zero) is
+  left unmasked, so that it still conserves (a mask of ones degenerates to the base LRP,
+  Song et al. 2024, Sec. 5.4).
+
+The rule applies to the probabilities × values product (like ``ah``, whose relevance it then
+hands on to the values); the block number is the node's ``block i`` from its scope or name.
+"""
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import RuleMatchError, RulegraphError
+from ..ir import block_index
+from .base import relevance_rule, param
+from .gradient import AttentionHead, _divide, _gradient_contributions
+
+Tensor = torch.Tensor
+
+#: where :class:`HeadMask` records, per value-product node, the masked relevance at its output and its
+#: per-head scale, while a recorder dict is set (the ``mask-lrp`` method reads it; see Eq. 10)
+RECORDER: ContextVar[dict | None] = ContextVar("head_mask_recorder", default=None)
+
+
+def renormalise(r: Tensor, types: tuple[str, ...]) -> Tensor:
+    """The per-(item, head) factor of the masked, renormalised relevance (module doc); ``r`` is
+    ``[batch, heads, …]``. Items whose kept heads carry no relevance get factor 1 (unmasked)."""
+    b, h = r.shape[:2]
+    sums = r.reshape(b, h, -1).sum(-1)                                         # ΣR per head
+    total = sums.sum(1)                                                        # ΣR^(n_b − 1)
+    factor = torch.zeros_like(sums)
+    groups = [[m for m, t in enumerate(types) if t == kind] for kind in ("syntactic", "positional")]
+    group_sums = [sums[:, g].sum(1) if g else torch.zeros_like(total) for g in groups]
+    denominator = sum(s.abs() for s in group_sums)
+    for g, s in zip(groups, group_sums):
+        if g:
+            factor[:, g] = (_divide(s.abs(), denominator) * _divide(total, s)).unsqueeze(1)
+    degenerate = (denominator == 0) & (total != 0)
+    return torch.where(degenerate.unsqueeze(1), torch.ones_like(factor), factor)
+
+
+@relevance_rule("head-mask")
+class HeadMask(AttentionHead):
+    """Mask-LRP head mask on the AH rule (Song et al. 2024, Sec. 4.3; module doc). ``masks``: a mask
+    file (YAML/JSON, ``rulegraph heads calibrate`` writes one; relative to the working directory);
+    ``inline``: the same ``{block: [positional|syntactic|none, …]}`` in the rule file. With
+    neither, every head is kept (the base rule)."""
+
+    masks: str = param("")
+    inline: Any = param(None)
+    breaking: ClassVar[str] = "conserves (heads masked, the block's total renormalised)"
+
+    def __post_init__(self):
+        from ..heads import inline_masks, read_masks
+        if self.masks and self.inline is not None:
+            raise ValueError("give `masks` (a file) or `inline`, not both")
+        try:
+            self._masks = read_masks(self.masks) if self.masks else (
+                inline_masks(self.inline) if self.inline is not None else None)
+        except RulegraphError as exc:     # the rule-file parser reports it at the params' line
+            raise ValueError(re.sub(r"^<inline>:\d+: ", "inline masks: ", str(exc))) from None
+
+    def propagate(self, site):
+        carried = self.carries(site.node, site.spec, site.tainted)
+        out = site.outputs[0]
+        types = self._types(site.node, out)
+        recorder = RECORDER.get()
+        if types is None and recorder is None:
+            return _gradient_contributions(site, carried, [site.ratio(0)])
+        r = site.incoming[0].tensor
+        factor = renormalise(r, types) if types is not None else torch.ones(r.shape[:2], dtype=r.dtype,
+                                                                              device=r.device)
+        kept = r * factor.reshape(*factor.shape, *([1] * (r.dim() - 2)))
+        if recorder is not None:
+            recorder[site.node.name] = kept
+        return _gradient_contributions(site, carried, [_divide(kept, out)])
+
+    def _types(self, node, out: Tensor) -> tuple[str, ...] | None:
+        if self._masks is None:
+            return None
+        if out.dim() != 4:
+            raise RuleMatchError(f"head-mask at {node.name!r}: the product is {tuple(out.shape)}, "
+                                 "expected [batch, heads, query, d_head]")
+        block = block_index(node.scope) if node.scope else None
+        block = block if block is not None else block_index(node.name)
+        if block is None:
+            raise RuleMatchError(f"head-mask at {node.name!r}: no block number in its scope or name")
+        return self._masks.of(block, out.shape[1])
