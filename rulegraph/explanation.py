@@ -27,6 +27,7 @@ class Explanation:
     tokens: list[list[str]] | None = None
     labels: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
 
     @property
     def batch_size(self) -> int:

@@ -14,12 +14,12 @@ into numbers with a single device sync.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
-from ..errors import NumericalError
+from ..errors import InputError, NumericalError
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ir import Node
@@ -117,6 +117,8 @@ class Flow:
     # boundary value → g where its relevance arrived in signal form (R = x ⊙ g); under the
     # gradient rules g is ∂f/∂x, which the gradient baselines (GS, IG) read
     signals: dict[str, Tensor] = field(default_factory=dict)
+    # value → the relevance that arrived at it, for the values asked for (``walk(record_at=…)``)
+    recorded: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,7 +155,7 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
 
 
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
-         *, audit: bool = True, tolerance: float = 1e-4) -> Flow:
+         *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset()) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``.
 
     A conserving node's error is judged against the largest of |in|, |out| and
@@ -179,6 +181,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
             continue
+        for v, a in zip(node.outputs, arriving):
+            if a is not None and v in record_at:
+                flow.recorded[v] = a.tensor
         arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
         if visit.rule is None:  # unmatched under on_unmatched: warn — relevance is stranded here
             flow.stranded_entries[node.name] = arrived
@@ -296,10 +301,15 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
 class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
 
-    def run(self, forward: Forward, *, audit: bool, **options: Any) -> Explanation:
+    options: ClassVar[dict[str, Any]] = dict(record=())
+
+    def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
+        unknown = [v for v in record if v not in values and v not in forward.graph.producer]
+        if unknown:
+            raise InputError(f"record: the graph has no value {unknown[0]!r}")
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype))
+                    tolerance=tolerance(dtype), record_at=frozenset(record))
         if audit:
             finish(flow)
         boundary: dict[str, Tensor] = {}
@@ -312,6 +322,8 @@ class RelevancePass(Pass):
             if not torch.isfinite(r).all():
                 raise NumericalError(f"relevance at {key!r} contains NaN or inf; a rule divided by a zero activation "
                                      "or an input was infinite — try the epsilon rule")
-        return forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
-                                   boundary={k: v.detach().cpu() for k, v in boundary.items()},
-                                   audit=audit_of(flow, binding, dtype) if audit else None)
+        e = forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
+                                boundary={k: v.detach().cpu() for k, v in boundary.items()},
+                                audit=audit_of(flow, binding, dtype) if audit else None)
+        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items()}
+        return e

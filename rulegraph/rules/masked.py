@@ -28,7 +28,6 @@ hands on to the values); the block number is the node's ``block i`` from its sco
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
@@ -39,11 +38,6 @@ from .base import relevance_rule, param
 from .gradient import AttentionHead, _divide, _gradient_contributions
 
 Tensor = torch.Tensor
-
-#: where :class:`HeadMask` records, per value-product node, the masked relevance at its output and its
-#: per-head scale, while a recorder dict is set (the ``mask-lrp`` method reads it; see Eq. 10)
-RECORDER: ContextVar[dict | None] = ContextVar("head_mask_recorder", default=None)
-
 
 def renormalise(r: Tensor, types: tuple[str, ...]) -> Tensor:
     """The per-(item, head) factor of the masked, renormalised relevance (module doc); ``r`` is
@@ -60,6 +54,15 @@ def renormalise(r: Tensor, types: tuple[str, ...]) -> Tensor:
             factor[:, g] = (_divide(s.abs(), denominator) * _divide(total, s)).unsqueeze(1)
     degenerate = (denominator == 0) & (total != 0)
     return torch.where(degenerate.unsqueeze(1), torch.ones_like(factor), factor)
+
+
+def masked(r: Tensor, types: tuple[str, ...] | None) -> Tensor:
+    """The relevance ``r`` (``[batch, heads, …]``) at a block's value product, masked and renormalised
+    (``types``: one per head; ``None``: every head kept)."""
+    if types is None:
+        return r
+    factor = renormalise(r, types)
+    return r * factor.reshape(*factor.shape, *([1] * (r.dim() - 2)))
 
 
 @relevance_rule("head-mask")
@@ -87,16 +90,20 @@ class HeadMask(AttentionHead):
         carried = self.carries(site.node, site.spec, site.tainted)
         out = site.outputs[0]
         types = self._types(site.node, out)
-        recorder = RECORDER.get()
-        if types is None and recorder is None:
+        if types is None:
             return _gradient_contributions(site, carried, [site.ratio(0)])
-        r = site.incoming[0].tensor
-        factor = renormalise(r, types) if types is not None else torch.ones(r.shape[:2], dtype=r.dtype,
-                                                                              device=r.device)
-        kept = r * factor.reshape(*factor.shape, *([1] * (r.dim() - 2)))
-        if recorder is not None:
-            recorder[site.node.name] = kept
+        kept = masked(site.incoming[0].tensor, types)
         return _gradient_contributions(site, carried, [_divide(kept, out)])
+
+    def types(self, node, heads: int) -> tuple[str, ...] | None:
+        """The head types of ``node``'s block (``None``: every head kept)."""
+        if self._masks is None:
+            return None
+        block = block_index(node.scope) if node.scope else None
+        block = block if block is not None else block_index(node.name)
+        if block is None:
+            raise RuleMatchError(f"head-mask at {node.name!r}: no block number in its scope or name")
+        return self._masks.of(block, heads)
 
     def _types(self, node, out: Tensor) -> tuple[str, ...] | None:
         if self._masks is None:
@@ -104,8 +111,4 @@ class HeadMask(AttentionHead):
         if out.dim() != 4:
             raise RuleMatchError(f"head-mask at {node.name!r}: the product is {tuple(out.shape)}, "
                                  "expected [batch, heads, query, d_head]")
-        block = block_index(node.scope) if node.scope else None
-        block = block if block is not None else block_index(node.name)
-        if block is None:
-            raise RuleMatchError(f"head-mask at {node.name!r}: no block number in its scope or name")
-        return self._masks.of(block, out.shape[1])
+        return self.types(node, out.shape[1])

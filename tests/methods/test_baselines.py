@@ -193,8 +193,7 @@ def test_every_shipped_rule_set_is_a_method():
     listed = names()
     for name in shipped_rule_sets():
         assert name in listed
-        # mask-lrp: the method is the rule set's relevance rolled out (Eq. 10-11), a baseline of the same name
-        assert get(name).kind == ("baseline" if name == "mask-lrp" else "rules")
+        assert get(name).kind == "rules"
     assert {"random", "gs", "ig", "loo", "attention", "rollout", "gi", "lrp-ah", "lrp-ah-ln"} <= set(listed)
 
 

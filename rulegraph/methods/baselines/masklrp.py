@@ -1,4 +1,4 @@
-"""``mask-lrp`` and ``mask-lrp-random``: the final attribution of Mask-LRP (Song et al. 2024, "Better
+"""``mask-lrp-rollout`` and ``mask-lrp-random``: the final attribution of Mask-LRP (Song et al. 2024, "Better
 Explain Transformers by Illuminating Important Information", EACL Findings, Sec. 4.3, Eq. 10–11),
 and its random-mask control (Sec. 5.2 and 5.4: a random mask at the same mask rate).
 
@@ -29,7 +29,7 @@ from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import prepare
 from ...passes.base import select
 from ...rules.gradient import _divide
-from ...rules.masked import RECORDER
+from ...rules.masked import masked
 from ...ruleset import RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
@@ -89,27 +89,24 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
     if not blocks:
         raise InputError("mask-lrp needs attention blocks (a Softmax feeding the value product); none found")
     rules = rule_set(masks)
-    products = {b.product for b in blocks}
-    recorded: dict[str, Tensor] = {}
-    token = RECORDER.set(recorded)
-    try:
-        from ...api import explain
-        e = explain(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
-                    device=req.device, dtype=req.dtype, audit=req.audit)
-    finally:
-        RECORDER.reset(token)
-    plan = prepare(req.graph, req.device, req.dtype)
     nodes = [req.graph.node(b.product) for b in blocks]
+    from ...api import explain
+    e = explain(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+                device=req.device, dtype=req.dtype, audit=req.audit, record=[n.outputs[0] for n in nodes])
+    binding = rules.bind(req.graph)
+    plan = prepare(req.graph, req.device, req.dtype)
     keep = frozenset(v for n in nodes for v in (n.inputs[0], n.inputs[1], n.outputs[0]))
     with torch.no_grad():
         env = plan.run(req.inputs, keep=keep)
     grads = attention_gradients(req, blocks, e.target)
     rollout = None
     for b, node, grad in zip(blocks, nodes, grads):
-        if b.product not in recorded:
+        if node.outputs[0] not in e.recorded:
             raise InputError(f"no relevance reached the value product {b.product!r} of block {b.block}")
         a, v, o = env[node.inputs[0]], env[node.inputs[1]], env[node.outputs[0]]
-        s = _divide(recorded[b.product].to(o.dtype), o)                                  # R' / O
+        rule = binding.assignments[node.name].rule                                       # the head mask
+        kept = masked(e.recorded[node.outputs[0]].to(o), rule.types(node, b.heads))     # R', masked
+        s = _divide(kept, o)                                                             # R' / O
         r_attention = a * torch.einsum("bhkd,bhqd->bhqk", v, s)                          # Σ_d A_qk V_kd R'_qd / O_qd
         cam = (grad * r_attention).mean(1).clamp(min=0)                                  # Eq. 10 (heads averaged, ⁺)
         cam = cam + torch.eye(cam.shape[-1], dtype=cam.dtype, device=cam.device)
@@ -126,7 +123,7 @@ def _masks(path: str) -> HeadMasks | None:
     return read_masks(path) if path else None
 
 
-@baseline("mask-lrp", "Mask-LRP (Song et al. 2024, Eq. 10–11): head-averaged positive ∇A ⊙ R of the attention maps "
+@baseline("mask-lrp-rollout", "Mask-LRP (Song et al. 2024, Eq. 10–11): head-averaged positive ∇A ⊙ R of the attention maps "
           "(relevance of the mask-lrp rule set, heads masked to the positional/syntactic ones of --masks) plus "
           "identity, rolled out over the blocks; the row of the explained position",
           Option("masks", str, "", "mask file of `rulegraph heads calibrate` (empty: every head kept)"),
@@ -140,7 +137,7 @@ def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
           "ablation): the head types of --masks shuffled over the model's heads (seeded)",
           Option("masks", str, "", "mask file whose mask rate (and type counts) the random mask keeps"),
           Option("seed", int, 0, "seed of the shuffle"),
-          Option("row", int, 0, "query position read, as for mask-lrp"),
+          Option("row", int, 0, "query position read, as for mask-lrp-rollout"),
           score="rolled-out attention relevance")
 def mask_lrp_random(req: Request, masks: str, seed: int, row: int) -> Explanation:
     if not masks:
