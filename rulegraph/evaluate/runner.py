@@ -36,6 +36,7 @@ from ..loaders import load
 from ..text import TextEncoder
 from . import metrics as M
 from .data import Example, encode, read_rows
+from .listener import Listener
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -83,7 +84,7 @@ class Summary:
     throughput: dict[str, dict[str, float]]
     n_examples: int
     rows: list[dict]
-    failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+    failed: dict[str, dict[str, Any]] = field(default_factory=dict)   # method → {texts, of, error, examples}
     scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
 
 
@@ -101,26 +102,6 @@ def _digest(path: str) -> str:
 
 def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "float64": torch.float64}[name]
-
-
-class Listener:
-    """What a running evaluation reports, to whoever shows it; this one shows nothing.
-    ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
-
-    def note(self, text: str, level: str = "info") -> None:
-        """A line for the user; ``level``: ``info`` or ``error``."""
-
-    def start(self, total: int, pairs: str) -> None:
-        """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""
-
-    def method(self, name: str) -> None:
-        """The method now running."""
-
-    def advance(self, tokens: int, pairs: str) -> None:
-        """``tokens`` more explained."""
-
-    def stop(self) -> None:
-        """Work ended (finished or interrupted)."""
 
 
 class Evaluation:
@@ -143,7 +124,7 @@ class Evaluation:
             if name not in self.methods:
                 raise InputError(f"options given for {name!r}, which is not among --methods "
                                  f"({', '.join(config.methods)})")
-        self.failed: dict[str, str] = {}       # method → error (left out of the table)
+        self.failed: dict[str, dict[str, Any]] = {}     # method → texts it failed on (see failures())
         self.warm: set[str] = set()             # methods called once already (untimed)
         self.warm_model = False
         self.options = {}
@@ -192,22 +173,26 @@ class Evaluation:
 
     # -- running ----------------------------------------------------------------------------
     def run(self, compute: bool = True) -> Summary:
-        """Evaluate what ``results.jsonl`` lacks (``compute=False``: nothing), then aggregate all of it."""
+        """Evaluate what ``results.jsonl`` lacks (``compute=False``: nothing), then aggregate all of it.
+
+        Everything the user gave is read and checked first (model, tokenizer, texts, labels):
+        a problem there is an error before any file is written."""
         cfg = self.config
         torch.manual_seed(cfg.seed)
-        done = self._prepare_out()
         graph = load(cfg.model)
         encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)
         vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
-        labels = graph.metadata.get("rulegraph.labels")
-        rows = read_rows(Path(cfg.data), json.loads(labels) if labels else None, cfg.n)
-        examples, truncated = encode(rows, encoder)
-        if truncated:
-            self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
-        metrics = M.build(cfg.metrics, removal, self.settings)
         model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
                                     batch_tokens=cfg.batch_tokens, engine=cfg.engine)
+        labels = graph.metadata.get("rulegraph.labels")
+        labels = json.loads(labels) if labels else None
+        rows = read_rows(Path(cfg.data), labels, cfg.n, classes=self._classes(labels, encoder, model, cfg.data))
+        examples, truncated = encode(rows, encoder)
+        done = self._prepare_out()
+        if truncated:
+            self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
+        metrics = M.build(cfg.metrics, removal, self.settings)
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch
@@ -226,19 +211,37 @@ class Evaluation:
             progress.stop()
         wanted = {e.row.index for e in examples}
         results = [r for r in self._read_results() if r["example"] in wanted and r["method"] in self.methods]
-        # a stopped run: aggregate only the texts every method has finished (paired comparison)
-        present = {m for m in self.methods if m not in self.failed}
+        self.failed = failures(results, list(self.methods))
+        for name, f in self.failed.items():
+            if f["texts"] == f["of"]:
+                raise InputError(f"method {name!r} failed on every text ({f['texts']} of {f['of']}): {f['error']}")
+        # a stopped run: aggregate only the texts every method has finished (paired comparison;
+        # a text a method failed on counts as finished, and is left out of that method's figures)
         per_example: dict[int, set[str]] = {}
         for r in results:
             per_example.setdefault(r["example"], set()).add(r["method"])
-        complete = {i for i, ms in per_example.items() if present <= ms}
+        complete = {i for i, ms in per_example.items() if set(self.methods) <= ms}
         results = [r for r in results if r["example"] in complete]
         evaluated = len(complete)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
-        summary.failed = dict(self.failed)
+        summary.failed = failures(results, list(self.methods))
         summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
         self._write(summary, metrics)
         return summary
+
+    @staticmethod
+    def _classes(labels: list[str] | None, encoder: TextEncoder, model, data: str) -> int | None:
+        """How many classes the model's output has: its declared labels, else one forward."""
+        if labels:
+            return len(labels)
+        try:
+            enc = encoder.encode("a")
+        except RulegraphError:
+            return None
+        tokens = registry.Tokens(tuple(enc.inputs["input_ids"][0].tolist()),
+                                 tuple(enc.inputs["token_type_ids"][0].tolist()))
+        logits = model([tokens])
+        return int(logits.shape[-1]) if logits.dim() == 2 else None
 
     def _loop(self, chunks, examples, done, graph, vocab, metrics, model, progress: Listener, pairs_done: int,
               pairs_total: int) -> None:
@@ -246,21 +249,29 @@ class Evaluation:
             for chunk in chunks:
                 for name, method in self.methods.items():
                     pending = [examples[i] for i in chunk if (examples[i].row.index, name) not in done]
-                    if not pending or name in self.failed:
+                    if not pending:
                         continue
                     progress.method(name)
                     try:
                         rows = self._evaluate(graph, method, pending, vocab, metrics, model)
-                    except RulegraphError as exc:      # e.g. a rule set that does not fit this model
-                        self.failed[name] = str(exc)
-                        self.listener.note(f"method {name} failed and is left out: {exc}", "error")
-                        continue
+                    except Exception:       # noqa: BLE001 — which texts fail is found one by one below
+                        rows = [self._evaluate_one(graph, method, e, vocab, metrics, model) for e in pending]
                     for row in rows:
                         sink.write(json.dumps(row) + "\n")
                         pairs_done += 1
                     sink.flush()
                     os.fsync(sink.fileno())
                     progress.advance(sum(e.length for e in pending), f"{pairs_done}/{pairs_total} explained")
+
+    def _evaluate_one(self, graph, method, example: Example, vocab, metrics, model) -> dict:
+        """One text alone; a failure is recorded as that text's row (``error``), and counted in the summary."""
+        try:
+            return self._evaluate(graph, method, [example], vocab, metrics, model)[0]
+        except Exception as exc:    # noqa: BLE001 — recorded per text, reported in the summary, never silent
+            why = str(exc).splitlines()[0] if str(exc) else ""
+            why = why if isinstance(exc, RulegraphError) else f"{type(exc).__name__}: {why}"
+            return {"example": example.row.index, "method": method.name, "tokens": example.length,
+                    "label": example.row.label, "error": why}
 
     def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
         chunks, current = [], []
@@ -387,6 +398,18 @@ def machine() -> str:
     return f"{cpu}, {cores} cores, {platform.system()} {platform.release()}, torch {torch.__version__}"
 
 
+def failures(rows: list[dict], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Per method that failed on some texts: how many (``texts`` of ``of``) and the first error."""
+    out = {}
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        bad = [r for r in mine if "error" in r]
+        if bad:
+            out[method] = {"texts": len(bad), "of": len(mine), "error": bad[0]["error"],
+                           "examples": [r["example"] for r in bad]}
+    return out
+
+
 def bootstrap(values: list[float], seed: int, resamples: int = BOOTSTRAP) -> tuple[float, float, float]:
     """Mean and 95% percentile-bootstrap interval."""
     v = np.asarray(values, dtype=np.float64)
@@ -403,7 +426,7 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     curves: dict[str, dict[str, list[float]]] = {}
     throughput: dict[str, dict[str, float]] = {}
     for method in methods:
-        mine = [r for r in rows if r["method"] == method]
+        mine = [r for r in rows if r["method"] == method and "error" not in r]
         if not mine:
             continue
         table[method] = {}

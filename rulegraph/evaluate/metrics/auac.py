@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
+from ...tokens import Tokens
 from .base import Case, Metric, ModelFn, Option, Removal, Result, area, compute, count, logp, metric
 
 #: The curve resolution, shared by AUAC, AU-MSE and the hiding / revealing games.

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from ...errors import InputError, choices
-from ...methods.sequences import Tokens
 from ...registry import Registry
+from ...tokens import Tokens
 
-Tensor = torch.Tensor
-ModelFn = Callable[[Sequence[Tokens]], Tensor]
+if TYPE_CHECKING:               # torch is imported where logits are computed, so the declarations
+    from torch import Tensor    # (and `rulegraph evaluate --help`) load without it
+ModelFn = Callable[[Sequence[Tokens]], "Tensor"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ def area(ys: Sequence[float], xs: Sequence[float]) -> float:
 
 def logp(logits: Tensor, target: int) -> float:
     """log p(target) under the softmax of ``logits``, in float64."""
+    import torch
     return float(torch.log_softmax(logits.double(), -1)[target])
 
 
@@ -222,6 +222,7 @@ def build(names: Sequence[str], removal: Removal, given: dict[str, Any] | None =
 
 def compute(metric: Metric, model: ModelFn, case: Case) -> Result:
     """One metric on one example: run the inputs it needs (each distinct one once), reduce."""
+    import torch
     seqs = list(dict.fromkeys(metric.inputs(case)))
     logits = model(seqs) if seqs else torch.zeros((0, 0))
     return metric.reduce(case, dict(zip(seqs, logits)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
+from ...tokens import Tokens
 from .auac import Fractions
 from .base import Case, ModelFn, Removal, Result, area, compute, correct, count, metric, reference
 
