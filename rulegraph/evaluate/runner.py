@@ -35,6 +35,7 @@ from ..passes.base import position_scores
 from ..loaders import load
 from ..text import TextEncoder
 from . import metrics as M
+from . import protocols as P
 from .data import Example, encode, read_rows
 from .listener import Listener
 
@@ -57,7 +58,7 @@ class Config:
     metrics: list[str] = field(default_factory=M.defaults)
     tokenizer: str | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    removal: str = "mask"
+    removal: str | None = None      # None: the protocol's ([MASK] under the default protocol)
     settings: dict[str, Any] = field(default_factory=dict)     # metric options by key (M.all_options)
     seed: int = 0
     n: int | None = None
@@ -66,15 +67,36 @@ class Config:
     batch: int = 16                 # examples explained together (at most)
     batch_tokens: int = 8192        # padded tokens per forward batch
     engine: str = "auto"            # what runs the metrics' forwards (methods.sequences.ENGINES)
+    # the evaluation protocol (evaluate/protocols.py): a preset, and its fields overridden where given
+    # (``removal`` above is one of them); None: the preset's
+    protocol: str = "default"
+    grid: list[float] | None = None         # AOPC's k in %; the default preset's: 0…aopc_k in aopc_step steps
+    count: str | None = None
+    min_count: int | None = None
+    min_length: int | None = None
+    score: str | None = None
+
+    def resolved(self) -> P.Protocol:
+        """The preset with the fields given here."""
+        return P.PROTOCOLS.get(self.protocol).override(
+            removal=self.removal, grid=tuple(self.grid) if self.grid is not None else None, count=self.count,
+            min_count=self.min_count, min_length=self.min_length, score=self.score)
 
     def identity(self) -> dict[str, Any]:
         """The model, tokenizer and data by content (SHA-256), not path: a run moved to another
-        folder or machine resumes, one against other weights or texts is refused."""
+        folder or machine resumes, one against other weights or texts is refused. Protocol fields
+        enter only where they differ from the ``default`` preset, so default runs keep the
+        identity they had before protocols existed."""
         tokenizer = Path(self.tokenizer) if self.tokenizer else Path(self.model).parent / "tokenizer.json"
         return {"model": _digest(self.model), "data": _digest(self.data),
                 "tokenizer": _digest(tokenizer) if tokenizer.is_file() else None,
-                "metrics": list(self.metrics), "options": self.options, "removal": self.removal,
-                "settings": M.settings(self.settings), "seed": self.seed, "dtype": self.dtype}
+                "metrics": list(self.metrics), "options": self.options, "removal": self.resolved().removal,
+                "settings": self.all_settings(), "seed": self.seed, "dtype": self.dtype,
+                **self.resolved().identity()}
+
+    def all_settings(self) -> dict[str, Any]:
+        """Every metric option: those given, else the protocol's (e.g. ``steps``), else the default."""
+        return M.settings({**P.PROTOCOLS.get(self.protocol).settings, **self.settings})
 
 
 @dataclass
@@ -86,6 +108,8 @@ class Summary:
     rows: list[dict]
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)   # method → {texts, of, error, examples}
     scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
+    skipped: int = 0                # texts under the protocol's minimum length, not evaluated
+    protocol: str = ""              # the resolved protocol in one line
 
 
 def _digest(path: str) -> str:
@@ -114,9 +138,9 @@ class Evaluation:
         self.show_progress = progress
         for name in config.metrics:
             M.METRICS.get(name)             # unknown metric: an error naming the valid ones
-        self.settings = M.settings(config.settings)
-        if config.removal not in registry.REMOVALS:
-            raise InputError(f"unknown removal {config.removal!r}; valid: {', '.join(registry.REMOVALS)}")
+        self.protocol = config.resolved()       # checks every field, naming the valid choices
+        self.settings = config.all_settings()       # checks every field, naming the valid choices
+        self.grid = self.protocol.grid_for(self.settings["aopc_k"], self.settings["aopc_step"])
         if not config.methods:
             raise InputError(f"no methods given; {choices(registry.names())}")
         self.methods = {name: registry.get(name) for name in config.methods}
@@ -139,11 +163,14 @@ class Evaluation:
         """Start, resume or refuse; returns the (row, method) pairs already done."""
         results, config = self.out / RESULTS, self.out / CONFIG
         identity = self.config.identity()
+        described = {**identity, "protocol": {"name": self.config.protocol, **self.protocol.fields(),
+                                              "aopc_grid": list(self.grid)}}
         if self.force:
             for name in (RESULTS, CONFIG, *OUTPUTS):
                 (self.out / name).unlink(missing_ok=True)
         elif config.exists():
             stored = json.loads(config.read_text())
+            stored.pop("protocol", None)        # a description; what decides the numbers is in the identity
             if stored != identity:
                 diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
                 raise InputError(f"{self.out} holds results made with other settings ({', '.join(diff)}); "
@@ -151,7 +178,7 @@ class Evaluation:
         elif results.exists() or any((self.out / name).exists() for name in OUTPUTS):
             raise InputError(f"{self.out} holds evaluation outputs without {CONFIG}; pass --force to overwrite them")
         self.out.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps(identity, indent=2) + "\n")
+        config.write_text(json.dumps(described, indent=2) + "\n")
         return {(r["example"], r["method"]) for r in self._read_results(repair=True)}
 
     def _read_results(self, repair: bool = False) -> list[dict]:
@@ -182,17 +209,25 @@ class Evaluation:
         graph = load(cfg.model)
         encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)
         vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
-        removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
+        pr = self.protocol
+        removal = M.Removal(pr.removal, vocab.replacement(pr.removal), vocab.unk, pr.count, pr.min_count)
         model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
                                     batch_tokens=cfg.batch_tokens, engine=cfg.engine)
         labels = graph.metadata.get("rulegraph.labels")
         labels = json.loads(labels) if labels else None
         rows = read_rows(Path(cfg.data), labels, cfg.n, classes=self._classes(labels, encoder, model, cfg.data))
         examples, truncated = encode(rows, encoder)
+        skipped = sum(e.length < pr.min_length for e in examples)
+        examples = [e for e in examples if e.length >= pr.min_length]
+        if skipped:
+            self.listener.note(f"{skipped} of {skipped + len(examples)} texts have fewer than {pr.min_length} tokens "
+                               f"and are skipped (protocol {cfg.protocol})")
+        if not examples:
+            raise InputError(f"every text has fewer than {pr.min_length} tokens (--min-length); nothing to evaluate")
         done = self._prepare_out()
         if truncated:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
-        metrics = M.build(cfg.metrics, removal, self.settings)
+        metrics = M.build(cfg.metrics, removal, self.settings, self.metric_protocol())
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch
@@ -226,8 +261,14 @@ class Evaluation:
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
         summary.failed = failures(results, list(self.methods))
         summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
+        summary.skipped = skipped
+        summary.protocol = self.protocol.summary(self.settings["aopc_k"], self.settings["aopc_step"])
         self._write(summary, metrics)
         return summary
+
+    def metric_protocol(self) -> dict[str, Any]:
+        """The protocol fields the metrics read (AOPC: grid, score)."""
+        return {"grid": self.protocol.grid, "score": self.protocol.score}
 
     @staticmethod
     def _classes(labels: list[str] | None, encoder: TextEncoder, model, data: str) -> int | None:
@@ -368,7 +409,11 @@ class Evaluation:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(),
             "config": {**asdict(self.config), "settings": self.settings},
-            "removal": self.config.removal,
+            "removal": self.protocol.removal,
+            "protocol": {"name": self.config.protocol, **self.protocol.fields(), "aopc_grid": list(self.grid),
+                         "description": P.PROTOCOLS.get(self.config.protocol).description,
+                         "summary": summary.protocol},
+            "skipped": {"texts": summary.skipped, "min_length": self.protocol.min_length},
             "interval": f"95% percentile bootstrap over examples ({BOOTSTRAP} resamples, seed {self.config.seed})",
             "n_examples": summary.n_examples,
             "table": summary.table,

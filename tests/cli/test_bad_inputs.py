@@ -237,6 +237,13 @@ CASES = [
     ("eval-words", [*V, *OK, "--words", "-2"], "--words must be an integer in 1…10000 (got -2)"),
     ("eval-lodds-k", [*V, *OK, "--lodds-k", "101"], "--lodds-k must be an integer in 0…100 (got 101)"),
     ("eval-removal", [*V, *OK, "--removal", "blank"], "Invalid value for '--removal'"),
+    # evaluate: the protocol
+    ("eval-protocol-unknown", [*V, *OK, "--protocol", "decomp"], "Invalid value for '--protocol'"),
+    ("eval-aopc-grid-text", [*V, *OK, "--aopc-grid", "10,x"], "--aopc-grid must be comma-separated percentages"),
+    ("eval-aopc-grid-range", [*V, *OK, "--aopc-grid", "10,150"], "--aopc-grid must list distinct percentages in 0…100"),
+    ("eval-count-unknown", [*V, *OK, "--count", "nearest"], "Invalid value for '--count'"),
+    ("eval-min-count", [*V, *OK, "--min-count", "-1"], "--min-count must be an integer ≥ 0 (got -1)"),
+    ("eval-min-length-all", [*V, *OK, "--min-length", "99"], "every text has fewer than 99 tokens"),
     # evaluate: the output folder
     ("eval-out-file", ["evaluate", "{model}", *OK, "--methods", "random", "--out", "{dir}/existing.json"],
      "existing.json is a file, not a folder"),
