@@ -6,13 +6,19 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ..errors import InputError
-from ..methods.sequences import ENGINES
 from ..evaluate import metrics as M
-from ..evaluate.runner import TIMING, Config, Evaluation, Listener, Summary, header, table_rows
+from ..evaluate import protocols as P
+from ..evaluate.listener import Listener
+from ..tokens import ENGINES, REMOVALS
+from .options import Bounded, check_folder
+
+# Only light modules above (no torch): `rulegraph evaluate --help` loads in a fraction of a second;
+# the runner (torch, the model) is imported when the command runs.
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -71,10 +77,12 @@ class TerminalListener(Listener):
             self.progress = None
 
 
-def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> Table:
+def render_table(summary, metrics: list[M.Metric], title: str = "") -> Table:
     """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
+    from ..evaluate.runner import TIMING, header, table_rows
     t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)",
-              caption=TIMING)
+              caption=TIMING + (f"; {summary.skipped} texts skipped, under the protocol's minimum length"
+                                if getattr(summary, "skipped", 0) else ""))
     shown, rows = table_rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
                              lambda text: f"[bold]{text}[/]")
     t.add_column("method")
@@ -89,10 +97,19 @@ def render_table(summary: Summary, metrics: list[M.Metric], title: str = "") -> 
     return t
 
 
+def given_settings(settings: dict) -> dict:
+    """The metric options given on the command line (the others stay unset, so that the
+    protocol's, e.g. ali2022's steps = 10, or the declared default applies)."""
+    ctx = click.get_current_context()
+    return {k: v for k, v in settings.items()
+            if ctx.get_parameter_source(k) not in (click.core.ParameterSource.DEFAULT, None)}
+
+
 def metric_options(command):
     """The metrics' declared options as click options (``aopc_k`` → ``--aopc-k``), in registration order."""
     for o in reversed(list(M.all_options().values())):
-        command = click.option(o.flag, o.key, type=o.type, default=o.default, show_default=True,
+        command = click.option(o.flag, o.key, type=Bounded(o.type, o.low, o.high), default=o.default,
+                               show_default=True,  # given or not: see given_settings (a protocol may set it)
                                help=f"{o.help} ({o.range()})")(command)
     return command
 
@@ -107,29 +124,52 @@ def metric_options(command):
               help=f"any of {', '.join(M.METRICS)}")
 @click.option("--tokenizer", type=click.Path(path_type=Path), metavar="PATH",
               help="tokenizer.json (default: the one next to the model)")
-@click.option("--n", "n", type=int, default=None, help="evaluate the first N texts of the file (default: all)")
+@click.option("--n", "n", type=Bounded(int, 1), default=None, help="evaluate the first N texts of the file (default: all; ≥ 1)")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("rulegraph-eval"), show_default=True,
               help="folder for results.jsonl (resumable), table.csv, summary.json and the PNG plots")
-@click.option("--removal", type=click.Choice(["mask", "unk", "delete"]), default="mask", show_default=True,
-              help="removed tokens become [MASK] ([UNK] if the vocabulary has none), [UNK], or are deleted; "
-                   "special tokens are never removed; AUAC always starts from [UNK]")
+@click.option("--protocol", "protocol_name", type=click.Choice(P.PROTOCOLS.names()), default="default",
+              show_default=True,
+              help="an evaluation protocol preset; each field below overrides it. "
+                   + " ".join(f"{name}: {p.description}" for name, p in P.PROTOCOLS.items()))
+@click.option("--removal", type=click.Choice(REMOVALS), default=None,
+              help="removed tokens become [MASK] ([UNK] if the vocabulary has none), [UNK], [PAD], or are deleted; "
+                   "special tokens are never removed; AUAC starts from [UNK] (default: the protocol's; default "
+                   "protocol: mask)")
+@click.option("--aopc-grid", "aopc_grid", metavar="K1,K2,…",
+              help="AOPC over exactly these % (e.g. 10,20,30,40,50; k = 0 only if listed) instead of 0…--aopc-k "
+                   "in --aopc-step steps (default: the protocol's)")
+@click.option("--count", "count_rule", type=click.Choice(P.COUNTS), default=None,
+              help="tokens removed at fraction k of L: round-half-up ⌊kL+½⌋, round (Python's, half to even), "
+                   "floor, ceil (default: the protocol's; default protocol: round-half-up)")
+@click.option("--min-count", type=Bounded(int, 0), default=None,
+              help="at least this many tokens removed at every k > 0 (default: the protocol's; default protocol: 0)")
+@click.option("--min-length", type=Bounded(int, 0), default=None,
+              help="skip texts of fewer tokens ([CLS]/[SEP] included), counted in the output "
+                   "(default: the protocol's; default protocol: 0)")
+@click.option("--score", "score", type=click.Choice(P.SCORES), default=None,
+              help="AOPC's drops of the explained class's probability, logit or log-odds "
+                   "(default: the protocol's; default protocol: probability)")
 @click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",
               help="a method option, e.g. ig.steps=50, loo.mode=delete (repeatable)")
 @metric_options
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random baseline and the bootstrap")
-@click.option("--batch", type=int, default=16, show_default=True, help="examples explained together")
-@click.option("--batch-tokens", type=int, default=8192, show_default=True, help="padded tokens per forward batch")
+@click.option("--seed", type=Bounded(int, 0, 2**32 - 1), default=0, show_default=True,
+              help="seed of the random baseline and the bootstrap (0…2³²−1)")
+@click.option("--batch", type=Bounded(int, 1, 65536), default=16, show_default=True,
+              help="examples explained together (1…65536)")
+@click.option("--batch-tokens", type=Bounded(int, 1, 2**24), default=8192, show_default=True,
+              help="padded tokens per forward batch (1…2²⁴)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="what runs the metrics' perturbed forwards: onnxruntime (auto: for an .onnx model on the CPU "
                    "in float32) or the rulegraph interpreter (loo has its own -o loo.engine)")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
-@click.option("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+@click.option("--threads", type=Bounded(int, 1, 1024), default=None, help="torch CPU threads (default: torch's choice; 1…1024)")
 @click.option("--force", is_flag=True, help="discard results already in --out and start over")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
-def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, removal, raw_options, seed, batch,
-                 batch_tokens, device, engine, dtype, threads, force, quiet, report_only, **metric_settings):
+def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, protocol_name, removal, aopc_grid,
+                 count_rule, min_count, min_length, score, raw_options, seed, batch, batch_tokens, device, engine,
+                 dtype, threads, force, quiet, report_only, **metric_settings):
     """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
     AU-MSE, hiding / revealing games, accuracy vs words deleted (and Precision@k for span QA).
 
@@ -137,9 +177,17 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, remo
     with the same settings continues where it stopped (more --methods or a larger --n
     only add what is missing). Prints the table (mean and 95% bootstrap interval) and
     writes OUT/table.csv, OUT/summary.json, OUT/curves.png and OUT/conservation.png."""
-    import torch
     if not Path(model).exists():
         raise InputError(f"model not found: {model}")
+    if Path(data).is_dir():
+        raise InputError(f"--data {data} is a directory; give a CSV file with a `text` column")
+    if not Path(data).is_file():
+        raise InputError(f"data file not found: {data}")
+    check_folder(Path(out_dir), "--out")
+    protocol = P.resolve(protocol_name, removal=removal, grid=P.parse_grid(aopc_grid), count=count_rule,
+                         min_count=min_count, min_length=min_length, score=score)
+    import torch
+    from ..evaluate.runner import Config, Evaluation
     if threads:
         torch.set_num_threads(threads)
     method_names = _csv(methods, "methods")
@@ -148,15 +196,17 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, remo
     config = Config(
         model=str(model), data=str(data), methods=method_names, metrics=_csv(metric_names, "metrics"),
         tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
-        removal=removal, settings=metric_settings, seed=seed, n=n,
-        device=device, engine=engine, dtype=dtype, batch=batch, batch_tokens=batch_tokens)
-    if not Path(data).is_file():
-        raise InputError(f"data file not found: {data}")
+        removal=protocol.removal, settings=given_settings(metric_settings), seed=seed, n=n,
+        device=device, engine=engine, dtype=dtype, batch=batch, batch_tokens=batch_tokens,
+        protocol=protocol_name, grid=list(protocol.grid) if protocol.grid is not None else None,
+        count=protocol.count, min_count=protocol.min_count, min_length=protocol.min_length, score=protocol.score)
     evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet)
     summary = evaluation.run(compute=not report_only)
-    metrics = M.build(config.metrics, M.Removal(removal), evaluation.settings)
+    metrics = M.build(config.metrics, M.Removal(protocol.removal), evaluation.settings, evaluation.metric_protocol())
+    out.print(escape(summary.protocol), soft_wrap=True)
     out.print(render_table(summary, metrics))
-    for name, why in summary.failed.items():
-        err.print(f"[red]{name}: failed, left out of the table: {why}[/]")
+    for name, f in summary.failed.items():
+        err.print(f"[red]{name}: failed on {f['texts']} of {f['of']} texts, left out of its figures "
+                  f"(first error: {escape(f['error'])})[/]", soft_wrap=True)
     err.print(f"[dim]wrote {out_dir}/results.jsonl, table.csv, summary.json, curves.png, conservation.png; "
               "interval: 95% percentile bootstrap over examples[/]")

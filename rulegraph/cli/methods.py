@@ -2,20 +2,27 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
-from ..methods import methods
+from .console import out
 
 
 @click.command("methods")
 def methods_cmd():
     """List the explanation methods (baselines and rule sets), what their scores are, and their options."""
-    t = Table(title="explanation methods (rulegraph explain --method NAME [-o KEY=VALUE])")
-    for col in ("name", "kind", "scores", "options", "description"):
-        t.add_column(col, overflow="fold")
+    from ..methods import methods       # torch and the rule sets: only when the command runs, not for --help
+    # Compact: no box, one line per option, the description given the remaining width (the
+    # console is 140 columns when piped, the terminal's width otherwise).
+    t = Table(title="explanation methods (rulegraph explain --method NAME [-o KEY=VALUE])", box=box.SIMPLE_HEAD,
+              pad_edge=False, show_edge=False)
+    t.add_column("name", no_wrap=True)
+    t.add_column("kind", no_wrap=True)
+    t.add_column("scores", overflow="fold", max_width=24)
+    t.add_column("options", overflow="fold", max_width=34)
+    t.add_column("description", overflow="fold", ratio=1)
     for name, m in methods().items():
         opts = "\n".join(f"{o.name}={'(rule file)' if o.default is None else o.default}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
                          for o in m.options)
         t.add_row(name, m.kind, m.quantity(), opts or "–", m.description)
-    Console(highlight=False).print(t)
+    out.print(t)

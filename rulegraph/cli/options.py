@@ -1,6 +1,7 @@
 """Options shared by the commands. Only light modules are imported here, so ``--help`` is fast."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -93,3 +94,43 @@ def image_options(f):
     ]):
         f = decorator(f)
     return f
+
+
+class Bounded(click.ParamType):
+    """An int or float in ``low…high`` (inclusive; ``None``: unbounded); a value outside is one
+    ``error:`` line naming the option and its valid range."""
+
+    def __init__(self, type_: type = int, low: float | None = None, high: float | None = None):
+        self.type, self.low, self.high = type_, low, high
+        self.name = type_.__name__
+
+    def range(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {self.low}…{self.high}"
+        return f"≥ {self.low}" if self.low is not None else f"≤ {self.high}" if self.high is not None else ""
+
+    def convert(self, value, param, ctx):
+        flag = param.opts[0] if param else "the value"
+        kind = "an integer" if self.type is int else "a number"
+        if isinstance(value, str):
+            try:
+                value = self.type(value)
+            except ValueError:
+                raise InputError(f"{flag} must be {kind} {self.range()}, got {value!r}") from None
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise InputError(f"{flag} must be {kind} {self.range()} (got {value})")
+        return value
+
+
+def check_folder(path: Path, option: str) -> None:
+    """Refuse, before any work, an output folder that is a file or cannot be created or written."""
+    if not str(path).strip():
+        raise InputError(f"{option} is an empty path; give a folder")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path} is a file, not a folder; give a folder (it is created if missing)")
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise InputError(f"{option} {path}: cannot create a folder there ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: cannot {'write' if existing == path else 'create'} there "
+                         f"(permission denied in {existing})")

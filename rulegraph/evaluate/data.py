@@ -4,6 +4,7 @@ in ``text``)."""
 from __future__ import annotations
 
 import csv
+import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,40 +32,67 @@ class Example:
         return len(self.encoded.tokens)
 
 
-def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None) -> list[Row]:
-    """The first ``n`` rows with a non-empty text, in file order."""
+def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
+              classes: int | None = None) -> list[Row]:
+    """The first ``n`` rows with a non-empty text, in file order; labels are class indices in
+    0…``classes``−1 or names in ``labels``. Every problem is one error naming the file and line."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"--data {path} is a directory; give a CSV file with a `text` column")
     if not path.is_file():
         raise InputError(f"data file not found: {path}")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the data file {path}: {exc.strerror or exc}") from None
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: the data file is not UTF-8 (byte 0x{raw[exc.start]:02x}); "
+                         "save it as UTF-8") from None
+    if not content.strip():
+        raise InputError(f"{path} is empty; the data file needs a header row with a `text` column "
+                         "(and optionally `label` and `answer`)")
+    reader = csv.DictReader(io.StringIO(content, newline=""))
+    try:
         fields = reader.fieldnames or []
         if "text" not in fields:
-            raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); the data file needs "
-                             "`text` and optionally `label` and `answer`")
+            raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); the data file "
+                             "needs `text` and optionally `label` and `answer`")
         rows = []
         for i, record in enumerate(reader):
             text = (record.get("text") or "").strip()
             if not text:
                 continue
-            rows.append(Row(i, text, _label(path, i, record.get("label"), labels), (record.get("answer") or None)))
+            label = _label(path, i, reader.line_num, record.get("label"), labels, classes)
+            rows.append(Row(i, text, label, (record.get("answer") or None)))
             if n is not None and len(rows) >= n:
                 break
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}: not a valid CSV file ({exc})") from None
     if not rows:
         raise InputError(f"{path}: no rows with a text")
     return rows
 
 
-def _label(path: Path, i: int, value: str | None, labels: list[str] | None) -> int | None:
+def _label(path: Path, i: int, line: int, value: str | None, labels: list[str] | None,
+           classes: int | None) -> int | None:
     if value is None or value.strip() == "":
         return None
     value = value.strip()
+    valid = (f"0…{classes - 1}" if classes else "a class index") + \
+        (f" or one of {', '.join(labels)}" if labels else "")
+    where = f"{path}:{line}: row {i + 1}"
     if value.lstrip("-").isdigit():
-        return int(value)
+        index = int(value)
+        if index < 0 or (classes is not None and index >= classes):
+            raise InputError(f"{where}: label {index} is outside the model's {classes or ''} classes; "
+                             f"valid: {valid}".replace("  ", " "))
+        return index
     if labels and value in labels:
         return labels.index(value)
-    raise InputError(f"{path}: row {i + 1}: label {value!r} is neither a class index nor one of "
-                     f"{', '.join(labels or []) or 'the model labels (it has none)'}")
+    raise InputError(f"{where}: label {value!r} is not a class label; valid: {valid}")
 
 
 def encode(rows: list[Row], encoder: TextEncoder) -> tuple[list[Example], int]:

@@ -35,7 +35,9 @@ from ..passes.base import position_scores
 from ..loaders import load
 from ..text import TextEncoder
 from . import metrics as M
+from . import protocols as P
 from .data import Example, encode, read_rows
+from .listener import Listener
 
 RESULTS = "results.jsonl"
 CONFIG = "config.json"
@@ -56,7 +58,7 @@ class Config:
     metrics: list[str] = field(default_factory=M.defaults)
     tokenizer: str | None = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    removal: str = "mask"
+    removal: str | None = None      # None: the protocol's ([MASK] under the default protocol)
     settings: dict[str, Any] = field(default_factory=dict)     # metric options by key (M.all_options)
     seed: int = 0
     n: int | None = None
@@ -65,15 +67,36 @@ class Config:
     batch: int = 16                 # examples explained together (at most)
     batch_tokens: int = 8192        # padded tokens per forward batch
     engine: str = "auto"            # what runs the metrics' forwards (methods.sequences.ENGINES)
+    # the evaluation protocol (evaluate/protocols.py): a preset, and its fields overridden where given
+    # (``removal`` above is one of them); None: the preset's
+    protocol: str = "default"
+    grid: list[float] | None = None         # AOPC's k in %; the default preset's: 0…aopc_k in aopc_step steps
+    count: str | None = None
+    min_count: int | None = None
+    min_length: int | None = None
+    score: str | None = None
+
+    def resolved(self) -> P.Protocol:
+        """The preset with the fields given here."""
+        return P.PROTOCOLS.get(self.protocol).override(
+            removal=self.removal, grid=tuple(self.grid) if self.grid is not None else None, count=self.count,
+            min_count=self.min_count, min_length=self.min_length, score=self.score)
 
     def identity(self) -> dict[str, Any]:
         """The model, tokenizer and data by content (SHA-256), not path: a run moved to another
-        folder or machine resumes, one against other weights or texts is refused."""
+        folder or machine resumes, one against other weights or texts is refused. Protocol fields
+        enter only where they differ from the ``default`` preset, so default runs keep the
+        identity they had before protocols existed."""
         tokenizer = Path(self.tokenizer) if self.tokenizer else Path(self.model).parent / "tokenizer.json"
         return {"model": _digest(self.model), "data": _digest(self.data),
                 "tokenizer": _digest(tokenizer) if tokenizer.is_file() else None,
-                "metrics": list(self.metrics), "options": self.options, "removal": self.removal,
-                "settings": M.settings(self.settings), "seed": self.seed, "dtype": self.dtype}
+                "metrics": list(self.metrics), "options": self.options, "removal": self.resolved().removal,
+                "settings": self.all_settings(), "seed": self.seed, "dtype": self.dtype,
+                **self.resolved().identity()}
+
+    def all_settings(self) -> dict[str, Any]:
+        """Every metric option: those given, else the protocol's (e.g. ``steps``), else the default."""
+        return M.settings({**P.PROTOCOLS.get(self.protocol).settings, **self.settings})
 
 
 @dataclass
@@ -83,8 +106,10 @@ class Summary:
     throughput: dict[str, dict[str, float]]
     n_examples: int
     rows: list[dict]
-    failed: dict[str, str] = field(default_factory=dict)    # method → why it was left out
+    failed: dict[str, dict[str, Any]] = field(default_factory=dict)   # method → {texts, of, error, examples}
     scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
+    skipped: int = 0                # texts under the protocol's minimum length, not evaluated
+    protocol: str = ""              # the resolved protocol in one line
 
 
 def _digest(path: str) -> str:
@@ -103,26 +128,6 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "float64": torch.float64}[name]
 
 
-class Listener:
-    """What a running evaluation reports, to whoever shows it; this one shows nothing.
-    ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
-
-    def note(self, text: str, level: str = "info") -> None:
-        """A line for the user; ``level``: ``info`` or ``error``."""
-
-    def start(self, total: int, pairs: str) -> None:
-        """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""
-
-    def method(self, name: str) -> None:
-        """The method now running."""
-
-    def advance(self, tokens: int, pairs: str) -> None:
-        """``tokens`` more explained."""
-
-    def stop(self) -> None:
-        """Work ended (finished or interrupted)."""
-
-
 class Evaluation:
     def __init__(self, config: Config, out: Path, *, force: bool = False, listener: Listener | None = None,
                  progress: bool = True):
@@ -133,9 +138,9 @@ class Evaluation:
         self.show_progress = progress
         for name in config.metrics:
             M.METRICS.get(name)             # unknown metric: an error naming the valid ones
-        self.settings = M.settings(config.settings)
-        if config.removal not in registry.REMOVALS:
-            raise InputError(f"unknown removal {config.removal!r}; valid: {', '.join(registry.REMOVALS)}")
+        self.protocol = config.resolved()       # checks every field, naming the valid choices
+        self.settings = config.all_settings()       # checks every field, naming the valid choices
+        self.grid = self.protocol.grid_for(self.settings["aopc_k"], self.settings["aopc_step"])
         if not config.methods:
             raise InputError(f"no methods given; {choices(registry.names())}")
         self.methods = {name: registry.get(name) for name in config.methods}
@@ -143,7 +148,7 @@ class Evaluation:
             if name not in self.methods:
                 raise InputError(f"options given for {name!r}, which is not among --methods "
                                  f"({', '.join(config.methods)})")
-        self.failed: dict[str, str] = {}       # method → error (left out of the table)
+        self.failed: dict[str, dict[str, Any]] = {}     # method → texts it failed on (see failures())
         self.warm: set[str] = set()             # methods called once already (untimed)
         self.warm_model = False
         self.options = {}
@@ -158,11 +163,14 @@ class Evaluation:
         """Start, resume or refuse; returns the (row, method) pairs already done."""
         results, config = self.out / RESULTS, self.out / CONFIG
         identity = self.config.identity()
+        described = {**identity, "protocol": {"name": self.config.protocol, **self.protocol.fields(),
+                                              "aopc_grid": list(self.grid)}}
         if self.force:
             for name in (RESULTS, CONFIG, *OUTPUTS):
                 (self.out / name).unlink(missing_ok=True)
         elif config.exists():
             stored = json.loads(config.read_text())
+            stored.pop("protocol", None)        # a description; what decides the numbers is in the identity
             if stored != identity:
                 diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
                 raise InputError(f"{self.out} holds results made with other settings ({', '.join(diff)}); "
@@ -170,7 +178,7 @@ class Evaluation:
         elif results.exists() or any((self.out / name).exists() for name in OUTPUTS):
             raise InputError(f"{self.out} holds evaluation outputs without {CONFIG}; pass --force to overwrite them")
         self.out.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps(identity, indent=2) + "\n")
+        config.write_text(json.dumps(described, indent=2) + "\n")
         return {(r["example"], r["method"]) for r in self._read_results(repair=True)}
 
     def _read_results(self, repair: bool = False) -> list[dict]:
@@ -192,22 +200,34 @@ class Evaluation:
 
     # -- running ----------------------------------------------------------------------------
     def run(self, compute: bool = True) -> Summary:
-        """Evaluate what ``results.jsonl`` lacks (``compute=False``: nothing), then aggregate all of it."""
+        """Evaluate what ``results.jsonl`` lacks (``compute=False``: nothing), then aggregate all of it.
+
+        Everything the user gave is read and checked first (model, tokenizer, texts, labels):
+        a problem there is an error before any file is written."""
         cfg = self.config
         torch.manual_seed(cfg.seed)
-        done = self._prepare_out()
         graph = load(cfg.model)
         encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)
         vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
-        labels = graph.metadata.get("rulegraph.labels")
-        rows = read_rows(Path(cfg.data), json.loads(labels) if labels else None, cfg.n)
-        examples, truncated = encode(rows, encoder)
-        if truncated:
-            self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
-        removal = M.Removal(cfg.removal, vocab.replacement(cfg.removal), vocab.unk)
-        metrics = M.build(cfg.metrics, removal, self.settings)
+        pr = self.protocol
+        removal = M.Removal(pr.removal, vocab.replacement(pr.removal), vocab.unk, pr.count, pr.min_count)
         model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
                                     batch_tokens=cfg.batch_tokens, engine=cfg.engine)
+        labels = graph.metadata.get("rulegraph.labels")
+        labels = json.loads(labels) if labels else None
+        rows = read_rows(Path(cfg.data), labels, cfg.n, classes=self._classes(labels, encoder, model, cfg.data))
+        examples, truncated = encode(rows, encoder)
+        skipped = sum(e.length < pr.min_length for e in examples)
+        examples = [e for e in examples if e.length >= pr.min_length]
+        if skipped:
+            self.listener.note(f"{skipped} of {skipped + len(examples)} texts have fewer than {pr.min_length} tokens "
+                               f"and are skipped (protocol {cfg.protocol})")
+        if not examples:
+            raise InputError(f"every text has fewer than {pr.min_length} tokens (--min-length); nothing to evaluate")
+        done = self._prepare_out()
+        if truncated:
+            self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
+        metrics = M.build(cfg.metrics, removal, self.settings, self.metric_protocol())
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch
@@ -226,19 +246,43 @@ class Evaluation:
             progress.stop()
         wanted = {e.row.index for e in examples}
         results = [r for r in self._read_results() if r["example"] in wanted and r["method"] in self.methods]
-        # a stopped run: aggregate only the texts every method has finished (paired comparison)
-        present = {m for m in self.methods if m not in self.failed}
+        self.failed = failures(results, list(self.methods))
+        for name, f in self.failed.items():
+            if f["texts"] == f["of"]:
+                raise InputError(f"method {name!r} failed on every text ({f['texts']} of {f['of']}): {f['error']}")
+        # a stopped run: aggregate only the texts every method has finished (paired comparison;
+        # a text a method failed on counts as finished, and is left out of that method's figures)
         per_example: dict[int, set[str]] = {}
         for r in results:
             per_example.setdefault(r["example"], set()).add(r["method"])
-        complete = {i for i, ms in per_example.items() if present <= ms}
+        complete = {i for i, ms in per_example.items() if set(self.methods) <= ms}
         results = [r for r in results if r["example"] in complete]
         evaluated = len(complete)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, evaluated)
-        summary.failed = dict(self.failed)
+        summary.failed = failures(results, list(self.methods))
         summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
+        summary.skipped = skipped
+        summary.protocol = self.protocol.summary(self.settings["aopc_k"], self.settings["aopc_step"])
         self._write(summary, metrics)
         return summary
+
+    def metric_protocol(self) -> dict[str, Any]:
+        """The protocol fields the metrics read (AOPC: grid, score)."""
+        return {"grid": self.protocol.grid, "score": self.protocol.score}
+
+    @staticmethod
+    def _classes(labels: list[str] | None, encoder: TextEncoder, model, data: str) -> int | None:
+        """How many classes the model's output has: its declared labels, else one forward."""
+        if labels:
+            return len(labels)
+        try:
+            enc = encoder.encode("a")
+        except RulegraphError:
+            return None
+        tokens = registry.Tokens(tuple(enc.inputs["input_ids"][0].tolist()),
+                                 tuple(enc.inputs["token_type_ids"][0].tolist()))
+        logits = model([tokens])
+        return int(logits.shape[-1]) if logits.dim() == 2 else None
 
     def _loop(self, chunks, examples, done, graph, vocab, metrics, model, progress: Listener, pairs_done: int,
               pairs_total: int) -> None:
@@ -246,21 +290,29 @@ class Evaluation:
             for chunk in chunks:
                 for name, method in self.methods.items():
                     pending = [examples[i] for i in chunk if (examples[i].row.index, name) not in done]
-                    if not pending or name in self.failed:
+                    if not pending:
                         continue
                     progress.method(name)
                     try:
                         rows = self._evaluate(graph, method, pending, vocab, metrics, model)
-                    except RulegraphError as exc:      # e.g. a rule set that does not fit this model
-                        self.failed[name] = str(exc)
-                        self.listener.note(f"method {name} failed and is left out: {exc}", "error")
-                        continue
+                    except Exception:       # noqa: BLE001 — which texts fail is found one by one below
+                        rows = [self._evaluate_one(graph, method, e, vocab, metrics, model) for e in pending]
                     for row in rows:
                         sink.write(json.dumps(row) + "\n")
                         pairs_done += 1
                     sink.flush()
                     os.fsync(sink.fileno())
                     progress.advance(sum(e.length for e in pending), f"{pairs_done}/{pairs_total} explained")
+
+    def _evaluate_one(self, graph, method, example: Example, vocab, metrics, model) -> dict:
+        """One text alone; a failure is recorded as that text's row (``error``), and counted in the summary."""
+        try:
+            return self._evaluate(graph, method, [example], vocab, metrics, model)[0]
+        except Exception as exc:    # noqa: BLE001 — recorded per text, reported in the summary, never silent
+            why = str(exc).splitlines()[0] if str(exc) else ""
+            why = why if isinstance(exc, RulegraphError) else f"{type(exc).__name__}: {why}"
+            return {"example": example.row.index, "method": method.name, "tokens": example.length,
+                    "label": example.row.label, "error": why}
 
     def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
         chunks, current = [], []
@@ -357,7 +409,11 @@ class Evaluation:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(),
             "config": {**asdict(self.config), "settings": self.settings},
-            "removal": self.config.removal,
+            "removal": self.protocol.removal,
+            "protocol": {"name": self.config.protocol, **self.protocol.fields(), "aopc_grid": list(self.grid),
+                         "description": P.PROTOCOLS.get(self.config.protocol).description,
+                         "summary": summary.protocol},
+            "skipped": {"texts": summary.skipped, "min_length": self.protocol.min_length},
             "interval": f"95% percentile bootstrap over examples ({BOOTSTRAP} resamples, seed {self.config.seed})",
             "n_examples": summary.n_examples,
             "table": summary.table,
@@ -387,6 +443,18 @@ def machine() -> str:
     return f"{cpu}, {cores} cores, {platform.system()} {platform.release()}, torch {torch.__version__}"
 
 
+def failures(rows: list[dict], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Per method that failed on some texts: how many (``texts`` of ``of``) and the first error."""
+    out = {}
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        bad = [r for r in mine if "error" in r]
+        if bad:
+            out[method] = {"texts": len(bad), "of": len(mine), "error": bad[0]["error"],
+                           "examples": [r["example"] for r in bad]}
+    return out
+
+
 def bootstrap(values: list[float], seed: int, resamples: int = BOOTSTRAP) -> tuple[float, float, float]:
     """Mean and 95% percentile-bootstrap interval."""
     v = np.asarray(values, dtype=np.float64)
@@ -403,7 +471,7 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     curves: dict[str, dict[str, list[float]]] = {}
     throughput: dict[str, dict[str, float]] = {}
     for method in methods:
-        mine = [r for r in rows if r["method"] == method]
+        mine = [r for r in rows if r["method"] == method and "error" not in r]
         if not mine:
             continue
         table[method] = {}

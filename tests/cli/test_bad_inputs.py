@@ -49,6 +49,14 @@ def _files(folder: Path) -> None:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]),
               folder / "custom-op.onnx")
+    (folder / "ok.csv").write_text("text,label\nw1 w2 w3,1\nw4 w5,0\n")
+    (folder / "latin1.csv").write_bytes("text,label\nw1 w2,1\nw3 café,0\n".encode("latin-1"))
+    (folder / "no-text.csv").write_text("sentence,label\nw1 w2,1\n")
+    (folder / "empty.csv").write_text("")
+    (folder / "data.csv").mkdir()
+    (folder / "label-range.csv").write_text("text,label\nw1 w2,1\nw3 w4,5\n")
+    (folder / "label-negative.csv").write_text("text,label\nw1 w2,-1\n")
+    (folder / "label-name.csv").write_text("text,label\nw1 w2,great\n")
     bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     bomb += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     (folder / "bomb.yaml").write_text("\n".join(bomb) + "\nrules:\n  - op: Add\n    rule: pass\n    note: *a8\n")
@@ -95,6 +103,9 @@ RULE_FILES = {
 }
 
 E = ["explain", "{model}"]
+#: evaluate, its results in {out} (a folder beside {dir}: only the files the user gave are hashed)
+V = ["evaluate", "{model}", "--methods", "random", "--out", "{out}"]
+OK = ["--data", "{dir}/ok.csv"]
 T = ["-t", "w1 w2 w3"]
 CASES = [
     # the model file
@@ -201,6 +212,50 @@ CASES = [
     ("export-source-missing", ["export", "{dir}/none", "{dir}/out"], "none"),
     ("export-out-is-file", ["export", "{dir}", "{dir}/existing.json"], "is a file; give a folder"),
     ("rules-cmd-unknown", ["rules", "lrp"], "no rule set named 'lrp'"),
+    # evaluate: the data file
+    ("eval-data-latin1", [*V, "--data", "{dir}/latin1.csv"], "latin1.csv:3: the data file is not UTF-8"),
+    ("eval-data-no-text", [*V, "--data", "{dir}/no-text.csv"], "no `text` column (columns: sentence, label)"),
+    ("eval-data-empty", [*V, "--data", "{dir}/empty.csv"], "empty.csv is empty"),
+    ("eval-data-directory", [*V, "--data", "{dir}/data.csv"], "data.csv is a directory; give a CSV file"),
+    ("eval-data-missing", [*V, "--data", "{dir}/none.csv"], "data file not found"),
+    ("eval-label-range", [*V, "--data", "{dir}/label-range.csv"],
+     "label-range.csv:3: row 2: label 5 is outside the model's 2 classes; valid: 0…1"),
+    ("eval-label-negative", [*V, "--data", "{dir}/label-negative.csv"], "label -1 is outside the model's 2 classes"),
+    ("eval-label-name", [*V, "--data", "{dir}/label-name.csv"], "label 'great' is not a class label; valid: 0…1"),
+    # evaluate: counts and ranges
+    ("eval-batch-zero", [*V, *OK, "--batch", "0"], "--batch must be an integer in 1…65536 (got 0)"),
+    ("eval-batch-negative", [*V, *OK, "--batch", "-4"], "--batch must be an integer in 1…65536 (got -4)"),
+    ("eval-batch-text", [*V, *OK, "--batch", "many"], "--batch must be an integer in 1…65536, got 'many'"),
+    ("eval-n-zero", [*V, *OK, "--n", "0"], "--n must be an integer ≥ 1 (got 0)"),
+    ("eval-n-negative", [*V, *OK, "--n", "-3"], "--n must be an integer ≥ 1 (got -3)"),
+    ("eval-batch-tokens", [*V, *OK, "--batch-tokens", "0"], "--batch-tokens must be an integer in 1…16777216"),
+    ("eval-seed-negative", [*V, *OK, "--seed", "-1"], "--seed must be an integer in 0…4294967295 (got -1)"),
+    ("eval-threads-zero", [*V, *OK, "--threads", "0"], "--threads must be an integer in 1…1024 (got 0)"),
+    ("eval-aopc-k", [*V, *OK, "--aopc-k", "200"], "--aopc-k must be an integer in 0…100 (got 200)"),
+    ("eval-aopc-step", [*V, *OK, "--aopc-step", "0"], "--aopc-step must be an integer in 1…100 (got 0)"),
+    ("eval-steps", [*V, *OK, "--steps", "0"], "--steps must be an integer in 1…1000 (got 0)"),
+    ("eval-words", [*V, *OK, "--words", "-2"], "--words must be an integer in 1…10000 (got -2)"),
+    ("eval-lodds-k", [*V, *OK, "--lodds-k", "101"], "--lodds-k must be an integer in 0…100 (got 101)"),
+    ("eval-removal", [*V, *OK, "--removal", "blank"], "Invalid value for '--removal'"),
+    # evaluate: the protocol
+    ("eval-protocol-unknown", [*V, *OK, "--protocol", "decomp"], "Invalid value for '--protocol'"),
+    ("eval-aopc-grid-text", [*V, *OK, "--aopc-grid", "10,x"], "--aopc-grid must be comma-separated percentages"),
+    ("eval-aopc-grid-range", [*V, *OK, "--aopc-grid", "10,150"], "--aopc-grid must list distinct percentages in 0…100"),
+    ("eval-count-unknown", [*V, *OK, "--count", "nearest"], "Invalid value for '--count'"),
+    ("eval-min-count", [*V, *OK, "--min-count", "-1"], "--min-count must be an integer ≥ 0 (got -1)"),
+    ("eval-min-length-all", [*V, *OK, "--min-length", "99"], "every text has fewer than 99 tokens"),
+    # evaluate: the output folder
+    ("eval-out-file", ["evaluate", "{model}", *OK, "--methods", "random", "--out", "{dir}/existing.json"],
+     "existing.json is a file, not a folder"),
+    ("eval-out-under-file", ["evaluate", "{model}", *OK, "--methods", "random", "--out", "{dir}/existing.json/run"],
+     "cannot create a folder there"),
+    ("eval-out-readonly", ["evaluate", "{model}", *OK, "--methods", "random", "--out", "{dir}/readonly/run"],
+     "cannot create there (permission denied"),
+    # evaluate: methods
+    ("eval-method-unknown", ["evaluate", "{model}", *OK, "--methods", "random,igg", "--out", "{out}"],
+     "unknown method 'igg'"),
+    ("eval-method-fails-everywhere", ["evaluate", "{model}", *OK, "--methods", "random,ig", "-o", "ig.steps=0",
+                                      "--out", "{out}", "-q"], "method 'ig' failed on every text (2 of 2)"),
 ]
 
 
@@ -231,7 +286,8 @@ def test_bad_input_is_refused_in_one_line(argv, message, folder, bert_onnx, caps
     if os.geteuid() == 0 and any("readonly/" in a for a in argv):
         pytest.skip("root writes into read-only folders")
     before = _digest(folder)
-    args = [a.replace("{model}", str(bert_onnx)).replace("{dir}", str(folder)) for a in argv]
+    out = folder.parent / f"{folder.name}-out"
+    args = [a.replace("{model}", str(bert_onnx)).replace("{dir}", str(folder)).replace("{out}", str(out)) for a in argv]
     code = main(args)
     captured = capsys.readouterr()
     output = captured.out + captured.err

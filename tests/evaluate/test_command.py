@@ -87,6 +87,48 @@ def test_methods_lists_baselines_and_rule_sets():
     assert "scores" in result.output        # a column: what each method's scores are (declared; see tests/methods)
 
 
+def test_methods_fits_a_pipe_compactly():
+    result = invoke("methods")
+    lines = result.output.splitlines()
+    assert len(lines) < 120, len(lines)         # ~190 at 80 columns before
+    assert any(line.startswith("loo") and "logit drop" in line for line in lines)
+
+
+def test_a_partial_failure_is_reported_under_the_table(model, tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    path.write_text("text\nw1 w2 w3\nw7 w8\n")
+    import dataclasses
+    import tiny
+    from rulegraph.errors import InputError
+    from rulegraph.methods.base import BASELINES
+    base = BASELINES.get("random")
+
+    def run(req, **options):
+        if bool((req.inputs["input_ids"] == tiny.VOCAB.index("w7")).any()):
+            raise InputError("cannot explain w7")
+        return base.run(req, **options)
+    BASELINES.add("flaky", dataclasses.replace(base, name="flaky", run=run))
+    try:
+        code = main(["evaluate", str(model), "--data", str(path), "--methods", "gi,flaky", "--metrics", "aopc",
+                     "--out", str(tmp_path / "o"), "-q"])
+    finally:
+        BASELINES.remove("flaky")
+    output = " ".join(capsys.readouterr().err.split())
+    assert code == 0
+    assert "flaky: failed on 1 of 2 texts, left out of its figures (first error: cannot explain w7)" in output
+
+
+@pytest.mark.parametrize("command", ["evaluate", "methods"])
+def test_help_does_not_import_torch(command):
+    import subprocess
+    import sys
+    code = (f"import sys; from rulegraph.cli import main; main([{command!r}, '--help']); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "--help" in done.stdout or "Usage" in done.stdout
+
+
 def test_explain_with_a_baseline_method(bert_onnx, tmp_path):
     path = tmp_path / "e.json"
     result = invoke("explain", bert_onnx, "--method", "ig", "-o", "steps=4", "-t", "w1 w2 w3", "--json", path)

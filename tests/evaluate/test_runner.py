@@ -160,16 +160,43 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     assert low < mean < high and mean == pytest.approx(np.mean(values))
 
 
-def test_a_method_that_fails_is_left_out_and_reported(model, data, tmp_path):
+def test_a_method_that_fails_on_every_text_fails_the_run(model, data, tmp_path):
     rules = tmp_path / "partial.yaml"
     rules.write_text("name: partial\ndescription: only Gather has a rule\nboundary: embeddings\n"
                      "on_unmatched: error\nrules:\n  - op: [Gather]\n    rule: pass\n")
     evaluation = Evaluation(config(model, data, methods=("gi", str(rules))), tmp_path / "out", progress=False)
-    summary = evaluation.run()
-    assert list(summary.table) == ["gi"] and summary.table["gi"]["aopc"]["n"] == len(TEXTS)
-    assert "no rule matches node 'mul'" in summary.failed[str(rules)]
+    with pytest.raises(InputError, match=r"failed on every text \(8 of 8\): .*no rule matches node 'mul'"):
+        evaluation.run()
+
+
+@pytest.fixture
+def flaky():
+    """A method that fails on the texts holding the token w7 (the random baseline otherwise)."""
+    import dataclasses
+    from rulegraph.methods.base import BASELINES
+    base = BASELINES.get("random")
+    w7 = tiny.VOCAB.index("w7")
+
+    def run(req, **options):
+        if bool((req.inputs["input_ids"] == w7).any()):
+            raise InputError("flaky: cannot explain w7")
+        return base.run(req, **options)
+    BASELINES.add("flaky", dataclasses.replace(base, name="flaky", run=run))
+    yield "flaky"
+    BASELINES.remove("flaky")
+
+
+def test_a_method_that_fails_on_some_texts_is_recorded_per_text_and_counted(model, data, tmp_path, flaky):
+    summary = Evaluation(config(model, data, methods=("gi", flaky)), tmp_path / "out", progress=False).run()
+    assert summary.failed == {"flaky": {"texts": 1, "of": len(TEXTS), "error": "flaky: cannot explain w7",
+                                        "examples": [1]}}
+    assert summary.table["flaky"]["aopc"]["n"] == len(TEXTS) - 1 and summary.table["gi"]["aopc"]["n"] == len(TEXTS)
+    rows = [r for r in results(tmp_path / "out") if r["method"] == "flaky"]
+    assert len(rows) == len(TEXTS) and [r["error"] for r in rows if "error" in r] == ["flaky: cannot explain w7"]
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert str(rules) in doc["failed"]
+    assert doc["failed"]["flaky"]["texts"] == 1
+    again = Evaluation(config(model, data, methods=("gi", flaky)), tmp_path / "out", progress=False).run()
+    assert again.failed == summary.failed and len(results(tmp_path / "out")) == 2 * len(TEXTS)   # not retried
 
 
 def test_precision_at_k_reads_the_answer_column(model, tmp_path):

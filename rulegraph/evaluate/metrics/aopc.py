@@ -1,12 +1,13 @@
-"""AOPC (Yang et al. 2023; Song et al. 2024): the mean over k ∈ {0, s, 2s, …, K}% (step s) of
-p(ŷ|x) − p(ŷ|x̃ᵏ), x̃ᵏ being x with its k% most relevant tokens removed. ↑"""
+"""AOPC (Yang et al. 2023; Song et al. 2024): the mean over k ∈ {0, s, 2s, …, K}% (step s), or
+over a protocol's grid, of f(x) − f(x̃ᵏ), x̃ᵏ being x with its k% most relevant tokens removed and
+f the probability p(ŷ|·) (or, under a protocol saying so, the logit or the log-odds of ŷ). ↑"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
-from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, count, logp, metric
+from ...tokens import Tokens
+from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, logp, metric
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Deletion(Metric):
 
     def perturbed(self, case: Case, percent: float) -> Tokens:
         order = case.most_relevant_first()
-        return self.removal.apply(case.tokens, order[:count(percent / 100, len(order))])
+        return self.removal.apply(case.tokens, order[:self.removal.count(percent / 100, len(order))])
 
     def inputs(self, case: Case) -> list[Tokens]:
         return [case.tokens, *(self.perturbed(case, k) for k in self.percents)]
@@ -35,18 +36,33 @@ class AOPC(Deletion):
         Option("k_max", "aopc_k", int, 20, "AOPC: mean over k = 0…K % removed", 0, 100),
         Option("k_step", "aopc_step", int, 1, "AOPC: k in steps of this many %", 1, 100),
     )
+    protocol = ("grid", "score")
     k_max: int = 20
     k_step: int = 1
+    grid: tuple[float, ...] | None = None       # the protocol's k in %, instead of 0…k_max by k_step
+    score: str = "probability"                  # probability | logit | log-odds of ŷ
 
     def __post_init__(self):
         super().__post_init__()
-        self.percents = tuple(range(0, self.k_max + 1, self.k_step))
+        if self.grid is not None:
+            self.percents = tuple(self.grid)
+        else:       # integers, as before protocols: the same curve keys and the same values
+            self.percents = tuple(range(0, self.k_max + 1, self.k_step))
+
+    def value(self, logits, target: int) -> float:
+        if self.score == "logit":
+            return float(logits[target])
+        lp = logp(logits, target)
+        if self.score == "log-odds":
+            return lp - math.log(-math.expm1(lp)) if lp < 0 else math.inf
+        return math.exp(lp)
 
     def reduce(self, case, logits):
-        p0 = math.exp(logp(logits[case.tokens], case.target))
-        drops = [p0 - math.exp(logp(logits[self.perturbed(case, k)], case.target)) for k in self.percents]
+        f0 = self.value(logits[case.tokens], case.target)
+        drops = [f0 - self.value(logits[self.perturbed(case, k)], case.target) for k in self.percents]
         return Result(sum(drops) / len(drops), drops)
 
 
-def aopc(model: ModelFn, case: Case, removal: Removal, k_max: int = 20, k_step: int = 1) -> Result:
-    return compute(AOPC(removal, k_max=k_max, k_step=k_step), model, case)
+def aopc(model: ModelFn, case: Case, removal: Removal, k_max: int = 20, k_step: int = 1,
+         grid: tuple[float, ...] | None = None, score: str = "probability") -> Result:
+    return compute(AOPC(removal, k_max=k_max, k_step=k_step, grid=grid, score=score), model, case)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
+from ...tokens import Tokens
 from .auac import Fractions
-from .base import Case, ModelFn, Removal, Result, area, compute, count, metric
+from .base import Case, ModelFn, Removal, Result, area, compute, metric
 
 
 @metric("au-mse")
@@ -18,7 +18,7 @@ class AUMSE(Fractions):
 
     def pruned(self, case: Case, f: float) -> Tokens:
         order = case.least_abs_first()
-        return self.removal.apply(case.tokens, order[:count(f, len(order))])
+        return self.removal.apply(case.tokens, order[:self.removal.count(f, len(order))])
 
     def inputs(self, case):
         return [case.tokens, *(self.pruned(case, f) for f in self.xs())]

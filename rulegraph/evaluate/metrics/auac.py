@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
-from .base import Case, Metric, ModelFn, Option, Removal, Result, area, compute, count, logp, metric
+from ...tokens import Tokens
+from .base import Case, Metric, ModelFn, Option, Removal, Result, area, compute, logp, metric
 
 #: The curve resolution, shared by AUAC, AU-MSE and the hiding / revealing games.
 STEPS = Option("steps", "steps", int, 20, "curve points − 1 for AUAC, AU-MSE, hiding and revealing "
@@ -32,7 +32,7 @@ class AUAC(Fractions):
 
     def revealed(self, case: Case, f: float) -> Tokens:
         order = case.most_relevant_first()
-        hidden = order[count(f, len(order)):]
+        hidden = order[self.removal.count(f, len(order)):]
         return case.tokens.remove(hidden, None if self.removal.token is None else self.removal.unk)
 
     def inputs(self, case):

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from ...errors import InputError, choices
-from ...methods.sequences import Tokens
 from ...registry import Registry
+from ..protocols import count as counting
+from ...tokens import Tokens
 
-Tensor = torch.Tensor
-ModelFn = Callable[[Sequence[Tokens]], Tensor]
+if TYPE_CHECKING:               # torch is imported where logits are computed, so the declarations
+    from torch import Tensor    # (and `rulegraph evaluate --help`) load without it
+ModelFn = Callable[[Sequence[Tokens]], "Tensor"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,15 @@ class Removal:
     mode: str = "mask"
     token: int | None = None
     unk: int | None = None          # the [UNK] id AUAC starts from
+    rule: str = "round-half-up"     # how a fraction becomes a count (evaluate.protocols.COUNTS)
+    min_count: int = 0              # at least this many at every fraction > 0
 
     def apply(self, tokens: Tokens, positions) -> Tokens:
         return tokens.remove(positions, self.token)
+
+    def count(self, fraction: float, n: int) -> int:
+        """Tokens removed at ``fraction`` of ``n`` under this protocol's counting rule."""
+        return counting(self.rule, fraction, n, self.min_count)
 
 
 @dataclass
@@ -84,6 +90,7 @@ def area(ys: Sequence[float], xs: Sequence[float]) -> float:
 
 def logp(logits: Tensor, target: int) -> float:
     """log p(target) under the softmax of ``logits``, in float64."""
+    import torch
     return float(torch.log_softmax(logits.double(), -1)[target])
 
 
@@ -143,15 +150,18 @@ class Metric:
     title: ClassVar[str] = ""
     x_label: ClassVar[str] = ""
     options: ClassVar[tuple[Option, ...]] = ()
+    protocol: ClassVar[tuple[str, ...]] = ()    # protocol fields it reads (grid, score), passed by build()
 
     def __post_init__(self):
         for o in self.options:
             setattr(self, o.attr, o.check(self.title or self.name, getattr(self, o.attr)))
 
     @classmethod
-    def from_settings(cls, removal: Removal, settings: dict[str, Any]) -> "Metric":
-        """This metric with its options read from the flat settings (missing keys: the defaults)."""
-        return cls(removal, **{o.attr: settings.get(o.key, o.default) for o in cls.options})
+    def from_settings(cls, removal: Removal, settings: dict[str, Any], protocol: dict[str, Any] | None = None) -> "Metric":
+        """This metric with its options read from the flat settings (missing keys: the defaults) and
+        the protocol fields it declares from ``protocol``."""
+        extra = {k: v for k, v in (protocol or {}).items() if k in cls.protocol}
+        return cls(removal, **{o.attr: settings.get(o.key, o.default) for o in cls.options}, **extra)
 
     @classmethod
     def direction(cls) -> str:
@@ -214,14 +224,17 @@ def settings(given: dict[str, Any] | None = None) -> dict[str, Any]:
             for key, o in declared.items()}
 
 
-def build(names: Sequence[str], removal: Removal, given: dict[str, Any] | None = None) -> list[Metric]:
-    """Metric objects for ``names`` with the options of ``given`` (flat settings)."""
+def build(names: Sequence[str], removal: Removal, given: dict[str, Any] | None = None,
+          protocol: dict[str, Any] | None = None) -> list[Metric]:
+    """Metric objects for ``names`` with the options of ``given`` (flat settings) and the protocol's
+    fields (``grid``, ``score``: see ``evaluate/protocols.py``)."""
     resolved = settings(given)
-    return [METRICS.get(n).from_settings(removal, resolved) for n in names]
+    return [METRICS.get(n).from_settings(removal, resolved, protocol) for n in names]
 
 
 def compute(metric: Metric, model: ModelFn, case: Case) -> Result:
     """One metric on one example: run the inputs it needs (each distinct one once), reduce."""
+    import torch
     seqs = list(dict.fromkeys(metric.inputs(case)))
     logits = model(seqs) if seqs else torch.zeros((0, 0))
     return metric.reduce(case, dict(zip(seqs, logits)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
+from ...tokens import Tokens
 from .auac import Fractions
-from .base import Case, ModelFn, Removal, Result, area, compute, correct, count, metric, reference
+from .base import Case, ModelFn, Removal, Result, area, compute, correct, metric, reference
 
 
 @metric("revealing")
@@ -17,7 +17,7 @@ class Revealing(Fractions):
 
     def revealed(self, case: Case, f: float) -> Tokens:
         order = case.most_relevant_first()
-        return self.removal.apply(case.tokens, order[count(f, len(order)):])
+        return self.removal.apply(case.tokens, order[self.removal.count(f, len(order)):])
 
     def inputs(self, case):
         return [case.tokens, *(self.revealed(case, f) for f in self.xs())]

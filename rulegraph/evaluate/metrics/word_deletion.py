@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...methods.sequences import Tokens
+from ...tokens import Tokens
 from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, correct, metric, reference
 
 

@@ -1,0 +1,23 @@
+"""What a running evaluation reports (notes, progress), apart from the runner so that the
+command line declares its terminal listener without importing torch."""
+from __future__ import annotations
+
+
+class Listener:
+    """What a running evaluation reports, to whoever shows it; this one shows nothing.
+    ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
+
+    def note(self, text: str, level: str = "info") -> None:
+        """A line for the user; ``level``: ``info`` or ``error``."""
+
+    def start(self, total: int, pairs: str) -> None:
+        """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""
+
+    def method(self, name: str) -> None:
+        """The method now running."""
+
+    def advance(self, tokens: int, pairs: str) -> None:
+        """``tokens`` more explained."""
+
+    def stop(self) -> None:
+        """Work ended (finished or interrupted)."""
