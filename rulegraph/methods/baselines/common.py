@@ -62,6 +62,31 @@ def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overr
     return grads, {v: env[v] for v in binding.boundary}, out, binding
 
 
+def gradient_times_value(req: Request, values: list[str]) -> tuple[dict[str, Tensor], dict, Tensor, list[int], int | None]:
+    """v ⊙ ∂(explained output)/∂v at intermediate values ``v`` (attention probabilities, hidden
+    states): the ``gi`` relevance pass's relevance recorded at ``v`` (``walk(record_at=...)``) once
+    every consumer of ``v`` has handed its share, i.e. with the total derivative through every path.
+
+    Overriding ``v`` with a leaf tensor (``Plan.run(overrides=...)``) and running autograd would
+    not give this for several values at once: a leaf cuts the paths from the earlier values
+    through it (block l's probabilities reach the output also through block l+1's softmax).
+    Also returns the forward values, the output, the targets and the position.
+    """
+    rules = RuleSet.load("gi")
+    binding = rules.bind(req.graph)
+    binding.require_complete()
+    plan = prepare(req.graph, req.device, req.dtype)
+    output = req.output or req.graph.outputs[0]
+    record = frozenset(values)
+    with torch.no_grad():
+        env = plan.run(req.inputs, keep=binding.needed_values | record)
+        out = env[output]
+        seed, targets, position = select(out, req.target, req.position)
+        flow = walk(binding, plan, env, output, seed, audit=False, record_at=record)
+    found = {v: flow.recorded[v] if v in flow.recorded else torch.zeros_like(env[v]) for v in values}
+    return found, env, out, targets, position
+
+
 def by_key(binding, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
     """Boundary value → tensor, summed into the boundary's keys (input names)."""
     out: dict[str, Tensor] = {}
