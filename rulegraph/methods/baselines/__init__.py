@@ -9,14 +9,15 @@ in this order (the order ``rulegraph methods`` lists them):
 * ``loo`` runs perturbed token sequences through :class:`~rulegraph.methods.sequences.TokenModel`.
 * ``mask-lrp`` and ``mask-lrp-random``: Mask-LRP's rollout of masked attention relevance (Eq. 10–11).
 * ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
-  feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``.
+  feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``;
+  ``lat`` traces unit relevance down through them.
 
 A new baseline is one file here with ``@baseline(name, description, Option(...), score=...)``,
 added to the import list below, and its test in ``tests/methods/``.
 """
 from __future__ import annotations
 
-from . import random, gs, ig, loo, attention, rollout, masklrp  # noqa: F401  (registration order)
+from . import random, gs, ig, loo, attention, rollout, masklrp, lat  # noqa: F401  (registration order)
 from .attention import attention_values
 from .rollout import rollout_matrix
 

@@ -1,0 +1,62 @@
+"""What the tests of the attention / layer methods share: the inputs, a run through
+:func:`explain_with` in float64, the Hugging Face reference forward and a CLI smoke run."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import torch
+
+from rulegraph.cli import main
+from rulegraph.methods import explain_with
+
+IDS = torch.tensor([[2, 11, 17, 23, 11, 42, 55, 3], [2, 60, 71, 88, 93, 19, 3, 0]])   # token 11 twice in item 0
+MASK = torch.tensor([[1] * 8, [1] * 7 + [0]])
+
+
+def feeds():
+    return {"input_ids": IDS, "attention_mask": MASK, "token_type_ids": torch.zeros_like(IDS)}
+
+
+def run(model_path, method, **options):
+    return explain_with(model_path, method, feeds(), dtype=torch.float64, **options)
+
+
+def _f32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+class _Gelu(torch.nn.Module):
+    """GELU as the exporters decompose it: x · ½ · (1 + erf(x / √2)), √2 rounded to float32."""
+
+    def forward(self, x):
+        return x * 0.5 * (1 + torch.erf(x / _f32(math.sqrt(2))))
+
+
+def as_exported(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of a tiny BERT with the two constants the exporters store in float32 (the
+    attention scale 1/√d and GELU's √2) rounded as in the graph, so that a float64 reference agrees
+    with the interpreter to rounding (≈1e-17) instead of to the float32 constants (≈1e-10)."""
+    model = copy.deepcopy(model).double()
+    for module in model.modules():
+        if hasattr(module, "scaling"):
+            module.scaling = _f32(module.scaling)
+        if hasattr(module, "intermediate_act_fn"):
+            module.intermediate_act_fn = _Gelu()
+    return model
+
+
+def hf(model, **kwargs):
+    return model(input_ids=IDS, attention_mask=MASK, token_type_ids=torch.zeros_like(IDS), **kwargs)
+
+
+def cli_json(capsys, tmp_path, model_path, method, *options):
+    """``rulegraph explain MODEL --method NAME [-o k=v…] --json FILE``: exit code and the document."""
+    path = tmp_path / f"{method}.json"
+    args = ["explain", model_path, "--method", method, *[a for o in options for a in ("-o", o)],
+            "-t", "w1 w2 w3 w4", "--json", path]
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    return json.loads(path.read_text())
