@@ -9,7 +9,7 @@ from rulegraph.methods import BASELINES, RELEVANCE, Option, baseline, get, metho
 
 
 def test_baselines_register_in_the_import_order():
-    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "lat"]
+    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "lat", "gae"]
 
 
 def test_each_method_declares_what_its_scores_are():

@@ -11,13 +11,16 @@ in this order (the order ``rulegraph methods`` lists them):
 * ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
   feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``;
   ``lat`` traces unit relevance down through them.
+* ``gae`` and ``layer-saliency`` read v ⊙ ∂f/∂v at intermediate values (the attention
+  probabilities; a block's output, :func:`rulegraph.ir.hidden_states`) from the ``gi`` pass
+  (``walk(record_at=...)``).
 
 A new baseline is one file here with ``@baseline(name, description, Option(...), score=...)``,
 added to the import list below, and its test in ``tests/methods/``.
 """
 from __future__ import annotations
 
-from . import random, gs, ig, loo, attention, rollout, masklrp, lat  # noqa: F401  (registration order)
+from . import random, gs, ig, loo, attention, rollout, masklrp, lat, gae  # noqa: F401  (registration order)
 from .attention import attention_values
 from .rollout import rollout_matrix
 
