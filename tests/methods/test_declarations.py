@@ -9,7 +9,7 @@ from rulegraph.methods import BASELINES, RELEVANCE, Option, baseline, get, metho
 
 
 def test_baselines_register_in_the_import_order():
-    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "lat", "gae"]
+    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "lat", "gae", "layer-saliency"]
 
 
 def test_each_method_declares_what_its_scores_are():
@@ -21,6 +21,7 @@ def test_each_method_declares_what_its_scores_are():
     assert [n for n, m in methods().items() if m.seeded] == ["random"]
     assert {n for n, m in methods().items() if m.reference} == {"random", "attention", "rollout", "lat"}
     assert get("lat").quantity() == "attention share (sums to 1)"
+    assert [o.name for o in get("layer-saliency").options] == ["layer", "top_tau", "head"]
 
 
 def test_a_baseline_name_twice_is_refused_and_unknown_names_list_the_choices():

@@ -20,7 +20,7 @@ added to the import list below, and its test in ``tests/methods/``.
 """
 from __future__ import annotations
 
-from . import random, gs, ig, loo, attention, rollout, masklrp, lat, gae  # noqa: F401  (registration order)
+from . import random, gs, ig, loo, attention, rollout, masklrp, lat, gae, layer_saliency  # noqa: F401  (registration order)
 from .attention import attention_values
 from .rollout import rollout_matrix
 
