@@ -14,6 +14,10 @@ options and declared properties (:class:`~rulegraph.methods.base.Method`: ``addi
     attention  raw attention of one block (default the last), head-averaged row of the
                explained position
     rollout    attention rollout (Abnar & Zuidema 2020)
+    lat        layerwise attention tracing (Wu & Ong 2021, Eq. 10): unit relevance traced down
+               through the head-averaged attention weights; sums to 1
+    gae        generic attention-model explainability (Chefer, Gur & Wolf 2021, Eqs. 5–6)
+    layer-saliency  decoded layer saliency (Hou & Castanon 2023, Alg. 1): layer, top_tau, head
 
 Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegraph.Explanation`
 (``audit`` is ``None`` for baselines)::
