@@ -46,3 +46,4 @@ def test_gae_of_another_target(model, bert_onnx):
 def test_gae_on_the_command_line(capsys, tmp_path, bert_onnx):
     doc = cli_json(capsys, tmp_path, bert_onnx, "gae")
     assert {"relevance", "tokens", "target"} <= set(doc)
+    assert doc["method"] == "gae" and doc["rows"] == [0]

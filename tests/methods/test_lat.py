@@ -56,6 +56,7 @@ def test_rollout_is_the_same_product_with_the_residual_identity(attentions, bert
 def test_lat_on_the_command_line(capsys, tmp_path, bert_onnx):
     doc = cli_json(capsys, tmp_path, bert_onnx, "lat")
     assert {"relevance", "tokens", "target"} <= set(doc)
+    assert doc["method"] == "lat" and len(doc["block_sums"][0]) == 2
     scores = doc["relevance"]
     assert scores
     with pytest.raises(InputError, match="outside the 8 positions"):

@@ -76,3 +76,4 @@ def test_bad_layers_and_taus_are_refused(bert_onnx):
 def test_layer_saliency_on_the_command_line(capsys, tmp_path, bert_onnx):
     doc = cli_json(capsys, tmp_path, bert_onnx, "layer-saliency", "layer=2", "top_tau=2")
     assert {"relevance", "tokens", "target"} <= set(doc)
+    assert doc["layer"] == 2 and doc["decoder"].startswith("tied word embeddings") and doc["options"]["top_tau"] == 2
