@@ -9,7 +9,8 @@ from rulegraph.methods import BASELINES, RELEVANCE, Option, baseline, get, metho
 
 
 def test_baselines_register_in_the_import_order():
-    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "lat", "gae", "layer-saliency"]
+    assert BASELINES.names() == ["random", "gs", "ig", "loo", "attention", "rollout", "mask-lrp-rollout", "mask-lrp-random",
+                                  "lat", "gae", "layer-saliency"]
 
 
 def test_each_method_declares_what_its_scores_are():
@@ -18,7 +19,7 @@ def test_each_method_declares_what_its_scores_are():
         assert m.additive == (m.quantity() == RELEVANCE), name     # additive scores are relevance, and only they
     assert get("loo").quantity() == "logit drop"
     assert get("loo").quantity({"score": "prob"}) == "probability drop"
-    assert [n for n, m in methods().items() if m.seeded] == ["random"]
+    assert [n for n, m in methods().items() if m.seeded] == ["random", "mask-lrp-random"]
     assert {n for n, m in methods().items() if m.reference} == {"random", "attention", "rollout", "lat"}
     assert get("lat").quantity() == "attention share (sums to 1)"
     assert [o.name for o in get("layer-saliency").options] == ["layer", "top_tau", "head"]
