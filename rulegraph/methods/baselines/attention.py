@@ -1,62 +1,30 @@
-"""``attention``: the raw attention row of the explained position, and how the attention
-probabilities are found (the Softmax outputs feeding the attention MatMul, with the ``ah``
-pattern of ``rulesets/lrp-ah.yaml``), which ``rollout`` reads too."""
+"""``attention``: the raw attention row of the explained position, and the attention probabilities
+(the Softmax outputs feeding the probabilities × values product, :mod:`rulegraph.heads`), which
+``rollout``, ``lat`` and ``gae`` read too."""
 from __future__ import annotations
 
 import torch
 
 from ...errors import InputError
 from ...explanation import Explanation
+from ...heads import attention_nodes
 from ...ir import Graph
-from ...ruleset import Pattern, RuleSet
 from ..base import Option, Request, baseline
 from ..sequences import token_input
 from .common import explanation, forward
 
 Tensor = torch.Tensor
-_ATTENTION_THROUGH = ("Where", "Cast", "Dropout", "Identity")
 
 
 def attention_values(graph: Graph) -> list[str]:
-    """The attention probabilities (Softmax outputs feeding an attention MatMul), in block order.
-
-    Found with the pattern of the ``ah`` entry of ``rulesets/lrp-ah.yaml`` (probabilities ×
-    values: a MatMul whose input 0 comes from a Softmax, possibly through Where/Cast/Dropout).
-    """
-    if graph.cache.attention is not None:
-        return graph.cache.attention
-    rules = RuleSet.load("lrp-ah")
-    entries = [e for e in rules.entries if e.rule.name == "ah" and e.inputs]
-    found: list[str] = []
-    for node in graph.nodes:
-        entry = next((e for e in entries if e.matches(graph, node)), None)
-        if entry is None:
-            continue
-        k, pattern = next(iter(entry.inputs.items()))
-        value = _trace(graph, node.inputs[k], pattern)
-        if value is not None and value not in found:
-            found.append(value)
-    if not found:
-        raise InputError("no attention found: no MatMul fed by a Softmax (the `ah` pattern of rulesets/lrp-ah.yaml)")
-    graph.cache.attention = found
-    return found
-
-
-def _trace(graph: Graph, value: str, pattern: Pattern) -> str | None:
-    """The output of the producer ``pattern`` matched, walking back through its ``through`` ops."""
-    for _ in range(64):
-        producer = graph.producer.get(value)
-        if producer is None:
-            return None
-        if producer.op in pattern.sources:
-            return producer.outputs[0]
-        if producer.op not in (pattern.through or _ATTENTION_THROUGH):
-            return None
-        candidates = producer.inputs[1:] if producer.op == "Where" else producer.inputs
-        value = next((v for v in candidates if v and v not in graph.constant_values), None)
-        if value is None:
-            return None
-    return None
+    """The attention probabilities (Softmax outputs feeding the probabilities × values product), in
+    block order, as :func:`rulegraph.heads.attention_nodes` finds them."""
+    if graph.cache.attention is None:
+        found = list(dict.fromkeys(softmax.outputs[0] for softmax, _ in attention_nodes(graph)))
+        if not found:
+            raise InputError("no attention found: no MatMul fed by a Softmax (through Where, Cast, Dropout, Identity)")
+        graph.cache.attention = found
+    return graph.cache.attention
 
 
 def query_rows(req: Request, row: int, batch: int, length: int) -> list[int]:
