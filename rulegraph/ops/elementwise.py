@@ -152,6 +152,19 @@ def log(x):
     return torch.log(x)
 
 
+@op("Cos", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [-grads[0] * torch.sin(inputs[0]) if wants[0] else None])
+def cos(x):
+    """Rotary position embeddings (Llama, Qwen, Mistral exports) take the Cos/Sin of position × frequency."""
+    return torch.cos(x)
+
+
+@op("Sin", elementwise=True,
+    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * torch.cos(inputs[0]) if wants[0] else None])
+def sin(x):
+    return torch.sin(x)
+
+
 @op("Floor", elementwise=True)
 def floor(x):
     return torch.floor(x)
