@@ -132,7 +132,6 @@ class _Visit:
     tainted: list[bool]
     conserving: bool
     sources: list[str | None]         # per input: the producing node for the audit's edges (None: boundary)
-    static: list[bool]                # per input: handed to the op as a host list
 
 
 def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
@@ -148,8 +147,7 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
             visits.append(_Visit(
                 node, step if a else None, a.rule if a else None, a.where if a else "", tainted,
                 bool(a and step and a.rule.conserves(node, step.spec, tainted)),
-                [None if v in binding.boundary else _producer(graph, v) for v in node.inputs],
-                [i in step.static for i in range(len(node.inputs))] if step else []))
+                [None if v in binding.boundary else _producer(graph, v) for v in node.inputs]))
         cache[id(plan)] = (plan, visits)
     return cache[id(plan)][1]
 
@@ -174,7 +172,6 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         entry = ledger.total(flow.output_relevance)
         inflow[output] = [entry]
         flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
-    statics = env.statics
 
     for visit in _visits(binding, plan):
         node = visit.node
@@ -189,8 +186,7 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
             flow.stranded_entries[node.name] = arrived
             continue
         step = visit.step
-        inputs = [(statics.get((node.index, i)) or env[v].tolist()) if static else (env[v] if v else None)
-                  for i, (v, static) in enumerate(zip(node.inputs, visit.static))]
+        inputs = env.arguments(step)
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
                     tainted=visit.tainted, incoming=arriving, audit=audit)
