@@ -119,3 +119,14 @@ def test_cli_target_and_contrast_as_token_text(lm, tmp_path, capsys):
                  "--json", "-"])
     d = json.loads(capsys.readouterr().out)
     assert code in (0, None) and d["score"] == "logprob" and d["contrast"] is None and "logprob" in d
+
+
+def test_methods_take_contrast_beside_a_method_score_option(lm):
+    from rulegraph.methods import explain_with
+    _, path = lm
+    e = explain_with(path, "gi", feeds(), A, contrast=B, target_score="logprob", position=POSITION,
+                     dtype=torch.float64)
+    c = run(path, "gi", target=A, contrast=B)
+    assert torch.equal(e.boundary["input_ids"], c.boundary["input_ids"]) and e.score == "logprob"
+    with pytest.raises(rulegraph.errors.InputError, match="loo is a baseline"):
+        explain_with(path, "loo", feeds(), A, contrast=B, position=POSITION, mode="delete")

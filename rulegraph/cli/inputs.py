@@ -133,7 +133,9 @@ def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanati
                 special = torch.tensor([enc.special]) if enc is not None else None
                 e = explain_with(graph, method[0], feeds, opts["target"], output=opts["output_name"],
                                  position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
-                                 special=special, vocab=method[2], **_targets(opts), **method[1])
+                                 special=special, vocab=method[2],
+                                 **{("target_score" if k == "score" else k): v for k, v in _targets(opts).items()},
+                                 **method[1])
             else:
                 e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
                             position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
