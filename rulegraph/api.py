@@ -24,14 +24,20 @@ __all__ = ["Explanation", "encode", "explain", "prepared"]
 def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = None,
             target: int | Sequence[int] | None = None, *, text: str | None = None, tokenizer: str | Path | None = None,
             output: str | None = None, position: int | None = None, device: str = "cpu",
-            dtype: torch.dtype = torch.float32, audit: bool = True, **options: Any) -> Explanation:
+            dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
+            score: str = "logit", **options: Any) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a rule set.
 
     ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes. ``rules``:
     a :class:`~rulegraph.RuleSet` or a shipped name / YAML path. ``target``: the class index
     (one for all items, or one per item); default the argmax. ``output``: which graph output
     (default the first). ``position``: for ``[batch, positions, classes]`` outputs, the
-    position explained (default the last). ``options``: the pass's own arguments, e.g. for
+    position explained (default the last). ``contrast``: a class (or one per item) whose logit
+    is subtracted: the explained scalar is ``z_target − z_contrast``. ``score``: ``"logit"``
+    (default) or ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j``
+    with p = softmax(z) held constant (relevance conserves to that; ``e.extra["logprob"]`` has
+    log p_target; with a contrast, log p_A − log p_B = z_A − z_B exactly). See
+    :mod:`rulegraph.passes.base`. ``options``: the pass's own arguments, e.g. for
     ``pass: decomposition`` ``groups``, ``alpha``, ``threshold``, ``variant``, ``mode``
     (:class:`rulegraph.passes.decomposition.DecompositionPass`).
 
@@ -51,7 +57,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=kind.unmatched)
+                    unmatched=kind.unmatched, contrast=contrast, score=score)
     e = kind().run(start, audit=audit, **options)
     if encoded is not None:
         e.tokens = [encoded.tokens]

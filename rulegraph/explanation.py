@@ -28,6 +28,8 @@ class Explanation:
     labels: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
+    contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
+    score: str = "logit"                 # "logit", or "logprob" (see rulegraph.passes.base)
 
     @property
     def batch_size(self) -> int:
@@ -48,6 +50,10 @@ class Explanation:
         }
         if self.position is not None:
             d["position"] = self.position
+        if self.contrast is not None or self.score != "logit":
+            d["contrast"] = None if self.contrast is None else \
+                self.contrast if self.batch_size > 1 else self.contrast[0]
+            d["score"] = self.score
         if self.labels:
             d["labels"] = self.labels
         if self.tokens is not None:
@@ -55,4 +61,6 @@ class Explanation:
         if self.audit is not None:
             d.update(self.audit.to_dict())
         d.update(self.extra)
+        if "logprob" in self.extra and self.batch_size == 1:
+            d["logprob"] = self.extra["logprob"][0]
         return d

@@ -32,13 +32,14 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
     from ..ruleset import RuleSet
     from ..text import TextEncoder
     from . import render
-    from .inputs import check_output, load_model, parse_inputs, requests_of, run_all, to_json, write
+    from .inputs import check_output, load_model, parse_inputs, requests_of, resolve_targets, run_all, to_json, write
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
     if method_option and not method:
         raise InputError("-o/--option sets options of a --method; rule sets take none")
     graph = load_model(model)
+    opts = resolve_targets(graph, model, tokenizer, opts)
     chosen = None
     if method:
         from ..methods import Vocab, get
@@ -114,9 +115,10 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
     from ..ruleset import RuleSet
     from . import render
     from .decomposition import reconstruction_table
-    from .inputs import check_output, load_model, requests_of, run_all, write
+    from .inputs import check_output, load_model, requests_of, resolve_targets, run_all, write
     check_output(json_path, force, "--json")
     graph = load_model(model)
+    opts = resolve_targets(graph, model, tokenizer, opts)
     ruleset = RuleSet.load(rules)
     results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs), opts)
     flagged = False

@@ -94,6 +94,33 @@ def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs) -> list
     return [(extra, None)]
 
 
+def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) -> dict[str, Any]:
+    """``--target`` / ``--contrast`` given as text: the id of the one token it tokenizes to (with
+    the model's tokenizer, no special tokens added); more or fewer pieces, or the unknown token,
+    is an error naming them."""
+    opts = dict(opts)
+    texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)}
+    if not texts:
+        return opts
+    try:
+        encoder = TextEncoder.for_model(graph, model, tokenizer)
+    except InputError as exc:
+        raise InputError(f"--{next(iter(texts))} {next(iter(texts.values()))!r} is text, which needs the model's "
+                         f"tokenizer ({exc}); or give a token id") from None
+    tok = encoder.tokenizer
+    unknown = getattr(tok.model, "unk_token", None)
+    for option, text in texts.items():
+        enc = tok.encode(text, add_special_tokens=False)
+        if len(enc.ids) != 1:
+            pieces = ", ".join(repr(p) for p in enc.tokens) or "none"
+            raise InputError(f"--{option} {text!r} is {len(enc.ids)} tokens ({pieces}), not one; give the text of "
+                             "exactly one token, or its id")
+        if unknown is not None and enc.tokens[0] == unknown and text.strip() != unknown:
+            raise InputError(f"--{option} {text!r} is not in the tokenizer's vocabulary (it tokenizes to {unknown!r})")
+        opts[option] = enc.ids[0]
+    return opts
+
+
 def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation, Encoded | None]]:
     results = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -106,17 +133,25 @@ def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanati
                 special = torch.tensor([enc.special]) if enc is not None else None
                 e = explain_with(graph, method[0], feeds, opts["target"], output=opts["output_name"],
                                  position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
-                                 special=special, vocab=method[2], **method[1])
+                                 special=special, vocab=method[2],
+                                 **{("target_score" if k == "score" else k): v for k, v in _targets(opts).items()},
+                                 **method[1])
             else:
                 e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
                             position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
-                            **pass_arguments(ruleset, opts, enc))
+                            **_targets(opts), **pass_arguments(ruleset, opts, enc))
             if enc is not None:
                 e.tokens = [enc.tokens]
                 e.extra["text"] = enc.text
             results.append((e, enc))
             progress.advance(task)
     return results
+
+
+def _targets(opts: dict[str, Any]) -> dict[str, Any]:
+    """``contrast`` and ``score`` for the explain call, only when asked for."""
+    given = {"contrast": opts.get("contrast"), "score": opts.get("score") or "logit"}
+    return {} if given == {"contrast": None, "score": "logit"} else given
 
 
 def check_output(path: Path | None, force: bool, option: str) -> None:

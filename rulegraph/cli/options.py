@@ -31,6 +31,28 @@ class OutputPath(click.ParamType):
 OUTPUT = OutputPath()
 
 
+class TokenOrId(click.ParamType):
+    """A class / vocabulary id (an integer), or text naming one token (tokenized with the
+    model's tokenizer later, in ``cli/inputs.resolve_targets``)."""
+
+    name = "id|text"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value)
+        if not text.strip():
+            raise InputError(f"{param.opts[0] if param else 'the target'} is empty; give a class id or the text "
+                             "of one token")
+        try:
+            return int(text.strip())
+        except ValueError:
+            return text
+
+
+TOKEN_OR_ID = TokenOrId()
+
+
 def model_argument(f):
     return click.argument("model", type=click.Path(dir_okay=True, path_type=Path))(f)
 
@@ -64,7 +86,14 @@ def input_options(f):
                      help="tokenizer.json (default: the one next to the model)"),
         click.option("--input", "-i", "raw_inputs", multiple=True, metavar="NAME=V1,V2,…|NAME=FILE.npy",
                      help="a model input as comma-separated values (one row) or a .npy file (repeatable)"),
-        click.option("--target", type=int, default=None, help="class index to explain (default: the argmax)"),
+        click.option("--target", type=TOKEN_OR_ID, default=None,
+                     help="class index to explain (default: the argmax), or for a language model the text of one "
+                          "token, e.g. \" w5\" (tokenized with the model's tokenizer)"),
+        click.option("--contrast", type=TOKEN_OR_ID, default=None,
+                     help="explain target − contrast: a class index or the text of one token"),
+        click.option("--score", type=click.Choice(["logit", "logprob"]), default="logit", show_default=True,
+                     help="the logit, or the log-probability log softmax(z)[target] (explained as "
+                          "z[target] − Σ p·z with p held constant)"),
         click.option("--position", type=int, default=None,
                      help="for [batch, positions, classes] outputs: the position explained (default: last)"),
         click.option("--output", "output_name", default=None, help="graph output to explain (default: the first)"),

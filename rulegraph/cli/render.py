@@ -110,13 +110,27 @@ def fmt(x: float) -> str:
     return f"{x:+.4g}"
 
 
+def explained_name(e: Explanation, item: int = 0) -> str:
+    """``logits[7]``; with a contrast ``logits[7] − logits[9]``; for a log-probability without a
+    contrast ``logits[7] − Σ p·logits`` (p held constant)."""
+    name = f"{e.output}[{e.target[item]}]"
+    if e.contrast is not None:
+        return f"{name} − {e.output}[{e.contrast[item]}]"
+    if e.score == "logprob":
+        return f"{name} − Σ p·{e.output} (p held constant)"
+    return name
+
+
 def summary_table(e: Explanation, item: int = 0) -> Table:
     """The explained output and the graph-level conservation figures."""
     t = Table(title="conservation", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column(justify="right")
     label = e.labels[e.target[item]] if e.labels and e.target[item] < len(e.labels) else str(e.target[item])
-    t.add_row("explained", escape(f"{e.output}[{e.target[item]}] = {e.output_value[item]:.6g}  ({label})"))
+    t.add_row("explained", escape(f"{explained_name(e, item)} = {e.output_value[item]:.6g}  ({label})"))
+    if "logprob" in e.extra:
+        name = "log p[target] − log p[contrast]" if e.contrast is not None else "log p[target]"
+        t.add_row(escape(name), f"{e.extra['logprob'][item]:.6g}")
     if e.audit is not None:
         c = e.audit.conservation
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
@@ -244,7 +258,7 @@ def html_report(items: list[tuple[Explanation, list[str] | None, list[bool] | No
         scale = colour_scale(scores, special)
         label = e.labels[e.target[0]] if e.labels and e.target[0] < len(e.labels) else str(e.target[0])
         body.append(f"<h2>{i + 1}. {html.escape(text or '')}</h2>")
-        body.append(f"<p>explained <b>{html.escape(e.output)}[{e.target[0]}] = {e.output_value[0]:.5g}</b> "
+        body.append(f"<p>explained <b>{html.escape(explained_name(e))} = {e.output_value[0]:.5g}</b> "
                     f"({html.escape(label)}) with rules <code>{html.escape(e.rules)}</code>; scores from "
                     f"<code>{html.escape(key)}</code></p>")
         body.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in

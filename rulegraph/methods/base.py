@@ -61,6 +61,8 @@ class Request:
     special: torch.Tensor | None = None     # [batch, tokens] bool: [CLS], [SEP]… (never perturbed)
     vocab: Vocab | None = None
     audit: bool = True
+    contrast: int | list[int] | None = None  # subtracted class (rulegraph.passes.base.select)
+    score: str = "logit"                     # "logit" or "logprob"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,20 @@ reached nodes with its own rules and turns what it found into an
 The explained scalar is, per batch item, one entry of the chosen output: by default the
 argmax over the last axis (the predicted class), at the last position for sequence outputs
 (``[batch, positions, classes]``).
+
+Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
+
+* ``contrast=B``: the seed is +1 at the target A and −1 at B, so the explained scalar is
+  ``z_A − z_B``, and relevance conserves to that difference.
+* ``score="logprob"``: log softmax(z)_A is not linear in the logits; its gradient with
+  respect to z is ``e_A − p`` (p = softmax(z)). The seed is that vector with p held
+  constant, so the explained scalar is the linear function ``z_A − Σ_j p_j z_j`` (p held
+  constant) and relevance conserves to it. Its value is ``log p_A + (logsumexp(z) − Σ_j p_j z_j)``,
+  i.e. log p_A plus the entropy H(p) (shift-invariant like log p_A); the explanation reports
+  both (``output_value`` and ``extra["logprob"]``). Under ``gi`` the scores are
+  ``x ⊙ ∂(z_A − Σ p_j z_j)/∂x`` with p detached, which is also ``x ⊙ ∂ log p_A/∂x``.
+* both: ``log p_A − log p_B = z_A − z_B``, so the seed is the logit contrast's (``e_A − e_B``)
+  and the explained scalar is exactly the log-probability ratio.
 """
 from __future__ import annotations
 
@@ -46,6 +60,8 @@ class Forward:
     seed: Tensor                  # one-hot selection of the explained scalar, the output's shape
     targets: list[int]            # explained index along the last axis, per batch item
     position: int | None          # explained position for sequence outputs
+    contrast: list[int] | None = None   # subtracted index per batch item (``contrast=``)
+    score: str = "logit"                # "logit" or "logprob" (see the module docstring)
 
     @property
     def out(self) -> Tensor:
@@ -59,10 +75,28 @@ class Forward:
 
     def explanation(self, relevance: dict[str, Tensor], boundary: dict[str, Tensor], audit=None) -> Explanation:
         """An :class:`Explanation` of this forward with the pass's scores."""
-        return Explanation(
+        e = Explanation(
             output=self.output, output_tensor=self.out.detach().cpu(), target=self.targets, position=self.position,
             output_value=self.explained.tolist(), relevance=relevance, boundary=boundary,
             rules=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
+        describe(e, self.out, self.contrast, self.score)
+        return e
+
+
+def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str) -> None:
+    """Record a contrast or a log-probability score on ``e`` (nothing for a plain logit, so
+    class-logit explanations are as before): ``e.contrast``, ``e.score`` and, for
+    ``score="logprob"``, ``e.extra["logprob"]`` (log p_A, or log p_A − log p_B with a contrast)."""
+    if contrast is None and score == "logit":
+        return
+    e.contrast, e.score = contrast, score
+    if score == "logprob":
+        picked = _picked(out, e.position).double().log_softmax(-1)
+        rows = torch.arange(picked.shape[0])
+        value = picked[rows, e.target]
+        if contrast is not None:
+            value = value - picked[rows, contrast]
+        e.extra["logprob"] = value.tolist()
 
 
 class Pass:
@@ -101,9 +135,10 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
-            unmatched: str = Pass.unmatched) -> Forward:
+            unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
+            score: str = "logit") -> Forward:
     """The shared prologue (see the module docstring)."""
-    check_arguments(inputs, target, position)
+    check_arguments(inputs, target, position, contrast, score)
     binding = ruleset.bind(graph)
     binding.require_complete()
     if binding.unmatched and ruleset.on_unmatched == "warn":
@@ -121,11 +156,16 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     out = values[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
-    seed, targets, position = select(out, target, position)
-    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position)
+    seed, targets, position = select(out, target, position, contrast, score)
+    contrasts = None if contrast is None else _per_item(contrast, len(targets))
+    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score)
 
 
-def check_arguments(inputs: Any, target: Any, position: Any) -> None:
+#: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)
+SCORES = ("logit", "logprob")
+
+
+def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit") -> None:
     """The API's arguments have the types they need, before any work."""
     if not isinstance(inputs, Mapping):
         raise InputError(f"inputs must be a dict of model input name → tensor, got a {type(inputs).__name__}")
@@ -138,6 +178,21 @@ def check_arguments(inputs: Any, target: Any, position: Any) -> None:
         raise InputError(f"target must be a class index (int) or a list of them, one per batch item; got {target!r}")
     if position is not None and not _is_index(position):
         raise InputError(f"position must be an int, got {position!r}")
+    if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
+            _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
+        raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
+    if not isinstance(score, str) or score not in SCORES:
+        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
+
+
+def _per_item(index: Any, batch: int) -> list[int]:
+    return [int(index)] * batch if _is_index(index) else [int(i) for i in index]
+
+
+def _picked(out: Tensor, position: int | None) -> Tensor:
+    """``[batch, classes]``: the output at the explained position (sequence outputs)."""
+    out = out.unsqueeze(-1) if out.dim() == 1 else out
+    return out[:, position] if out.dim() == 3 else out
 
 
 def _is_index(value: Any) -> bool:
@@ -145,8 +200,11 @@ def _is_index(value: Any) -> bool:
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
 
 
-def select(out: Tensor, target, position) -> tuple[Tensor, list[int], int | None]:
-    """One-hot selection of the explained scalar per batch item, the targets and the position."""
+def select(out: Tensor, target, position, contrast=None, score: str = "logit") -> tuple[Tensor, list[int], int | None]:
+    """The seed of the explained scalar per batch item, the targets and the position: one-hot at
+    the target; with ``contrast``, +1 at the target and −1 at the contrast; with
+    ``score="logprob"`` (and no contrast), ``e_target − softmax`` over the classes, the
+    softmax held constant (see the module docstring)."""
     shape = out.shape
     if out.dim() == 1:
         out = out.unsqueeze(-1)
@@ -177,6 +235,22 @@ def select(out: Tensor, target, position) -> tuple[Tensor, list[int], int | None
             raise InputError(f"target {bad[0]} is out of range; the output has {classes} classes (0…{classes - 1})")
     seed = torch.zeros_like(picked)
     seed[torch.arange(batch), targets] = 1
+    if contrast is not None:
+        contrasts = _per_item(contrast, batch)
+        if len(contrasts) != batch:
+            raise InputError(f"got {len(contrasts)} contrast classes for a batch of {batch}")
+        bad = [c for c in contrasts if not 0 <= c < classes]
+        if bad:
+            raise InputError(f"contrast {bad[0]} is out of range; the output has {classes} classes (0…{classes - 1})")
+        same = [t for t, c in zip(targets, contrasts) if t == c]
+        if same:
+            raise InputError(f"contrast {same[0]} is the target itself; the contrast must be another class "
+                             "(target − contrast would be 0)")
+        seed[torch.arange(batch), contrasts] = -1
+    elif score == "logprob":
+        if classes < 2:
+            raise InputError("score='logprob' needs an output with at least 2 classes (a softmax over one is constant)")
+        seed = seed - picked.detach().softmax(-1)
     if out.dim() == 3:
         full = torch.zeros_like(out)
         full[:, position] = seed
