@@ -44,21 +44,23 @@ class NumericalError(RulegraphError):
 MAX_TEXT_BYTES = 16 * 2**20
 
 
-def read_text(path: Path, what: str, error: type[RulegraphError]) -> str:
-    """The UTF-8 text of ``path``, or a one-line ``error`` saying why it cannot be read."""
+def read_text(path: Path, what: str, error: type[RulegraphError], *, encoding: str = "utf-8",
+              limit: int | None = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of ``path`` (``encoding``: ``utf-8-sig`` drops a byte-order mark), or a
+    one-line ``error`` saying why it cannot be read; ``limit``: the most bytes it may hold."""
     if not path.exists():
         raise error(f"{what} not found: {path}")
     if path.is_dir():
         raise error(f"{path} is a directory, not a {what}")
     size = path.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise error(f"{path} is {size / 2**20:.0f} MiB; a {what} may be at most {MAX_TEXT_BYTES // 2**20} MiB")
+    if limit is not None and size > limit:
+        raise error(f"{path} is {size / 2**20:.0f} MiB; a {what} may be at most {limit // 2**20} MiB")
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
-        return data.decode("utf-8")
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise error(f"{path}:{line}: the {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "

@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, read_text
 from ..text import Encoded, TextEncoder
 
 
@@ -36,21 +36,7 @@ def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
               classes: int | None = None) -> list[Row]:
     """The first ``n`` rows with a non-empty text, in file order; labels are class indices in
     0…``classes``−1 or names in ``labels``. Every problem is one error naming the file and line."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"--data {path} is a directory; give a CSV file with a `text` column")
-    if not path.is_file():
-        raise InputError(f"data file not found: {path}")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the data file {path}: {exc.strerror or exc}") from None
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: the data file is not UTF-8 (byte 0x{raw[exc.start]:02x}); "
-                         "save it as UTF-8") from None
+    content = read_text(Path(path), "data file", InputError, encoding="utf-8-sig", limit=None)
     if not content.strip():
         raise InputError(f"{path} is empty; the data file needs a header row with a `text` column "
                          "(and optionally `label` and `answer`)")

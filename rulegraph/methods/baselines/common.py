@@ -40,19 +40,26 @@ def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, T
     return env, out, targets, position
 
 
-def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
-    """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
-    boundary values and the output."""
-    rules = RuleSet.load("gi")
-    binding = rules.bind(req.graph)
+def gi_walk(req: Request, inputs: dict[str, Tensor], target, *, overrides=None, record=frozenset()):
+    """The ``gi`` relevance pass without the audit (its relevance at a value ``v`` is
+    ``v ⊙ ∂(explained output)/∂v``): the binding, the forward values, the output, the targets,
+    the position, and the walk's :class:`~rulegraph.passes.relevance.Flow` (recording at ``record``)."""
+    binding = RuleSet.load("gi").bind(req.graph)
     binding.require_complete()
     plan = prepare(req.graph, req.device, req.dtype)
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
-        env = plan.run(inputs, keep=binding.needed_values, overrides=overrides)
+        env = plan.run(inputs, keep=binding.needed_values | record, overrides=overrides)
         out = env[output]
-        seed, _, _ = select(out, targets, req.position)
-        flow = walk(binding, plan, env, output, seed, audit=False)
+        seed, targets, position = select(out, target, req.position)
+        flow = walk(binding, plan, env, output, seed, audit=False, record_at=record)
+    return binding, env, out, targets, position, flow
+
+
+def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
+    """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
+    boundary values and the output."""
+    binding, env, out, _, _, flow = gi_walk(req, inputs, targets, overrides=overrides)
     grads = {}
     for v in binding.boundary:
         g = flow.signals.get(v)
@@ -72,17 +79,7 @@ def gradient_times_value(req: Request, values: list[str]) -> tuple[dict[str, Ten
     through it (block l's probabilities reach the output also through block l+1's softmax).
     Also returns the forward values, the output, the targets and the position.
     """
-    rules = RuleSet.load("gi")
-    binding = rules.bind(req.graph)
-    binding.require_complete()
-    plan = prepare(req.graph, req.device, req.dtype)
-    output = req.output or req.graph.outputs[0]
-    record = frozenset(values)
-    with torch.no_grad():
-        env = plan.run(req.inputs, keep=binding.needed_values | record)
-        out = env[output]
-        seed, targets, position = select(out, req.target, req.position)
-        flow = walk(binding, plan, env, output, seed, audit=False, record_at=record)
+    _, env, out, targets, position, flow = gi_walk(req, req.inputs, req.target, record=frozenset(values))
     found = {v: flow.recorded[v] if v in flow.recorded else torch.zeros_like(env[v]) for v in values}
     return found, env, out, targets, position
 
