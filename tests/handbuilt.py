@@ -32,3 +32,13 @@ def seed(y: np.ndarray, target: list[int]) -> np.ndarray:
     r = np.zeros_like(y)
     r[np.arange(len(target)), target] = y[np.arange(len(target)), target]
     return r
+
+
+def two_branch_net(W1: np.ndarray, V: np.ndarray, W2: np.ndarray):
+    """y = (x·W1 + tanh(x)·V)·W2 on four input features: a MatMul branch and a Tanh branch."""
+    return model([node("MatMul", ["x", "W1"], ["u"], "left/MatMul"),
+                  node("Tanh", ["x"], ["tx"], "right/Tanh"),
+                  node("MatMul", ["tx", "V"], ["v"], "right/MatMul"),
+                  node("Add", ["u", "v"], ["z"], "sum/Add"),
+                  node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
+                 {"W1": W1, "V": V, "W2": W2}, {"x": 4}, {"y": 3})

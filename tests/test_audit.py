@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import rulegraph
-from handbuilt import model, node, seed, stabilize
+from handbuilt import model, node, seed, stabilize, two_branch_net
 from rulegraph import RuleSet
 
 F64 = torch.float64
@@ -173,12 +173,7 @@ def test_gradient_on_relu_is_not_declared_conserving_but_breaks_nothing():
 
 def test_stop_books_everything_arriving_as_a_break():
     V = RNG.normal(size=(4, 5))
-    net = model([node("MatMul", ["x", "W1"], ["u"], "left/MatMul"),
-                 node("Tanh", ["x"], ["tx"], "right/Tanh"),
-                 node("MatMul", ["tx", "V"], ["v"], "right/MatMul"),
-                 node("Add", ["u", "v"], ["z"], "sum/Add"),
-                 node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
-                {"W1": W1, "V": V, "W2": W2}, {"x": 4}, {"y": 3})
+    net = two_branch_net(W1, V, W2)
     u, tx = X @ W1, np.tanh(X)
     v = tx @ V
     z = u + v

@@ -178,9 +178,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
             continue
-        for v, a in zip(node.outputs, arriving):
-            if a is not None and v in record_at:
-                flow.recorded[v] = a.tensor
+        if record_at:
+            flow.recorded.update((v, a.tensor) for v, a in zip(node.outputs, arriving)
+                                 if a is not None and v in record_at)
         arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
         if visit.rule is None:  # unmatched under on_unmatched: warn — relevance is stranded here
             flow.stranded_entries[node.name] = arrived

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rulegraph
-from handbuilt import model, node, seed, stabilize
+from handbuilt import model, node, seed, stabilize, two_branch_net
 from rulegraph import RuleSet
 
 F64 = torch.float64
@@ -149,12 +149,7 @@ def test_identity_on_tanh_is_the_z_rule_through_it():
 def test_stop_drops_one_branch_and_keeps_the_other():
     """y = (x·W1 + tanh(x)·V)·W2; ``stop`` on the Tanh: only the MatMul branch reaches x."""
     V = RNG.normal(size=(4, 5))
-    net = model([node("MatMul", ["x", "W1"], ["u"], "left/MatMul"),
-                 node("Tanh", ["x"], ["tx"], "right/Tanh"),
-                 node("MatMul", ["tx", "V"], ["v"], "right/MatMul"),
-                 node("Add", ["u", "v"], ["z"], "sum/Add"),
-                 node("MatMul", ["z", "W2"], ["y"], "out/MatMul")],
-                {"W1": W1, "V": V, "W2": W2}, {"x": 4}, {"y": 3})
+    net = two_branch_net(W1, V, W2)
     rules = "boundary: inputs\nrules:\n  - {op: Tanh, rule: stop}\n  - {op: '*', rule: zero}\n"
     u, v = X @ W1, np.tanh(X) @ V
     z = u + v
