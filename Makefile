@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev,heads]" "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev,heads,ray]" "$(TORCH)"
 	touch $(STAMP)
 
 setup: $(STAMP)

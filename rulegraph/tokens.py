@@ -1,6 +1,6 @@
 """Token sequences and how tokens are removed from them, without torch: the tokenizer's special
 ids (:class:`Vocab`), one model input as ids (:class:`Tokens`), the removal modes and the
-engines that run perturbed forwards. Kept light so that the command line's option declarations
+runtimes that run perturbed forwards. Kept light so that the command line's option declarations
 (``rulegraph evaluate --help``) and the metrics' declarations import without torch;
 :mod:`rulegraph.methods.sequences` runs the sequences.
 """
@@ -18,7 +18,7 @@ REMOVALS = ("mask", "unk", "pad", "delete")
 #: What runs batched forwards of perturbed sequences: the rulegraph interpreter, or
 #: onnxruntime on the model's ONNX file (no relevance is needed there, only logits); ``auto``
 #: takes onnxruntime for an ONNX file on the CPU in float32, the interpreter otherwise.
-ENGINES = ("auto", "rulegraph", "onnxruntime")
+RUNTIMES = ("auto", "rulegraph", "onnxruntime")
 
 
 @dataclass(frozen=True)

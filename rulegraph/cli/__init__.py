@@ -1,4 +1,4 @@
-"""Command line: ``rulegraph explain | audit | check | rules | methods | evaluate | heads | export``.
+"""Command line: ``rulegraph explain | audit | check | rules | methods | explain-dataset | evaluate | heads | export``.
 
 Errors in what the user gave (files, rule files, inputs, options) print one line
 and exit 2; ``check`` exits 1 when a node has no rule and the rule set says
@@ -28,6 +28,8 @@ COMMANDS = {
     "check": ("explain", "check_cmd", "Which rule each node got, and from which rule-file line."),
     "rules": ("rules", "rules_cmd", "List the shipped rule sets, or print one."),
     "methods": ("methods", "methods_cmd", "List the explanation methods (baselines and rule sets) and their options."),
+    "explain-dataset": ("dataset", "explain_dataset_cmd",
+                        "Explain every record of a data file (CSV, JSONL, Parquet) into Parquet; local or on Ray."),
     "evaluate": ("evaluate", "evaluate_cmd", "Faithfulness metrics per method on a CSV of texts; resumable."),
     "heads": ("heads", "heads_cmd", "Attention heads: calibrate Mask-LRP's head mask (positional / syntactic) from a dataset."),
     "export": ("export", "export_cmd", "Export a Hugging Face model directory to ONNX (or torch.export) + tokenizer.json."),

@@ -14,8 +14,8 @@ from ..errors import InputError
 from ..evaluate import metrics as M
 from ..evaluate import protocols as P
 from ..evaluate.listener import Listener
-from ..tokens import ENGINES, REMOVALS
-from .options import Bounded, check_folder
+from ..tokens import RUNTIMES, REMOVALS
+from .options import Bounded, check_folder, engine_options, make_engine
 
 # Only light modules above (no torch): `rulegraph evaluate --help` loads in a fraction of a second;
 # the runner (torch, the model) is imported when the command runs.
@@ -116,8 +116,9 @@ def metric_options(command):
 
 @click.command("evaluate")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE.csv",
-              help="CSV with a `text` column, optional `label` (index or class name) and `answer` (span QA)")
+@click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE",
+              help="CSV, JSON lines or Parquet with a `text` column, optional `label` (index or class name) and "
+                   "`answer` (span QA)")
 @click.option("--methods", "methods", required=True, metavar="A,B,…",
               help="methods to compare (see `rulegraph methods`): baselines and rule sets")
 @click.option("--metrics", "metric_names", default=",".join(M.defaults()), show_default=True, metavar="A,B,…",
@@ -159,17 +160,19 @@ def metric_options(command):
 @click.option("--batch-tokens", type=Bounded(int, 1, 2**24), default=8192, show_default=True,
               help="padded tokens per forward batch (1…2²⁴)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+@click.option("--runtime", type=click.Choice(RUNTIMES), default="auto", show_default=True,
               help="what runs the metrics' perturbed forwards: onnxruntime (auto: for an .onnx model on the CPU "
-                   "in float32) or the rulegraph interpreter (loo has its own -o loo.engine)")
+                   "in float32) or the rulegraph interpreter (loo has its own -o loo.runtime)")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default="float32", show_default=True)
 @click.option("--threads", type=Bounded(int, 1, 1024), default=None, help="torch CPU threads (default: torch's choice; 1…1024)")
+@engine_options
 @click.option("--force", is_flag=True, help="discard results already in --out and start over")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
 def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, protocol_name, removal, aopc_grid,
-                 count_rule, min_count, min_length, score, raw_options, seed, batch, batch_tokens, device, engine,
-                 dtype, threads, force, quiet, report_only, **metric_settings):
+                 count_rule, min_count, min_length, score, raw_options, seed, batch, batch_tokens, device, runtime,
+                 dtype, threads, engine_name, address, num_workers, cpus_per_worker, gpus_per_worker, force, quiet,
+                 report_only, **metric_settings):
     """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
     AU-MSE, hiding / revealing games, accuracy vs words deleted (and Precision@k for span QA).
 
@@ -180,7 +183,7 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
     if not Path(model).exists():
         raise InputError(f"model not found: {model}")
     if Path(data).is_dir():
-        raise InputError(f"--data {data} is a directory; give a CSV file with a `text` column")
+        raise InputError(f"--data {data} is a directory; give a CSV, JSON lines or Parquet file with a `text` column")
     if not Path(data).is_file():
         raise InputError(f"data file not found: {data}")
     check_folder(Path(out_dir), "--out")
@@ -197,10 +200,12 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
         model=str(model), data=str(data), methods=method_names, metrics=_csv(metric_names, "metrics"),
         tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
         removal=protocol.removal, settings=given_settings(metric_settings), seed=seed, n=n,
-        device=device, engine=engine, dtype=dtype, batch=batch, batch_tokens=batch_tokens,
+        device=device, runtime=runtime, dtype=dtype, batch=batch, batch_tokens=batch_tokens,
         protocol=protocol_name, grid=list(protocol.grid) if protocol.grid is not None else None,
         count=protocol.count, min_count=protocol.min_count, min_length=protocol.min_length, score=protocol.score)
-    evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet)
+    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker)
+    evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet,
+                            engine=engine)
     summary = evaluation.run(compute=not report_only)
     metrics = M.build(config.metrics, M.Removal(protocol.removal), evaluation.settings, evaluation.metric_protocol())
     out.print(escape(summary.protocol), soft_wrap=True)
@@ -208,5 +213,5 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
     for name, f in summary.failed.items():
         err.print(f"[red]{name}: failed on {f['texts']} of {f['of']} texts, left out of its figures "
                   f"(first error: {escape(f['error'])})[/]", soft_wrap=True)
-    err.print(f"[dim]wrote {out_dir}/results.jsonl, table.csv, summary.json, curves.png, conservation.png; "
+    err.print(f"[dim]wrote {out_dir}/results.jsonl, results.parquet, table.csv, summary.json, curves.png, conservation.png; "
               "interval: 95% percentile bootstrap over examples[/]")

@@ -50,7 +50,7 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
         raise InputError(f"data file not found: {data}")
     graph = load_model(model)
     encoder = TextEncoder.for_model(graph, model, tokenizer)
-    rows = read_rows(Path(data), None, n)
+    rows = [r for r in read_rows(Path(data), None, n) if not r.problem]
     parser, syntax = (None, "--no-syntax given") if no_syntax else load_parser()
     if parser is None:
         err.print(f"[yellow]positional heads only[/]: {escape(syntax)}; syntactic heads are not computed")

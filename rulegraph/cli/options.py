@@ -163,3 +163,40 @@ def check_folder(path: Path, option: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: cannot {'write' if existing == path else 'create'} there "
                          f"(permission denied in {existing})")
+
+
+#: where dataset-scale work runs (rulegraph.scale.ENGINES; named here so --help loads no torch)
+ENGINE_NAMES = ("local", "ray")
+
+
+def engine_options(f):
+    """``--engine local|ray`` and the Ray cluster's options (``explain-dataset``, ``evaluate``)."""
+    for decorator in reversed([
+        click.option("--engine", "engine_name", type=click.Choice(ENGINE_NAMES), default="local", show_default=True,
+                     help="where the examples run: this process, or Ray workers (pip install 'rulegraph[ray]')"),
+        click.option("--address", default=None, metavar="ADDRESS",
+                     help="ray: an existing cluster (auto, ray://host:10001, …); default: a local cluster of "
+                          "--num-workers workers, started for this run"),
+        click.option("--num-workers", type=Bounded(int, 1, 4096), default=2, show_default=True,
+                     help="ray: workers (actors), each with its own loaded model (1…4096)"),
+        click.option("--cpus-per-worker", type=Bounded(int, 1, 1024), default=1, show_default=True,
+                     help="ray: CPUs (torch threads) per worker (1…1024)"),
+        click.option("--gpus-per-worker", type=Bounded(float, 0, 64), default=0, show_default=True,
+                     help="ray: GPUs per worker (0…64; fractions share a GPU); use with --device cuda"),
+    ]):
+        f = decorator(f)
+    return f
+
+
+def make_engine(engine_name: str, address, num_workers: int, cpus_per_worker: int, gpus_per_worker: float):
+    """The engine the options describe (Ray options given with ``--engine local`` are an error)."""
+    from ..scale import engine
+    if engine_name == "local":
+        ctx = click.get_current_context()
+        given = [p for p in ("address", "num_workers", "cpus_per_worker", "gpus_per_worker")
+                 if ctx.get_parameter_source(p) not in (click.core.ParameterSource.DEFAULT, None)]
+        if given:
+            raise InputError(f"--{given[0].replace('_', '-')} is an option of --engine ray")
+        return engine("local")
+    return engine("ray", address=address, num_workers=num_workers, cpus_per_worker=cpus_per_worker,
+                  gpus_per_worker=gpus_per_worker)

@@ -1,24 +1,35 @@
-"""Evaluation data: a CSV file with a ``text`` column, an optional ``label`` column (class index
-or class name) and, for span-QA models, an optional ``answer`` column (the answer text, found
-in ``text``)."""
+"""Data files: CSV (a header row), JSON lines (one object per line) or Parquet, with a ``text``
+column, an optional ``label`` column (class index or class name) and, for span-QA models, an
+optional ``answer`` column (the answer text, found in ``text``).
+
+A problem with the file (missing, unreadable, no ``text`` column, a label the model does not
+have) is one error before any work. A problem with one record (a JSON line that does not parse,
+a text that is not a string) does not stop the run: the record becomes a :class:`Row` with its
+``problem``, which the runs record as that example's failed row. Empty texts are not examples and
+are passed over."""
 from __future__ import annotations
 
 import csv
 import io
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import InputError, read_text
 from ..text import Encoded, TextEncoder
 
+COLUMNS = "the data file needs `text` and optionally `label` and `answer`"
+
 
 @dataclass
 class Row:
-    index: int                  # row number in the file (0-based, header excluded)
+    index: int                  # record number in the file (0-based, header excluded)
     text: str
     label: int | None = None
     answer: str | None = None
+    problem: str | None = None  # why this record cannot be an example (file:line and what is wrong)
 
 
 @dataclass
@@ -32,31 +43,85 @@ class Example:
         return len(self.encoded.tokens)
 
 
-def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
-              classes: int | None = None) -> list[Row]:
-    """The first ``n`` rows with a non-empty text, in file order; labels are class indices in
-    0…``classes``−1 or names in ``labels``. Every problem is one error naming the file and line."""
-    content = read_text(Path(path), "data file", InputError, encoding="utf-8-sig", limit=None)
+def _csv(path: Path) -> Iterator[tuple[int, dict | str]]:
+    content = read_text(path, "data file", InputError, encoding="utf-8-sig", limit=None)
     if not content.strip():
-        raise InputError(f"{path} is empty; the data file needs a header row with a `text` column "
-                         "(and optionally `label` and `answer`)")
+        raise InputError(f"{path} is empty; {COLUMNS}, under a header row")
     reader = csv.DictReader(io.StringIO(content, newline=""))
     try:
         fields = reader.fieldnames or []
         if "text" not in fields:
-            raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); the data file "
-                             "needs `text` and optionally `label` and `answer`")
-        rows = []
-        for i, record in enumerate(reader):
-            text = (record.get("text") or "").strip()
-            if not text:
-                continue
-            label = _label(path, i, reader.line_num, record.get("label"), labels, classes)
-            rows.append(Row(i, text, label, (record.get("answer") or None)))
-            if n is not None and len(rows) >= n:
-                break
+            raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); {COLUMNS}")
+        for record in reader:
+            yield reader.line_num, record
     except csv.Error as exc:
         raise InputError(f"{path}:{reader.line_num}: not a valid CSV file ({exc})") from None
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict | str]]:
+    content = read_text(path, "data file", InputError, encoding="utf-8-sig", limit=None)
+    seen_text = False
+    for line_no, line in enumerate(content.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            yield line_no, f"not a JSON object ({exc.msg} at column {exc.colno})"
+            continue
+        if not isinstance(record, dict):
+            yield line_no, f"not a JSON object (a {type(record).__name__})"
+            continue
+        seen_text = seen_text or "text" in record
+        yield line_no, record
+    if not seen_text:
+        raise InputError(f"{path}: no record has a `text` field; {COLUMNS}")
+
+
+def _parquet(path: Path) -> Iterator[tuple[int, dict | str]]:
+    try:
+        import pyarrow.parquet as pq
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the Parquet data file {path}: {str(exc).splitlines()[0]}") from None
+    if "text" not in table.column_names:
+        raise InputError(f"{path}: no `text` column (columns: {', '.join(table.column_names) or 'none'}); {COLUMNS}")
+    for i, record in enumerate(table.to_pylist()):
+        yield i + 1, record
+
+
+#: data readers by file suffix
+READERS = {".csv": _csv, ".jsonl": _jsonl, ".parquet": _parquet}
+
+
+def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
+              classes: int | None = None) -> list[Row]:
+    """The first ``n`` records with a text (or a problem), in file order; labels are class indices
+    in 0…``classes``−1 or names in ``labels``. A problem with the file is one error naming the
+    file and line; a problem with one record is that row's ``problem``."""
+    path = Path(path)
+    if path.suffix.lower() not in READERS:
+        raise InputError(f"{path}: unknown data file type {path.suffix or '(none)'!r}; "
+                         f"valid: {', '.join(READERS)}")
+    rows: list[Row] = []
+    for i, (line, record) in enumerate(READERS[path.suffix.lower()](path)):
+        if n is not None and len(rows) >= n:
+            break
+        where = f"{path}:{line}"
+        if isinstance(record, str):
+            rows.append(Row(i, "", problem=f"{where}: {record}"))
+            continue
+        text = record.get("text")
+        if text is not None and not isinstance(text, str):
+            rows.append(Row(i, "", problem=f"{where}: `text` is a {type(text).__name__}, not a string"))
+            continue
+        text = (text or "").strip()
+        if not text:
+            continue
+        label = record.get("label")
+        label = _label(path, i, line, None if label is None else str(label), labels, classes)
+        answer = record.get("answer")
+        rows.append(Row(i, text, label, str(answer) if answer else None))
     if not rows:
         raise InputError(f"{path}: no rows with a text")
     return rows
@@ -82,11 +147,14 @@ def _label(path: Path, i: int, line: int, value: str | None, labels: list[str] |
 
 
 def encode(rows: list[Row], encoder: TextEncoder) -> tuple[list[Example], int]:
-    """Tokenize (truncating to the model's limit); returns the examples and how many were truncated."""
+    """Tokenize the rows without a problem (truncating to the model's limit); returns the examples
+    and how many were truncated."""
     examples, truncated = [], 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for row in rows:
+            if row.problem:
+                continue
             enc = encoder.encode(row.text)
             truncated += enc.truncated
             answer = None

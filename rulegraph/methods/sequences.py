@@ -13,7 +13,7 @@ import torch
 from ..errors import InputError
 from ..interpreter import prepare
 from ..ir import Graph
-from ..tokens import ENGINES, REMOVALS, Tokens, Vocab  # noqa: F401  (re-exported)
+from ..tokens import RUNTIMES, REMOVALS, Tokens, Vocab  # noqa: F401  (re-exported)
 
 Tensor = torch.Tensor
 
@@ -41,16 +41,16 @@ def _onnx_file(graph: Graph) -> str | None:
     return path if path and Path(path).is_file() else None
 
 
-def resolve_engine(engine: str, graph: Graph, device: str, dtype: torch.dtype) -> str:
-    """``engine`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error."""
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+def resolve_runtime(runtime: str, graph: Graph, device: str, dtype: torch.dtype) -> str:
+    """``runtime`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error."""
+    if runtime not in RUNTIMES:
+        raise InputError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
     possible = _onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32
-    if engine == "auto":
+    if runtime == "auto":
         return "onnxruntime" if possible else "rulegraph"
-    if engine == "onnxruntime" and not possible:
-        raise InputError("the onnxruntime engine needs a model loaded from an .onnx file, on the CPU, in float32")
-    return engine
+    if runtime == "onnxruntime" and not possible:
+        raise InputError("the onnxruntime runtime needs a model loaded from an .onnx file, on the CPU, in float32")
+    return runtime
 
 
 #: onnxruntime's input types → numpy dtypes (token ids and masks are int64 or int32 in exports)
@@ -71,8 +71,8 @@ def _onnxruntime_session(graph: Graph):
 
 
 class TokenModel:
-    """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``engine``, see
-    :data:`ENGINES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
+    """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``runtime``, see
+    :data:`RUNTIMES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
     (float64, CPU), in the order given.
 
     Sequences are sorted by length and cut into batches of at most ``batch_tokens`` padded
@@ -82,12 +82,12 @@ class TokenModel:
 
     def __init__(self, graph: Graph, *, output: str | None = None, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, pad_id: int | None = 0, batch_tokens: int = 8192,
-                 max_rows: int = 256, engine: str = "rulegraph"):
+                 max_rows: int = 256, runtime: str = "rulegraph"):
         self.graph = graph
         self.output = output or graph.outputs[0]
-        self.engine = resolve_engine(engine, graph, device, dtype)
-        self.plan = prepare(graph, device, dtype) if self.engine == "rulegraph" else None
-        self.session = _onnxruntime_session(graph) if self.engine == "onnxruntime" else None
+        self.runtime = resolve_runtime(runtime, graph, device, dtype)
+        self.plan = prepare(graph, device, dtype) if self.runtime == "rulegraph" else None
+        self.session = _onnxruntime_session(graph) if self.runtime == "onnxruntime" else None
         self.ids = token_input(graph)
         names = [i.name for i in graph.inputs]
         self.mask = "attention_mask" if "attention_mask" in names else None

@@ -229,7 +229,7 @@ CASES = [
     ("eval-data-latin1", [*V, "--data", "{dir}/latin1.csv"], "latin1.csv:3: the data file is not UTF-8"),
     ("eval-data-no-text", [*V, "--data", "{dir}/no-text.csv"], "no `text` column (columns: sentence, label)"),
     ("eval-data-empty", [*V, "--data", "{dir}/empty.csv"], "empty.csv is empty"),
-    ("eval-data-directory", [*V, "--data", "{dir}/data.csv"], "data.csv is a directory; give a CSV file"),
+    ("eval-data-directory", [*V, "--data", "{dir}/data.csv"], "data.csv is a directory; give a CSV, JSON lines or Parquet file"),
     ("eval-data-missing", [*V, "--data", "{dir}/none.csv"], "data file not found"),
     ("eval-label-range", [*V, "--data", "{dir}/label-range.csv"],
      "label-range.csv:3: row 2: label 5 is outside the model's 2 classes; valid: 0…1"),

@@ -119,20 +119,20 @@ def test_leave_one_out_matches_explicit_reruns(model, bert_onnx):
 
 
 def test_leave_one_out_on_onnxruntime_equals_the_interpreter(bert_onnx):
-    """The engines only run forwards: float32 logits agree to rounding, so the scores do."""
-    ours = explain_with(bert_onnx, "loo", feeds(), special=special(), vocab=VOCAB, engine="rulegraph")
-    theirs = explain_with(bert_onnx, "loo", feeds(), special=special(), vocab=VOCAB, engine="onnxruntime")
+    """The runtimes only run forwards: float32 logits agree to rounding, so the scores do."""
+    ours = explain_with(bert_onnx, "loo", feeds(), special=special(), vocab=VOCAB, runtime="rulegraph")
+    theirs = explain_with(bert_onnx, "loo", feeds(), special=special(), vocab=VOCAB, runtime="onnxruntime")
     auto = explain_with(bert_onnx, "loo", feeds(), special=special(), vocab=VOCAB)
     assert torch.allclose(ours.relevance["input_ids"], theirs.relevance["input_ids"], atol=1e-5)
     assert torch.equal(auto.relevance["input_ids"], theirs.relevance["input_ids"])
     assert not torch.equal(ours.relevance["input_ids"], torch.zeros_like(ours.relevance["input_ids"]))
 
 
-def test_the_onnxruntime_engine_needs_an_onnx_file_in_float32(bert_onnx):
-    with pytest.raises(InputError, match="onnxruntime engine needs"):
-        run(bert_onnx, "loo", engine="onnxruntime")          # float64
-    with pytest.raises(InputError, match="loo.engine: 'ort' is not valid"):
-        run(bert_onnx, "loo", engine="ort")
+def test_the_onnxruntime_runtime_needs_an_onnx_file_in_float32(bert_onnx):
+    with pytest.raises(InputError, match="onnxruntime runtime needs"):
+        run(bert_onnx, "loo", runtime="onnxruntime")          # float64
+    with pytest.raises(InputError, match="loo.runtime: 'ort' is not valid"):
+        run(bert_onnx, "loo", runtime="ort")
 
 
 def test_leave_one_out_delete_mode_shortens_the_sequence(model, bert_onnx):

@@ -7,7 +7,7 @@ import torch
 from ...errors import InputError
 from ...explanation import Explanation
 from ..base import Option, Request, baseline
-from ..sequences import ENGINES, REMOVALS, TokenModel, Tokens, token_input
+from ..sequences import RUNTIMES, REMOVALS, TokenModel, Tokens, token_input
 from .common import BATCH_TOKENS, explanation, forward, never_perturbed
 
 
@@ -17,10 +17,10 @@ from .common import BATCH_TOKENS, explanation, forward, never_perturbed
                  "by [UNK], or deleted", REMOVALS),
           Option("score", str, "logit", "difference of the explained logit or of its softmax probability",
                  ("logit", "prob")),
-          Option("engine", str, "auto", "what runs the perturbed forwards: auto (onnxruntime for an ONNX file "
-                 "on the CPU in float32, else the interpreter), rulegraph, onnxruntime", ENGINES),
+          Option("runtime", str, "auto", "what runs the perturbed forwards: auto (onnxruntime for an ONNX file "
+                 "on the CPU in float32, else the interpreter), rulegraph, onnxruntime", RUNTIMES),
           score=lambda options: "logit drop" if options["score"] == "logit" else "probability drop")
-def leave_one_out(req: Request, mode: str, score: str, engine: str) -> Explanation:
+def leave_one_out(req: Request, mode: str, score: str, runtime: str) -> Explanation:
     if mode != "delete" and req.vocab is None:
         raise InputError(f"loo mode {mode!r} needs the tokenizer's [MASK]/[UNK] ids; explain text with a tokenizer "
                          "or use -o loo.mode=delete")
@@ -34,7 +34,7 @@ def leave_one_out(req: Request, mode: str, score: str, engine: str) -> Explanati
     mask = req.inputs.get("attention_mask")
     types = req.inputs.get("token_type_ids")
     model = TokenModel(req.graph, output=req.output, device=req.device, dtype=req.dtype,
-                       pad_id=req.vocab.pad if req.vocab else 0, batch_tokens=BATCH_TOKENS, engine=engine)
+                       pad_id=req.vocab.pad if req.vocab else 0, batch_tokens=BATCH_TOKENS, runtime=runtime)
     seqs, where = [], []
     for b in range(ids.shape[0]):
         n = int(mask[b].sum()) if mask is not None else ids.shape[1]

@@ -1,0 +1,124 @@
+"""``explain-dataset`` on the local engine: the rows, resuming, failed rows, and bad input."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import bow
+import tiny
+from rulegraph.errors import InputError
+from rulegraph.scale import Journal
+from rulegraph.scale.explain import DatasetConfig, explain_dataset
+
+TEXTS = ["w1 w2 w3", "w4 w5 w6 w7 w8", "w9", "w10 w11 w12 w13", "w14 w15", "w16 w17 w18 w19 w20 w21"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return bow.build(tmp_path_factory.mktemp("bow"))
+
+
+def write_jsonl(path, records, extra=()):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + "".join(extra))
+    return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_jsonl(tmp_path / "data.jsonl", [{"text": t, "label": i % 2} for i, t in enumerate(TEXTS)])
+
+
+def rows(out):
+    return pq.read_table(out / "explanations.parquet").to_pylist()
+
+
+def test_gi_rows_equal_the_closed_form(model, data, tmp_path):
+    """Bag of words: GI of a token for class c is W[id, c] (embedding × its unit gradient)."""
+    summary = explain_dataset(DatasetConfig(str(model), str(data), "gi", batch=2), tmp_path / "out")
+    assert summary["rows"] == len(TEXTS) and summary["failed"] == 0
+    w = bow.table(bow.weights())
+    for row in rows(tmp_path / "out"):
+        assert row["tokens"][0] == "[CLS]" and len(row["relevance"]) == len(row["tokens"]) == len(row["ids"])
+        expected = [float(w[i, row["target"]]) for i in row["ids"]]
+        np.testing.assert_allclose(row["relevance"], expected, atol=1e-6)
+        assert row["prediction"] == row["target"] and row["error"] is None
+        assert row["gap"] == pytest.approx(row["output_value"] - row["relevance_sum"])
+    assert [r["example"] for r in rows(tmp_path / "out")] == list(range(len(TEXTS)))
+
+
+def test_target_label_explains_the_labelled_class(model, data, tmp_path):
+    explain_dataset(DatasetConfig(str(model), str(data), "gi", target="label"), tmp_path / "out")
+    assert [r["target"] for r in rows(tmp_path / "out")] == [i % 2 for i in range(len(TEXTS))]
+
+
+def test_rule_sets_report_the_batch_audit(model, data, tmp_path):
+    explain_dataset(DatasetConfig(str(model), str(data), "lrp-ah-ln"), tmp_path / "out")
+    assert all(r["batch_error"] is not None and r["batch_error"] < 1e-5 for r in rows(tmp_path / "out"))
+
+
+def test_a_malformed_record_is_a_failed_row_and_the_others_run(model, tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in TEXTS[:2]], ['{"text": 3}\n', "[1, 2\n"])
+    summary = explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "out")
+    out = rows(tmp_path / "out")
+    assert [r["example"] for r in out] == [0, 1, 2, 3]
+    assert [r["error"] is None for r in out] == [True, True, False, False]
+    assert "d.jsonl:3: `text` is a int" in out[2]["error"] and "d.jsonl:4: not a JSON object" in out[3]["error"]
+    assert summary["failed"] == 2
+
+
+def test_a_stopped_run_resumes_to_the_same_rows(model, data, tmp_path):
+    config = DatasetConfig(str(model), str(data), "gi", batch=2)
+    explain_dataset(config, tmp_path / "full")
+    explain_dataset(config, tmp_path / "cut")
+    journal = tmp_path / "cut" / "rows.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:2]) + lines[2][:10])        # stopped mid-line
+    (tmp_path / "cut" / "explanations.parquet").unlink()
+    summary = explain_dataset(config, tmp_path / "cut")
+    assert summary["explained_now"] == len(TEXTS) - 2
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "explain_seconds"} for r in rs]   # noqa: E731
+    assert drop(rows(tmp_path / "cut")) == drop(rows(tmp_path / "full"))
+    assert len(Journal(journal).read()) == len(TEXTS)
+
+
+def test_parquet_and_csv_data_give_the_same_rows(model, tmp_path):
+    import pyarrow as pa
+    with (tmp_path / "d.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([["text"], *[[t] for t in TEXTS]])
+    pq.write_table(pa.Table.from_pylist([{"text": t} for t in TEXTS]), tmp_path / "d.parquet")
+    for name in ("d.csv", "d.parquet"):
+        explain_dataset(DatasetConfig(str(model), str(tmp_path / name), "gi"), tmp_path / name.replace(".", "_"))
+    a, b = rows(tmp_path / "d_csv"), rows(tmp_path / "d_parquet")
+    assert [r["relevance"] for r in a] == [r["relevance"] for r in b]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"method": "nope"}, "unknown method 'nope'"),
+    ({"target": "other"}, "unknown target 'other'; valid: predicted, label"),
+    ({"options": {"steps": "x"}, "method": "ig"}, "ig.steps"),
+])
+def test_bad_settings_fail_before_any_file_is_written(model, data, tmp_path, change, message):
+    config = DatasetConfig(**{"model": str(model), "data": str(data), "method": "gi", **change})
+    with pytest.raises(InputError, match=message):
+        explain_dataset(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_other_settings_in_the_folder_are_refused(model, data, tmp_path):
+    explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "out")
+    with pytest.raises(InputError, match=r"other settings \(method\); pass --force"):
+        explain_dataset(DatasetConfig(str(model), str(data), "lrp-ah-ln"), tmp_path / "out")
+
+
+def test_target_label_needs_labels(model, tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "w1 w2"}])
+    with pytest.raises(InputError, match="record 0 of .* has no label"):
+        explain_dataset(DatasetConfig(str(model), str(data), "gi", target="label"), tmp_path / "out")
+
+
+def test_tiny_vocabulary_is_what_the_texts_use():
+    assert all(w in tiny.VOCAB for t in TEXTS for w in t.split())
