@@ -3,6 +3,7 @@
     python examples/sentiment/evaluate.py rt   [--n 500]  # demo model, held-out Rotten Tomatoes sentences
     python examples/sentiment/evaluate.py imdb [--n 200]  # IMDB model, held-out IMDB reviews (≤ 512 tokens)
     python examples/sentiment/evaluate.py all             # both, then the tables and plots in docs/evaluation/
+    python examples/sentiment/evaluate.py imdb --engine ray --num-workers 2   # on Ray workers (rulegraph[ray])
 
 Each part runs ``rulegraph evaluate`` (:class:`rulegraph.evaluate.runner.Evaluation`) on the
 first ``N`` texts of the held-out 20% split of ``data.py`` (the split the model was tested
@@ -25,6 +26,7 @@ import gzip
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -36,11 +38,17 @@ from rulegraph.cli.evaluate import TerminalListener, render_table
 from rulegraph.evaluate import metrics as M
 from rulegraph.evaluate.runner import Config, Evaluation, markdown_table
 from rulegraph.ruleset import shipped_rule_sets
+from rulegraph.scale import Engine, engine as make_engine
 
 #: The papers' comparison: baselines, then the rule sets.
 BASE_METHODS = ["random", "attention", "rollout", "gi", "ig", "loo", "lrp-ah", "lrp-ah-ln"]
 #: Rule sets added to the table when they ship.
 OPTIONAL_METHODS = ["attnlrp", "decomposition"]
+#: The attention-based methods of the later papers: Mask-LRP's rollout with the calibrated head mask
+#: (docs/heads/, `rulegraph heads calibrate`) and its random-mask control, LAT, GAE, decoded layer saliency.
+ATTENTION_METHODS = ["mask-lrp-rollout", "mask-lrp-random", "lat", "gae", "layer-saliency"]
+#: The head mask of each part's model (calibrated on that part's evaluation texts).
+MASKS = {"rt": "docs/heads/minilm-rt-masks.yaml", "imdb": "docs/heads/minilm-imdb-masks.yaml"}
 METRICS = ["aopc", "lodds", "auac", "au-mse", "hiding", "revealing", "word-deletion"]
 SETTINGS = {"aopc_k": 20, "aopc_step": 10, "lodds_k": 20, "steps": 5, "words": 4}     # the metrics' options
 OPTIONS = {"ig": {"steps": "8", "baseline": "pad"}}
@@ -48,6 +56,9 @@ OPTIONS = {"ig": {"steps": "8", "baseline": "pad"}}
 #: backward) instead of carrying all ~230 components (~40 s a review on 2 cores). In this GELU
 #: model α enters at one node only, the pooler's tanh; RT keeps the rule file's hybrid α.
 PART_OPTIONS = {"imdb": {"decomposition": {"alpha": "signed"}}}
+for _part, _masks in MASKS.items():
+    for _method in ("mask-lrp-rollout", "mask-lrp-random"):
+        PART_OPTIONS.setdefault(_part, {})[_method] = {"masks": _masks}
 REMOVAL = "unk"
 PARTS = {"rt": 500, "imdb": 200}
 EVAL_DIR = train.REPO / ".cache" / "eval"
@@ -56,7 +67,7 @@ DOCS_DIR = train.REPO / "docs" / "evaluation"
 
 def methods() -> list[str]:
     shipped = shipped_rule_sets()
-    return BASE_METHODS + [m for m in OPTIONAL_METHODS if m in shipped]
+    return BASE_METHODS + [m for m in OPTIONAL_METHODS if m in shipped] + ATTENTION_METHODS
 
 
 def write_csv(path: Path, examples: list[data.Example]) -> Path:
@@ -89,14 +100,19 @@ def part_config(part: str, n: int, method_names: list[str]) -> Config:
 
 
 def run(part: str, n: int, method_names: list[str], threads: int | None, console: Console,
-        compute: bool = True) -> Path:
+        compute: bool = True, engine: Engine | None = None) -> Path:
     config = part_config(part, n, method_names)
     if threads:
         import torch
         torch.set_num_threads(threads)
     out = EVAL_DIR / part
     seed_from_docs(part, out, config, console)
-    summary = Evaluation(config, out, listener=TerminalListener(console)).run(compute)
+    engine = engine or make_engine("local")
+    started = time.perf_counter()
+    summary = Evaluation(config, out, listener=TerminalListener(console), engine=engine).run(compute)
+    if compute:
+        (out / "run.json").write_text(json.dumps({"engine": engine.describe(), "wall_seconds": time.perf_counter() - started,
+                                                  "threads": threads}, indent=2) + "\n")
     metrics = M.build(METRICS, M.Removal(REMOVAL), SETTINGS)
     Console(highlight=False, width=200).print(render_table(summary, metrics, f"{part}: {summary.n_examples} texts"))
     (out / "table.md").write_text(markdown_table(summary, metrics) + "\n")
@@ -130,7 +146,7 @@ def copy_to_docs(part: str) -> None:
     with (out / "results.jsonl").open("rb") as src, gzip.open(DOCS_DIR / f"{part}-results.jsonl.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     shutil.copyfile(out / "config.json", DOCS_DIR / f"{part}-config.json")
-    for name, target in (("table.md", f"{part}-table.md"), ("curves.png", f"{part}-curves.png"),
+    for name, target in (("table.md", f"{part}-table.md"), ("curves.png", f"{part}-curves.png"), ("run.json", f"{part}-run.json"),
                          ("conservation.png", f"{part}-conservation.png"), ("summary.json", f"{part}-summary.json")):
         if (out / name).exists():
             shutil.copyfile(out / name, DOCS_DIR / target)
@@ -153,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--docs", action="store_true", help="copy tables and plots to docs/evaluation/")
     parser.add_argument("--report-only", action="store_true", help="no more evaluation: tables of what is done")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local", help="where the texts run")
+    parser.add_argument("--num-workers", type=int, default=2, help="ray: workers (one model each, one thread each)")
     args = parser.parse_args(argv)
+    engine = make_engine("ray", num_workers=args.num_workers) if args.engine == "ray" else make_engine("local")
     console = Console(stderr=True)
     chosen = args.methods.split(",") if args.methods else methods()
     for part in (["rt", "imdb"] if args.part == "all" else [args.part]):
-        run(part, args.n or PARTS[part], chosen, args.threads, console, not args.report_only)
+        run(part, args.n or PARTS[part], chosen, args.threads, console, not args.report_only, engine)
         if args.docs:
             copy_to_docs(part)
     return 0
