@@ -67,12 +67,27 @@ def throughput(model: Path, csv_path: Path, method: str, variant: str, folder: P
     return summary["examples_per_second"]
 
 
+def memory_table(model: Path) -> list[str]:
+    """Peak RSS of a fresh process (1 thread) explaining one 512-token IMDB review, per method."""
+    lines = ["Peak memory of one worker (one process, 1 thread) explaining one 512-token IMDB review "
+             "(demo model, float32):", "", "| method | RSS after loading | peak RSS | tokens |", "|---|---:|---:|---:|"]
+    for method in METHODS:
+        code = MEMORY.format(examples=str(REPO / "examples" / "sentiment"), model=str(model), method=method)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        lines.append(f"| {method} | {int(out[0]) / 1024:.0f} MiB | {int(out[1]) / 1024:.0f} MiB | {out[2]} |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "dataset_engines.md")
+    parser.add_argument("--memory-only", action="store_true", help="only the peak memory at 512 tokens")
     args = parser.parse_args()
+    if args.memory_only:
+        print("\n".join(memory_table(train.ensure_model())))
+        return 0
     import ray
     model = train.ensure_model()
     _, test = data.rotten_tomatoes(train.SEED)
@@ -90,11 +105,6 @@ def main() -> int:
             for variant in variants:
                 rates.setdefault((method, variant), []).append(throughput(model, csv_path, method, variant, folder))
     ray.shutdown()
-    memory = {}
-    for method in METHODS:
-        code = MEMORY.format(examples=str(REPO / "examples" / "sentiment"), model=str(model), method=method)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-        memory[method] = (int(out[0]) / 1024, int(out[1]) / 1024, int(out[2]))
     lines = [f"# Dataset engines: local vs Ray (measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"Machine: {platform.processor() or platform.machine()}, {len(__import__('os').sched_getaffinity(0))} "
              f"cores, torch {torch.__version__}, ray {ray.__version__}. {args.n} Rotten Tomatoes sentences (demo "
@@ -107,10 +117,7 @@ def main() -> int:
         med = {v: statistics.median(rates[(method, v)]) for v in variants}
         lines.append(f"| {method} | {med['local-1']:.1f} | {med['local-2']:.1f} | {med['ray-2x1']:.1f} | "
                      f"{med['ray-2x1'] / med['local-2']:.2f}× |")
-    lines += ["", "Peak memory of one worker (one process, 1 thread) explaining one 512-token IMDB review:", "",
-              "| method | RSS after loading | peak RSS | tokens |", "|---|---:|---:|---:|"]
-    for method, (loaded, peak, tokens) in memory.items():
-        lines.append(f"| {method} | {loaded:.0f} MiB | {peak:.0f} MiB | {tokens} |")
+    lines += ["", *memory_table(model)]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(json.dumps({f"{m}/{v}": r for (m, v), r in rates.items()}))
