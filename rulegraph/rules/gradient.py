@@ -149,6 +149,40 @@ class AttentionHead(Rule):
         return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
 
 
+@relevance_rule("gate")
+class Gate(Rule):
+    """Signal-take-all for a gated product ``z = x ⊙ g`` (Arras et al. 2017, "Explaining recurrent
+    neural network predictions in sentiment analysis", WASSA workshop at EMNLP, Sec. 3; Arras et al.
+    2019, "Evaluating recurrent neural network explanations", BlackboxNLP workshop at ACL, Sec. 3):
+    the gate ``g`` is held constant, a weight on the signal ``x``, so ``R(x_i) = x_i g_i / z_i · R_i = R_i``
+    (summed over broadcast positions) and the gate gets none. ``0/0 := 0`` where ``z`` vanishes.
+
+    In CNNs this covers SiLU / Swish written as ``x · σ(x)`` (Elfwing et al. 2018, Neural Networks;
+    Ramachandran et al. 2018, ICLR workshop) and squeeze-and-excitation, ``x · σ(conv(relu(conv(pool x))))``
+    (Hu et al. 2018, CVPR; with a hard sigmoid in MobileNetV3, Howard et al. 2019, ICCV): the same
+    choice as the ``identity`` rule on a fused SiLU / HardSwish (gate held constant, as AttnLRP does for
+    SiLU, Achtibat et al. 2024, ICML, Sec. 3.3), and as Gradient×Input with the gate detached.
+    ``gate`` is the input holding the gate; the other input must carry relevance.
+    """
+
+    gate: int = param(1, NON_NEGATIVE)
+    ops: ClassVar[tuple[str, ...]] = ("Mul",)
+
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        if why is None and self.gate >= len(node.inputs):
+            return f"gate={self.gate} but the node has {len(node.inputs)} inputs"
+        if why is None and not any(self.carries(node, spec, tainted)):
+            return f"the signal (the input other than gate={self.gate}) must depend on the model's input"
+        return why
+
+    def carries(self, node, spec, tainted):
+        return [t and i != self.gate for i, t in enumerate(tainted)]
+
+    def propagate(self, site):
+        return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
+
+
 @relevance_rule("ln")
 class LayerNormRule(Rule):
     """LN rule (Ali et al. 2022, Sec. 4): hold ``α = 1/√(ε + Var[x])`` constant, so LayerNorm is
