@@ -1,7 +1,7 @@
 """CNN families beyond ResNet/VGG under every rule set that claims CNNs (``models: cnns``): a hand-built
 MobileNetV3-style network (Hardswish, depthwise convolution, squeeze-and-excitation with a hard sigmoid,
-SiLU), Hugging Face EfficientNet (SiLU as x·σ(x), squeeze-and-excitation with a sigmoid, explicit Pad) and
-MobileNetV2 (ReLU6 as Clip), exported by both ONNX exporters: the forward equals onnxruntime's, every node
+SiLU) and Hugging Face EfficientNet (SiLU as x·σ(x), squeeze-and-excitation with a sigmoid, explicit Pad),
+exported by both ONNX exporters: the forward equals onnxruntime's, every node
 relevance reaches has a rule that applies, and relevance is conserved in float64."""
 from __future__ import annotations
 
@@ -50,13 +50,7 @@ def efficientnet():
     return _Logits(_randomize(EfficientNetForImageClassification(config))).eval().double()
 
 
-def mobilenetv2():
-    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
-    config = MobileNetV2Config(image_size=SIZE, depth_multiplier=0.1, num_labels=3)
-    return _Logits(_randomize(MobileNetV2ForImageClassification(config))).eval().double()
-
-
-BUILDERS = {"mobilenetv3": lambda: cnn.build("mobilenetv3"), "efficientnet": efficientnet, "mobilenetv2": mobilenetv2}
+BUILDERS = {"mobilenetv3": lambda: cnn.build("mobilenetv3"), "efficientnet": efficientnet}
 
 
 @pytest.fixture(scope="module")
