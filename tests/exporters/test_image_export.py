@@ -1,7 +1,8 @@
 """`rulegraph export` on a Hugging Face image classifier (a tiny random-weight ViT saved with
 ``save_pretrained``, with its image processor): the export takes ``pixel_values`` with a dynamic batch,
 equals the module in onnxruntime under both ONNX exporters, carries the labels, image size and
-normalisation in its metadata, and every shipped transformer rule set covers it and conserves."""
+normalisation in its metadata, and every shipped transformer rule set covers it and conserves; the same
+for ``--format fx`` (a torch.export program)."""
 from __future__ import annotations
 
 import json
@@ -91,9 +92,29 @@ def test_every_transformer_rule_set_covers_and_conserves(exported, exporter, rul
     assert all(torch.isfinite(r).all() for r in e.relevance.values())
 
 
-def test_fx_export_of_an_image_classifier(vit_dir, tmp_path):
-    assert main(["export", str(vit_dir), str(tmp_path), "--format", "fx"]) == 0
-    assert (tmp_path / "model.pt2").is_file() and (tmp_path / "preprocessor_config.json").is_file()
+@pytest.fixture(scope="module")
+def fx_export(vit_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fx")
+    assert main(["export", str(vit_dir), str(folder), "--format", "fx"]) == 0
+    assert (folder / "preprocessor_config.json").is_file()
+    return folder / "model.pt2"
+
+
+def test_fx_export_equals_the_module(vit_dir, fx_export):
+    module, _ = load_hf(vit_dir)
+    x = pixels(3)
+    with torch.no_grad():
+        expected = module(x)
+    got = rulegraph.run(rulegraph.load(str(fx_export)), {"pixel_values": x})["logits"]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))
+def test_fx_export_covers_and_conserves(fx_export, rules, capsys):
+    assert main(["check", str(fx_export), "-r", rules]) == 0, capsys.readouterr().out
+    e = rulegraph.explain(str(fx_export), rules, {"pixel_values": pixels(2).double()}, dtype=torch.float64)
+    assert e.audit.conservation.relative_error < 1e-10
+    assert not e.audit.unexpected
 
 
 def test_export_refuses_a_model_with_no_classification_head(tmp_path, capsys):
