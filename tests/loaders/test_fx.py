@@ -381,7 +381,7 @@ def test_cnn_lowerings_explain_like_the_onnx_export(name: str, tmp_path) -> None
 
 
 class _Vision(torch.nn.Module):
-    """Convolution paddings, pooling options, ReLU6, and batch norm without affine parameters."""
+    """Convolution paddings, explicit pads, pooling options, ReLU6, and batch norm without affine parameters."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -392,7 +392,8 @@ class _Vision(torch.nn.Module):
         self.norm.running_mean.uniform_(-0.5, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu6(self.norm(self.same(x)) * 4)
+        y = F.relu6(self.norm(self.same(F.pad(x, (1, 0, 0, 2), value=0.5))) * 4)
+        y = F.pad(y, (1, 1, 0, 0), mode="reflect") + F.pad(y, (2, 0, 1, 1))[:, :, 1:-1]
         a = F.avg_pool2d(y, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
         m = F.max_pool2d(self.valid(y), 2, ceil_mode=True)
         lines = self.line(x.flatten(2)).sum(-1)
@@ -404,7 +405,7 @@ def test_vision_lowerings_match_torch() -> None:
     module = _Vision().eval().double()
     x = torch.randn(2, 3, 9, 7, dtype=torch.float64)
     g = load_fx(export_fx(module, {"x": x}))
-    assert {"Conv", "BatchNormalization", "Clip", "AveragePool", "MaxPool", "HardSigmoid"} <= g.op_types()
+    assert {"Conv", "BatchNormalization", "Clip", "AveragePool", "MaxPool", "HardSigmoid", "Pad"} <= g.op_types()
     x3 = torch.randn(3, 3, 9, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = module(x3)
