@@ -208,8 +208,24 @@ def test_unsupported_aten_op_names_node_target_and_choices() -> None:
         load_fx(ep)
     message = str(info.value)
     assert "'cumprod'" in message and "aten.cumprod.default" in message
-    assert "did you mean" in message and "valid: " in message and "aten.cumsum.default" in message
+    assert "did you mean" in message and "valid: " in message
+    suggested = message.split("did you mean ")[1].split("?")[0].split(" or ")
+    assert suggested and all(s.strip("'") in LOWERINGS for s in suggested)       # the closest lowered targets
     assert "\n" not in message
+
+
+class _Unlowered(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumprod(x, dim=1) + torch.erfinv(x.tanh()) + torch.cumprod(x, dim=0)
+
+
+def test_every_unlowered_target_is_named_at_once() -> None:
+    with pytest.raises(UnsupportedOpError) as info:
+        load_fx(torch.export.export(_Unlowered(), (torch.randn(2, 3),)))
+    message = str(info.value)
+    assert message.startswith("fx node 'cumprod': target aten.cumprod.default has no lowering")
+    assert "(nor do 1 more target(s): aten.erfinv.default (1 node(s), first 'erfinv'))" in message
+    assert "did you mean" in message and "\n" not in message
 
 
 def test_load_rejects_other_objects() -> None:
