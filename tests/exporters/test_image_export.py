@@ -126,3 +126,23 @@ def test_export_refuses_a_model_with_no_classification_head(tmp_path, capsys):
     assert main(["export", str(tmp_path / "bare"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "has no sequence-classification or image-classification head" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "fx"])
+def test_explain_image_takes_size_and_normalisation_from_the_export(exported, fx_export, fmt, tmp_path, capsys):
+    """`explain --image` on a `rulegraph export` of a ViT: the crop is the model's 16×16 and the
+    normalisation its image processor's, with no --size / --mean / --std given."""
+    from PIL import Image
+    from rulegraph.image import load_image, preprocessing
+    model = exported["torchscript"] if fmt == "onnx" else fx_export
+    graph = rulegraph.load(str(model))
+    assert preprocessing(graph.metadata) == dict(size=SIZE, resize=SIZE, mean=tuple(MEAN), std=tuple(STD))
+    assert preprocessing(graph.metadata, size=12, mean=(0, 0, 0))["resize"] == 256       # what is given wins
+    picture = tmp_path / "p.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(picture)
+    out = tmp_path / "e.json"
+    assert main(["explain", str(model), "-r", "epsilon", "--image", str(picture), "--json", str(out),
+                 "--png", str(tmp_path / "h.png"), "--dtype", "float64"]) == 0, capsys.readouterr()
+    x = load_image(picture, size=SIZE, resize=SIZE, mean=MEAN, std=STD).double()
+    e = rulegraph.explain(graph, "epsilon", {"pixel_values": x}, dtype=torch.float64)
+    assert json.loads(out.read_text())["output_value"] == pytest.approx(e.output_value[0], rel=1e-9)
