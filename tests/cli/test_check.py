@@ -88,3 +88,15 @@ def test_check_lists_every_gap_of_a_mobilenet_at_once(tmp_path, capsys):
     assert all(f"{name} (Mul)" in out for name in muls)
     with pytest.raises(RulegraphError):           # and explain stops too
         rulegraph.explain(str(path), str(tmp_path / "r.yaml"), {"pixel_values": cnn.image(1, 8)})
+
+
+def test_check_names_every_bad_entry_of_a_rule_file_at_once(tmp_path, capsys):
+    model = _model(tmp_path / "m.onnx", ["Add", "Mul"])
+    (tmp_path / "r.yaml").write_text("rules:\n  - op: Conv\n    rule: gamma\n    params: {gama: 0.1}\n"
+                                     "  - op: Mul\n    rule: gate\n    params: {gate: -1}\n"
+                                     "  - op: Add\n    rule: epsilonn\n")
+    assert main(["check", str(model), "-r", str(tmp_path / "r.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "r.yaml:4: rule 'gamma' has no param 'gama'; did you mean 'gamma'?" in err
+    assert "(and 2 more: " in err and "r.yaml:7: param 'gate' of rule 'gate' must be ≥ 0, got -1" in err
+    assert "r.yaml:9: unknown rule 'epsilonn'" in err and "Traceback" not in err
