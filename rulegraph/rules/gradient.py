@@ -151,17 +151,19 @@ class AttentionHead(Rule):
 
 @relevance_rule("gate")
 class Gate(Rule):
-    """Signal-take-all for a gated product ``z = x ⊙ g`` (Arras et al. 2017, "Explaining recurrent
-    neural network predictions in sentiment analysis", WASSA workshop at EMNLP, Sec. 3; Arras et al.
-    2019, "Evaluating recurrent neural network explanations", BlackboxNLP workshop at ACL, Sec. 3):
-    the gate ``g`` is held constant, a weight on the signal ``x``, so ``R(x_i) = x_i g_i / z_i · R_i = R_i``
-    (summed over broadcast positions) and the gate gets none. ``0/0 := 0`` where ``z`` vanishes.
+    """Signal-take-all for a gated product ``z = x ⊙ g``: the rule of Arras et al. for the multiplicative
+    gates of an LSTM, ``R(gate) = 0``, ``R(signal) = R(z)`` (Arras et al. 2017, "Explaining recurrent neural
+    network predictions in sentiment analysis", WASSA workshop at EMNLP; named signal-take-all in Arras et
+    al. 2019, "Evaluating recurrent neural network explanations", BlackboxNLP workshop at ACL). The gate
+    ``g`` is held constant, a weight on the signal ``x``: ``R(x_i) = x_i g_i / z_i · R_i = R_i`` (summed over
+    broadcast positions, ``0/0 := 0`` where ``z`` vanishes), and the gate gets none.
 
-    In CNNs this covers SiLU / Swish written as ``x · σ(x)`` (Elfwing et al. 2018, Neural Networks;
-    Ramachandran et al. 2018, ICLR workshop) and squeeze-and-excitation, ``x · σ(conv(relu(conv(pool x))))``
-    (Hu et al. 2018, CVPR; with a hard sigmoid in MobileNetV3, Howard et al. 2019, ICCV): the same
-    choice as the ``identity`` rule on a fused SiLU / HardSwish (gate held constant, as AttnLRP does for
-    SiLU, Achtibat et al. 2024, ICML, Sec. 3.3), and as Gradient×Input with the gate detached.
+    In CNNs this covers SiLU / Swish written as ``x · σ(x)`` (Elfwing et al. 2018, "Sigmoid-weighted linear
+    units…", Neural Networks; Ramachandran et al. 2018, "Searching for activation functions", ICLR
+    workshop) and squeeze-and-excitation, ``x · σ(conv(relu(conv(pool x))))`` (Hu et al. 2018, CVPR; with a
+    hard sigmoid in MobileNetV3, Howard et al. 2019, ICCV). It is the choice the ``identity`` rule makes
+    on a fused SiLU / HardSwish (the gate held constant, as AttnLRP does for SiLU and GELU, Achtibat et
+    al. 2024, ICML), and equals Gradient×Input with the gate detached.
     ``gate`` is the input holding the gate; the other input must carry relevance.
     """
 
