@@ -28,19 +28,31 @@ def check_example_inputs(example_inputs: Mapping[str, torch.Tensor]) -> None:
             raise ValueError(f"example input {name!r} is a {type(value).__name__}, not a torch.Tensor")
 
 
-def dynamic_input_names(example_inputs: Mapping[str, torch.Tensor]) -> list[str]:
-    """Names of the inputs that get dynamic batch and sequence axes: the 2-D integer tensors."""
-    return [
-        name
-        for name, value in example_inputs.items()
-        if value.dim() == 2 and not value.dtype.is_floating_point and not value.dtype.is_complex and value.dtype != torch.bool
-    ]
+#: the inputs that get dynamic axes, by (rank, floating point): token ids and masks ``[batch, sequence]``,
+#: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic)
+DYNAMIC_AXES: dict[tuple[int, bool], dict[int, str]] = {
+    (2, False): {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
+    (4, True): {0: BATCH_AXIS},
+}
 
 
-def check_dynamic_sizes(example_inputs: Mapping[str, torch.Tensor], names: list[str]) -> None:
+def dynamic_axes(example_inputs: Mapping[str, torch.Tensor]) -> dict[str, dict[int, str]]:
+    """The dynamic axes of each input that has some (see :data:`DYNAMIC_AXES`), by axis name."""
+    out = {}
+    for name, value in example_inputs.items():
+        if value.dtype.is_complex or value.dtype == torch.bool:
+            continue
+        axes = DYNAMIC_AXES.get((value.dim(), value.dtype.is_floating_point))
+        if axes:
+            out[name] = dict(axes)
+    return out
+
+
+def check_dynamic_sizes(example_inputs: Mapping[str, torch.Tensor], axes: Mapping[str, Mapping[int, str]]) -> None:
     """Raise ``ValueError`` if a dynamic axis has example size 0 or 1, which torch.export would fix as a constant."""
-    for name in names:
-        for axis, size in enumerate(example_inputs[name].shape):
+    for name, dims in axes.items():
+        for axis in dims:
+            size = example_inputs[name].shape[axis]
             if size < 2:
                 raise ValueError(
                     f"example input {name!r} has size {size} on axis {axis}; "
@@ -49,21 +61,19 @@ def check_dynamic_sizes(example_inputs: Mapping[str, torch.Tensor], names: list[
 
 
 def torch_export_dynamic_shapes(
-    example_inputs: Mapping[str, torch.Tensor], names: list[str], *, named: bool
+    example_inputs: Mapping[str, torch.Tensor], axes: Mapping[str, Mapping[int, str]], *, named: bool
 ) -> dict[str, dict[int, object] | None]:
-    """``dynamic_shapes`` making axes 0 and 1 of the ``names`` inputs dynamic.
+    """``dynamic_shapes`` making the ``axes`` of each input dynamic.
 
-    With ``named``, the axes are one shared ``Dim("batch")`` and ``Dim("sequence")``,
+    With ``named``, the axes are one shared ``Dim`` per axis name (``batch``, ``sequence``),
     which the dynamo ONNX exporter turns into the graph's axis names (it relaxes their
     ranges itself). Otherwise they are ``Dim.DYNAMIC``, which lets
     :func:`torch.export.export` infer bounds such as ``sequence <= max_position_embeddings``
     instead of failing on them.
     """
-    if named:
-        batch, sequence = torch.export.Dim(BATCH_AXIS), torch.export.Dim(SEQUENCE_AXIS)
-    else:
-        batch = sequence = torch.export.Dim.DYNAMIC
-    return {name: ({0: batch, 1: sequence} if name in names else None) for name in example_inputs}
+    dims = {BATCH_AXIS: torch.export.Dim(BATCH_AXIS), SEQUENCE_AXIS: torch.export.Dim(SEQUENCE_AXIS)}
+    return {name: ({axis: dims[dim] if named else torch.export.Dim.DYNAMIC for axis, dim in axes[name].items()}
+                   if name in axes else None) for name in example_inputs}
 
 
 @contextlib.contextmanager

@@ -1,9 +1,13 @@
-"""Load Hugging Face sequence classifiers and export them to ONNX or torch.fx.
+"""Load Hugging Face classifiers and export them to ONNX or torch.fx.
 
 A Hugging Face model directory (as written by ``save_pretrained``) holds
-``config.json``, the weights and, for export, the fast tokenizer's
-``tokenizer.json``. :func:`export_hf` turns it into ``model.onnx`` plus a copy of
-``tokenizer.json``, with the labels and maximum length in the ONNX metadata.
+``config.json`` and the weights, and beside them what turns raw input into the model's:
+a text classifier's fast tokenizer (``tokenizer.json``, needed for export), an image
+classifier's image processor (``preprocessor_config.json``, optional). Which kind a
+directory holds is a :class:`Task` of :data:`TASKS`, picked from the config: the first
+whose transformers Auto class knows the config's model type. :func:`export_hf` turns the
+directory into ``model.onnx`` plus copies of those files, with the labels (and the
+maximum length, or the image size and normalisation) in the ONNX metadata.
 """
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import torch
 
 from ..loaders import FX_METADATA
+from ..registry import Registry
 from .to_fx import export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -32,11 +37,16 @@ PADDING_OFFSET_MODEL_TYPES = frozenset(
 MODEL_FILE = "model.onnx"
 FX_FILE = "model.pt2"
 TOKENIZER_FILE = "tokenizer.json"
+PREPROCESSOR_FILE = "preprocessor_config.json"
 #: Metadata keys written by :func:`export_hf`.
 LABELS_KEY = "rulegraph.labels"
 MAX_LENGTH_KEY = "rulegraph.max_length"
 MODEL_TYPE_KEY = "rulegraph.model_type"
 SOURCE_KEY = "rulegraph.source"
+TASK_KEY = "rulegraph.task"
+IMAGE_SIZE_KEY = "rulegraph.image_size"
+IMAGE_MEAN_KEY = "rulegraph.image_mean"
+IMAGE_STD_KEY = "rulegraph.image_std"
 
 
 @dataclass(frozen=True)
@@ -44,15 +54,19 @@ class HFInfo:
     """What an exporter and an explainer need to know about a Hugging Face classifier.
 
     Attributes:
-        model_type: ``config.model_type`` (``"bert"``, ``"gpt2"``, ...).
+        model_type: ``config.model_type`` (``"bert"``, ``"gpt2"``, ``"vit"``...).
         labels: class names in logit order, from ``config.id2label``.
         max_length: the longest token sequence the position embeddings allow, or
-            ``None`` if the model has no such limit in its config.
+            ``None`` if the model has no such limit in its config (or takes images).
         input_names: the inputs the model takes: ``input_ids``, ``attention_mask`` and,
-            for models with more than one token type (BERT), ``token_type_ids``.
-        vocab_size: the size of the token vocabulary.
+            for models with more than one token type (BERT), ``token_type_ids``; or
+            ``pixel_values`` for an image classifier.
+        vocab_size: the size of the token vocabulary (0 for an image classifier).
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
+        task: the :data:`TASKS` entry the model was loaded as.
+        image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
+        image_mean, image_std: the normalisation of its image processor, when the directory has one.
     """
 
     model_type: str
@@ -62,6 +76,10 @@ class HFInfo:
     vocab_size: int
     pad_token_id: int | None
     source: str
+    task: str = "text-classification"
+    image_size: tuple[int, int, int] | None = None
+    image_mean: tuple[float, ...] | None = None
+    image_std: tuple[float, ...] | None = None
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -69,29 +87,45 @@ class HFInfo:
             LABELS_KEY: json.dumps(list(self.labels)),
             MODEL_TYPE_KEY: self.model_type,
             SOURCE_KEY: self.source,
+            TASK_KEY: self.task,
         }
-        if self.max_length is not None:
-            props[MAX_LENGTH_KEY] = str(self.max_length)
+        optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
+                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std}
+        props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
+                      for k, v in optional.items() if v is not None})
         return props
 
     def example_inputs(self, batch: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
-        """Deterministic example inputs for tracing: the last row is right-padded.
+        """Deterministic example inputs for tracing (see the task's ``example``)."""
+        if batch < 2:
+            raise ValueError("example inputs need batch >= 2 so the batch axis is traced as dynamic")
+        return TASKS.get(self.task).example(self, batch, length)
 
-        The padding matters: traced code that takes a shortcut for an all-ones mask
-        would otherwise bake that shortcut into the export.
-        """
-        if batch < 2 or length < 4:
-            raise ValueError("example inputs need batch >= 2 and length >= 4 so padding and dynamic axes are traced")
-        first = 1 if self.pad_token_id == 0 else 0
-        ids = first + torch.arange(batch * length).reshape(batch, length) % (self.vocab_size - first)
-        mask = torch.ones(batch, length, dtype=torch.long)
-        mask[-1, length // 2 + 1 :] = 0
-        if self.pad_token_id is not None:
-            ids = ids.masked_fill(mask == 0, self.pad_token_id)
-        inputs = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self.input_names:
-            inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
-        return inputs
+
+def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
+    """Token ids and a mask whose last row is right-padded.
+
+    The padding matters: traced code that takes a shortcut for an all-ones mask
+    would otherwise bake that shortcut into the export.
+    """
+    if length < 4:
+        raise ValueError("example inputs need batch >= 2 and length >= 4 so padding and dynamic axes are traced")
+    first = 1 if info.pad_token_id == 0 else 0
+    ids = first + torch.arange(batch * length).reshape(batch, length) % (info.vocab_size - first)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, length // 2 + 1 :] = 0
+    if info.pad_token_id is not None:
+        ids = ids.masked_fill(mask == 0, info.pad_token_id)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in info.input_names:
+        inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
+    return inputs
+
+
+def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
+    """Normalised pixels of the model's image size (``length`` is not used)."""
+    g = torch.Generator().manual_seed(0)
+    return {"pixel_values": torch.randn(batch, *info.image_size, generator=g)}
 
 
 class HFClassifier(torch.nn.Module):
@@ -123,13 +157,70 @@ class HFClassifier(torch.nn.Module):
         return self.model(**kwargs).logits
 
 
+class HFImageClassifier(torch.nn.Module):
+    """A Hugging Face image classifier (ViT...) as ``forward(pixel_values) -> logits``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Return the classification logits, shape ``(batch, num_labels)``."""
+        return self.model(pixel_values=pixel_values).logits
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kind of Hugging Face classifier: how it is loaded, wrapped, described and fed.
+
+    Attributes:
+        auto_class: the transformers Auto class that loads it; a directory is this task
+            when the class knows its config's model type.
+        wrapper: the module exported, taking the named inputs and returning the logits.
+        files: files copied beside the export when the directory has them.
+        required: those of ``files`` an export cannot do without, with what each is.
+        describe: ``(model, model_dir) -> HFInfo``.
+        example: ``(info, batch, length) -> example inputs`` for tracing.
+    """
+
+    auto_class: str
+    wrapper: Callable[[torch.nn.Module], torch.nn.Module]
+    files: tuple[str, ...]
+    required: Mapping[str, str]
+    describe: Callable[[torch.nn.Module, Path], HFInfo]
+    example: Callable[[HFInfo, int, int], dict[str, torch.Tensor]]
+
+
+#: The classifier kinds the exporters handle, tried in this order (the first whose Auto class knows
+#: the config wins).
+TASKS: Registry[Task] = Registry("task")
+
+
+def task_of(config: object) -> str:
+    """The name of the first :data:`TASKS` entry whose Auto class knows ``config``'s model type.
+
+    Raises:
+        ValueError: none does.
+    """
+    import transformers
+
+    for name in TASKS:
+        if type(config) in getattr(transformers, TASKS.get(name).auto_class)._model_mapping:
+            return name
+    kinds = ", ".join(f"{TASKS.get(n).auto_class} ({n})" for n in TASKS)
+    raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} has no sequence-classification or "
+                     f"image-classification head in transformers (tried {kinds})")
+
+
 def load_hf(
     model_dir: str | os.PathLike,
     *,
     attention: str = "eager",
     num_labels: int | None = None,
-) -> tuple[HFClassifier, HFInfo]:
-    """Load a sequence classifier from a Hugging Face model directory, in eval mode.
+) -> tuple[torch.nn.Module, HFInfo]:
+    """Load a classifier from a Hugging Face model directory, in eval mode, wrapped for export
+    (:class:`HFClassifier` for text, :class:`HFImageClassifier` for images; see :data:`TASKS`).
 
     Args:
         model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
@@ -139,27 +230,45 @@ def load_hf(
 
     Raises:
         FileNotFoundError: the directory or its ``config.json`` is missing.
-        ValueError: unknown attention, or the model type has no sequence-classification head.
+        ValueError: unknown attention, or the model type has no classification head in transformers.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    import transformers
 
     model_dir = _check_model_dir(model_dir)
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+    config, name = _config(model_dir, num_labels)
+    task = TASKS.get(name)
+    with _no_progress_bars():
+        model = getattr(transformers, task.auto_class).from_pretrained(model_dir, config=config,
+                                                                       attn_implementation=attention)
+    return task.wrapper(model).eval(), task.describe(model, model_dir)
+
+
+def _config(model_dir: Path, num_labels: int | None = None) -> tuple[object, str]:
+    """The directory's config and its task name."""
+    from transformers import AutoConfig
+
     overrides = {} if num_labels is None else {"num_labels": num_labels}
     config = AutoConfig.from_pretrained(model_dir, **overrides)
     try:
-        with _no_progress_bars():
-            model = AutoModelForSequenceClassification.from_pretrained(
-                model_dir, config=config, attn_implementation=attention
-            )
+        return config, task_of(config)
     except ValueError as error:
-        if "Unrecognized configuration class" not in str(error):
-            raise
-        raise ValueError(
-            f"model type {config.model_type!r} in {model_dir} has no sequence-classification head in transformers"
-        ) from None
-    return HFClassifier(model).eval(), _info(model, model_dir)
+        raise ValueError(f"{error}; in {model_dir}") from None
+
+
+def _companions(model_dir: Path, out_dir: Path, model_path: Path, overwrite: bool) -> dict[Path, Path]:
+    """The files of the directory's task to copy beside an export (source → copy); refuses a
+    missing required one, and (without ``overwrite``) an export or copy that would replace a file."""
+    task = TASKS.get(_config(model_dir)[1])
+    for name, what in task.required.items():
+        if not (model_dir / name).is_file():
+            raise FileNotFoundError(f"no {name} in {model_dir}; save {what} there")
+    copies = {model_dir / name: out_dir / name for name in task.files if (model_dir / name).is_file()}
+    if not overwrite:
+        for path in (model_path, *copies.values()):
+            refuse_overwrite(path)
+    return copies
 
 
 def export_hf(
@@ -172,32 +281,29 @@ def export_hf(
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
 ) -> Path:
-    """Export a Hugging Face classifier to ``out_dir/model.onnx`` next to a copy of its ``tokenizer.json``.
+    """Export a Hugging Face classifier to ``out_dir/model.onnx`` next to copies of its task's files
+    (a text classifier's ``tokenizer.json``, an image classifier's ``preprocessor_config.json``).
 
-    The ONNX file has inputs named as in :attr:`HFInfo.input_names` with dynamic
-    ``batch`` and ``sequence`` axes, one output ``logits``, and metadata
-    ``rulegraph.labels`` (JSON list), ``rulegraph.max_length``,
-    ``rulegraph.model_type``, ``rulegraph.source`` and ``rulegraph.exporter``;
-    entries in ``metadata`` are added and take precedence.
+    The ONNX file has inputs named as in :attr:`HFInfo.input_names` with a dynamic
+    ``batch`` axis (and ``sequence`` for token inputs), one output ``logits``, and metadata
+    ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
+    ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text) or
+    ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
+    ``metadata`` are added and take precedence.
 
     Returns:
         the path of ``model.onnx``.
 
     Raises:
-        FileNotFoundError: the directory, its ``config.json`` or its ``tokenizer.json`` is missing.
-        FileExistsError: ``out_dir`` already holds ``model.onnx`` or ``tokenizer.json`` and ``overwrite`` is false.
-        ValueError: unknown exporter or attention, or an opset below 17.
+        FileNotFoundError: the directory, its ``config.json`` or (text) its ``tokenizer.json`` is missing.
+        FileExistsError: ``out_dir`` already holds ``model.onnx`` or a file to copy and ``overwrite`` is false.
+        ValueError: unknown exporter or attention, an opset below 17, or a model with no classification head.
     """
     model_dir = _check_model_dir(model_dir)
     check_exporter_options(exporter, opset)
-    tokenizer = model_dir / TOKENIZER_FILE
-    if not tokenizer.is_file():
-        raise FileNotFoundError(f"no {TOKENIZER_FILE} in {model_dir}; save the model's fast tokenizer there")
     out_dir = Path(out_dir)
-    model_path, tokenizer_copy = out_dir / MODEL_FILE, out_dir / TOKENIZER_FILE
-    if not overwrite:
-        refuse_overwrite(model_path)
-        refuse_overwrite(tokenizer_copy)
+    model_path = out_dir / MODEL_FILE
+    copies = _companions(model_dir, out_dir, model_path, overwrite)
     module, info = load_hf(model_dir, attention=attention)
     export_onnx(
         module,
@@ -208,7 +314,8 @@ def export_hf(
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
     )
-    shutil.copyfile(tokenizer, tokenizer_copy)
+    for source, copy in copies.items():
+        shutil.copyfile(source, copy)
     return model_path
 
 
@@ -239,28 +346,24 @@ def save_hf_fx(
     overwrite: bool = False,
 ) -> Path:
     """Capture a Hugging Face classifier with ``torch.export`` and save it as
-    ``out_dir/model.pt2`` (``torch.export.save``) next to a copy of its ``tokenizer.json``.
+    ``out_dir/model.pt2`` (``torch.export.save``) next to copies of its task's files.
 
     ``rulegraph.load`` reads the ``.pt2`` file back as an fx program.
 
     Raises:
-        FileNotFoundError: the directory, its ``config.json`` or its ``tokenizer.json`` is missing.
-        FileExistsError: ``out_dir`` already holds ``model.pt2`` or ``tokenizer.json`` and ``overwrite`` is false.
+        FileNotFoundError: the directory, its ``config.json`` or (text) its ``tokenizer.json`` is missing.
+        FileExistsError: ``out_dir`` already holds ``model.pt2`` or a file to copy and ``overwrite`` is false.
     """
     model_dir = _check_model_dir(model_dir)
-    tokenizer = model_dir / TOKENIZER_FILE
-    if not tokenizer.is_file():
-        raise FileNotFoundError(f"no {TOKENIZER_FILE} in {model_dir}; save the model's fast tokenizer there")
     out_dir = Path(out_dir)
-    model_path, tokenizer_copy = out_dir / FX_FILE, out_dir / TOKENIZER_FILE
-    if not overwrite:
-        refuse_overwrite(model_path)
-        refuse_overwrite(tokenizer_copy)
+    model_path = out_dir / FX_FILE
+    copies = _companions(model_dir, out_dir, model_path, overwrite)
     program, info = export_hf_fx(model_dir, attention=attention)
     out_dir.mkdir(parents=True, exist_ok=True)
     metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": '["logits"]'}
     torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
-    shutil.copyfile(tokenizer, tokenizer_copy)
+    for source, copy in copies.items():
+        shutil.copyfile(source, copy)
     return model_path
 
 
@@ -274,23 +377,60 @@ def _check_model_dir(model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
-    """Read labels, maximum length and input names from a loaded model's config."""
+def _text_info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
+    """Read labels, maximum length and input names from a loaded text classifier's config."""
     config = model.config
-    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
     inputs = ("input_ids", "attention_mask")
     forward_params = inspect.signature(model.forward).parameters
     if getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params:
         inputs += ("token_type_ids",)
     return HFInfo(
         model_type=config.model_type,
-        labels=labels,
+        labels=_labels(config),
         max_length=_max_length(config),
         input_names=inputs,
         vocab_size=config.vocab_size,
         pad_token_id=config.pad_token_id,
         source=str(model_dir),
     )
+
+
+def _labels(config: object) -> tuple[str, ...]:
+    return tuple(str(config.id2label[i]) for i in range(config.num_labels))
+
+
+def _image_info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
+    """Labels and the input image's size from the config; the normalisation from the image
+    processor's ``preprocessor_config.json`` when the directory has one."""
+    config = model.config
+    side = config.image_size
+    height, width = (side, side) if isinstance(side, int) else tuple(side)
+    processor = {}
+    if (model_dir / PREPROCESSOR_FILE).is_file():
+        try:
+            processor = json.loads((model_dir / PREPROCESSOR_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"cannot read {model_dir / PREPROCESSOR_FILE}: {error}") from None
+    mean, std = processor.get("image_mean"), processor.get("image_std")
+    return HFInfo(
+        model_type=config.model_type,
+        labels=_labels(config),
+        max_length=None,
+        input_names=("pixel_values",),
+        vocab_size=0,
+        pad_token_id=None,
+        source=str(model_dir),
+        task="image-classification",
+        image_size=(config.num_channels, height, width),
+        image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
+        image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
+    )
+
+
+TASKS.add("text-classification", Task("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
+                                      {TOKENIZER_FILE: "the model's fast tokenizer"}, _text_info, _token_example))
+TASKS.add("image-classification", Task("AutoModelForImageClassification", HFImageClassifier, (PREPROCESSOR_FILE,),
+                                       {}, _image_info, _image_example))
 
 
 def _max_length(config: object) -> int | None:

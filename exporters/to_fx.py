@@ -8,7 +8,7 @@ import torch
 from ._common import (
     check_dynamic_sizes,
     check_example_inputs,
-    dynamic_input_names,
+    dynamic_axes,
     eval_mode,
     quiet,
     torch_export_dynamic_shapes,
@@ -38,8 +38,8 @@ def export_fx(
         ValueError: bad example inputs.
     """
     check_example_inputs(example_inputs)
-    names = dynamic_input_names(example_inputs) if dynamic else []
-    check_dynamic_sizes(example_inputs, names)
-    shapes = torch_export_dynamic_shapes(example_inputs, names, named=False) if names else None
+    axes = dynamic_axes(example_inputs) if dynamic else {}
+    check_dynamic_sizes(example_inputs, axes)
+    shapes = torch_export_dynamic_shapes(example_inputs, axes, named=False) if axes else None
     with eval_mode(module), quiet():
         return torch.export.export(module, (), kwargs=dict(example_inputs), dynamic_shapes=shapes)

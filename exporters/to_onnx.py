@@ -11,10 +11,9 @@ import torch
 
 from ._common import (
     BATCH_AXIS,
-    SEQUENCE_AXIS,
     check_dynamic_sizes,
     check_example_inputs,
-    dynamic_input_names,
+    dynamic_axes as axes_of,
     eval_mode,
     quiet,
     torch_export_dynamic_shapes,
@@ -22,7 +21,7 @@ from ._common import (
 from ..registry import Registry
 
 #: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
-#: one. Each is ``fn(module, example_inputs, path, opset, dynamic_input_names, output_names)``.
+#: one. Each is ``fn(module, example_inputs, path, opset, dynamic_axes, output_names)``.
 EXPORTERS: Registry = Registry("exporter")
 #: The lowest opset accepted (the first with a LayerNormalization op).
 MIN_OPSET = 17
@@ -75,7 +74,8 @@ def export_onnx(
             ``"dynamo"`` (the torch.export-based exporter).
         opset: the ONNX opset, at least :data:`MIN_OPSET`.
         dynamic_axes: give every 2-D integer input dynamic axes named ``batch`` and
-            ``sequence`` (and axis 0 of every output the name ``batch``). With the
+            ``sequence``, every 4-D float input (images) a dynamic ``batch`` axis, and axis 0
+            of every output the name ``batch`` (see ``DYNAMIC_AXES``). With the
             dynamo exporter these axes need example sizes of at least 2.
         output_names: names of the module's outputs, in order.
         metadata: string key/value pairs stored in the model's ``metadata_props``;
@@ -92,7 +92,7 @@ def export_onnx(
     path = Path(path)
     if not overwrite:
         refuse_overwrite(path)
-    dynamic = dynamic_input_names(example_inputs) if dynamic_axes else []
+    dynamic = axes_of(example_inputs) if dynamic_axes else {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
         raw = Path(scratch) / "raw.onnx"
@@ -135,10 +135,10 @@ def _export_torchscript(
     example_inputs: Mapping[str, torch.Tensor],
     path: Path,
     opset: int,
-    dynamic: list[str],
+    dynamic: dict[str, dict[int, str]],
     output_names: list[str],
 ) -> None:
-    axes: dict[str, dict[int, str]] = {name: {0: BATCH_AXIS, 1: SEQUENCE_AXIS} for name in dynamic}
+    axes: dict[str, dict[int, str]] = {name: dict(dims) for name, dims in dynamic.items()}
     if dynamic:
         axes.update({name: {0: BATCH_AXIS} for name in output_names})
     torch.onnx.export(
@@ -160,7 +160,7 @@ def _export_dynamo(
     example_inputs: Mapping[str, torch.Tensor],
     path: Path,
     opset: int,
-    dynamic: list[str],
+    dynamic: dict[str, dict[int, str]],
     output_names: list[str],
 ) -> None:
     check_dynamic_sizes(example_inputs, dynamic)

@@ -19,6 +19,36 @@ if TYPE_CHECKING:       # numpy and torch are imported where used: the command l
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: the crop size and the shorter side before it when neither the user nor the export says
+DEFAULT_SIZE, DEFAULT_RESIZE = 224, 256
+
+
+def preprocessing(metadata: dict[str, str], *, size: int | None = None, resize: int | None = None,
+                  mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> dict:
+    """:func:`load_image`'s arguments: what is given, else what the export recorded (``rulegraph export``
+    writes ``rulegraph.image_size`` ``[C, H, W]`` and its image processor's ``rulegraph.image_mean`` /
+    ``rulegraph.image_std``; the image is then resized straight to the model's size), else ImageNet's."""
+    import json
+
+    def recorded(key: str):
+        try:
+            value = json.loads(metadata[key]) if key in metadata else None
+        except json.JSONDecodeError:
+            raise InputError(f"the export's {key} is not JSON: {metadata[key]!r}") from None
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)):
+            raise InputError(f"the export's {key} must be a list of numbers, got {metadata[key]!r}")
+        return value
+
+    shape = recorded("rulegraph.image_size")
+    if size is None and shape is not None:
+        if len(shape) != 3 or shape[1] != shape[2]:
+            raise InputError(f"the export takes {shape} images; give a square --size for the crop")
+        size = int(shape[1])
+        resize = size if resize is None else resize
+    size = size or DEFAULT_SIZE
+    return dict(size=size, resize=resize or DEFAULT_RESIZE,
+                mean=tuple(mean or recorded("rulegraph.image_mean") or IMAGENET_MEAN),
+                std=tuple(std or recorded("rulegraph.image_std") or IMAGENET_STD))
 
 
 def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,

@@ -58,11 +58,11 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
         check_output(path, force, option)
     if image_path is not None:
-        from ..image import load_image
+        from ..image import load_image, preprocessing
         pixels = next((i.name for i in graph.inputs if i.is_float), None)
         if pixels is None or texts:
             raise InputError("--image needs a model with a float (pixel) input, and no --text")
-        pre = dict(size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+        pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
         requests = [({**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}, None)]
     else:
         requests = requests_of(graph, model, texts, tokenizer, raw_inputs)
@@ -72,7 +72,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
     if png_path is not None:
         from ..image import write_heatmap
         e = results[0][0]
-        write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=image_mean, std=image_std,
+        write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=pre["mean"], std=pre["std"],
                       title=f"{e.rules}: {e.output}[{e.target[0]}]")
         err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"

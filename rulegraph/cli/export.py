@@ -1,4 +1,5 @@
-"""``rulegraph export``: a Hugging Face model directory → model.onnx (or model.pt2) + tokenizer.json."""
+"""``rulegraph export``: a Hugging Face model directory → model.onnx (or model.pt2) + tokenizer.json (text)
+or preprocessor_config.json (images)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +22,8 @@ from .console import err, out
               help="attention implementation to export (eager gives an explicit Softmax → MatMul)")
 @click.option("--force", is_flag=True, help="overwrite an existing export")
 def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
-    """Export a Hugging Face model directory SOURCE to OUT_DIR/model.onnx or model.pt2 (+ tokenizer.json)."""
+    """Export a Hugging Face classifier directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
+    with its tokenizer.json or preprocessor_config.json."""
     from ..exporters import export_hf, save_hf_fx
     from ..exporters.to_onnx import check_exporter_options
     try:

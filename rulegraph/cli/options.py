@@ -112,14 +112,16 @@ def image_options(f):
                      help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
         click.option("--png", "png_path", type=OUTPUT, metavar="OUT",
                      help="write the pixel heatmap as a PNG (default with --image and --html: beside the page)"),
-        click.option("--size", "image_size", type=click.IntRange(min=1), default=224, show_default=True,
-                     help="center-crop size"),
-        click.option("--resize", "image_resize", type=click.IntRange(min=1), default=256, show_default=True,
-                     help="shorter side before the crop"),
-        click.option("--mean", "image_mean", type=floats, default=IMAGENET_MEAN, show_default=True,
-                     help="per-channel mean subtracted (R G B)"),
-        click.option("--std", "image_std", type=floats, default=IMAGENET_STD, show_default=True,
-                     help="per-channel std divided by (R G B)"),
+        click.option("--size", "image_size", type=click.IntRange(min=1), default=None,
+                     help="center-crop size [default: the export's rulegraph.image_size, else 224]"),
+        click.option("--resize", "image_resize", type=click.IntRange(min=1), default=None,
+                     help="shorter side before the crop [default: the export's image size, else 256]"),
+        click.option("--mean", "image_mean", type=floats, default=None,
+                     help=f"per-channel mean subtracted (R G B) [default: the export's rulegraph.image_mean, "
+                          f"else {' '.join(map(str, IMAGENET_MEAN))}]"),
+        click.option("--std", "image_std", type=floats, default=None,
+                     help=f"per-channel std divided by (R G B) [default: the export's rulegraph.image_std, "
+                          f"else {' '.join(map(str, IMAGENET_STD))}]"),
     ]):
         f = decorator(f)
     return f

@@ -6,7 +6,7 @@ rule does to tensors depends on the pass it belongs to: a relevance rule impleme
 ``propagate(site)`` (:mod:`rulegraph.passes.relevance`), a decomposition rule
 ``decompose(site)`` (:mod:`rulegraph.passes.decomposition`). What the rule-file parser
 and the binding need is common to both and lives here: the ops a rule applies to
-(:meth:`Rule.check`), which inputs it hands something to (:meth:`Rule.carries`), and
+(:meth:`Rule.check`, and :meth:`Rule.check_graph` for params against the node's constants), which inputs it hands something to (:meth:`Rule.carries`), and
 whether it conserves on a node (:meth:`Rule.conserves`).
 """
 from __future__ import annotations
@@ -92,6 +92,12 @@ class Rule:
         """Why the rule cannot apply to this node, or ``None`` if it can."""
         if self.ops is not None and node.op not in self.ops:
             return f"it applies to {', '.join(self.ops)}"
+        return None
+
+    def check_graph(self, graph, node) -> str | None:
+        """Why the rule's params do not fit this node's constants (e.g. one bound per input channel,
+        read off a weight's shape), or ``None``; the binding asks it after :meth:`check`, so
+        ``rulegraph check`` reports it without running the model."""
         return None
 
     def carries(self, node, spec: OpSpec, tainted: Sequence[bool]) -> list[bool]:

@@ -149,6 +149,42 @@ class AttentionHead(Rule):
         return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
 
 
+@relevance_rule("gate")
+class Gate(Rule):
+    """Signal-take-all for a gated product ``z = x ⊙ g``: the rule of Arras et al. for the multiplicative
+    gates of an LSTM, ``R(gate) = 0``, ``R(signal) = R(z)`` (Arras et al. 2017, "Explaining recurrent neural
+    network predictions in sentiment analysis", WASSA workshop at EMNLP; named signal-take-all in Arras et
+    al. 2019, "Evaluating recurrent neural network explanations", BlackboxNLP workshop at ACL). The gate
+    ``g`` is held constant, a weight on the signal ``x``: ``R(x_i) = x_i g_i / z_i · R_i = R_i`` (summed over
+    broadcast positions, ``0/0 := 0`` where ``z`` vanishes), and the gate gets none.
+
+    In CNNs this covers SiLU / Swish written as ``x · σ(x)`` (Elfwing et al. 2018, "Sigmoid-weighted linear
+    units…", Neural Networks; Ramachandran et al. 2018, "Searching for activation functions", ICLR
+    workshop) and squeeze-and-excitation, ``x · σ(conv(relu(conv(pool x))))`` (Hu et al. 2018, CVPR; with a
+    hard sigmoid in MobileNetV3, Howard et al. 2019, ICCV). It is the choice the ``identity`` rule makes
+    on a fused SiLU / HardSwish (the gate held constant, as AttnLRP does for SiLU and GELU, Achtibat et
+    al. 2024, ICML), and equals Gradient×Input with the gate detached.
+    ``gate`` is the input holding the gate; the other input must carry relevance.
+    """
+
+    gate: int = param(1, NON_NEGATIVE)
+    ops: ClassVar[tuple[str, ...]] = ("Mul",)
+
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        if why is None and self.gate >= len(node.inputs):
+            return f"gate={self.gate} but the node has {len(node.inputs)} inputs"
+        if why is None and not any(self.carries(node, spec, tainted)):
+            return f"the signal (the input other than gate={self.gate}) must depend on the model's input"
+        return why
+
+    def carries(self, node, spec, tainted):
+        return [t and i != self.gate for i, t in enumerate(tainted)]
+
+    def propagate(self, site):
+        return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
+
+
 @relevance_rule("ln")
 class LayerNormRule(Rule):
     """LN rule (Ali et al. 2022, Sec. 4): hold ``α = 1/√(ε + Var[x])`` constant, so LayerNorm is

@@ -229,6 +229,16 @@ class ZBox(_ModifiedWeights):
         if any(lo > hi for lo, hi in zip(self.low, self.high)):
             raise ValueError(f"low must not exceed high, got low={self.low}, high={self.high}")
 
+    def check_graph(self, graph, node):
+        """One bound per channel must match the layer's input channels (a Conv's weight ``[out, in/group, …]``)."""
+        weight = graph.constants.get(node.inputs[1]) if node.op == "Conv" and len(node.inputs) > 1 else None
+        if len(self.low) == 1 or weight is None:
+            return None
+        channels = weight.shape[1] * int(node.attrs.get("group", 1))
+        if channels != len(self.low):
+            return f"{len(self.low)} bounds per channel (low/high) but the convolution takes {channels} input channels"
+        return None
+
     def _bound(self, values: list[float], x: Tensor) -> Tensor:
         t = torch.tensor(values, dtype=x.dtype, device=x.device)
         if len(values) > 1:

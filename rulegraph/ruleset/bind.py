@@ -67,7 +67,7 @@ class Binding:
                 self.unmatched.append(node)
                 live.update(v for v in node.inputs if v in self.tainted)
                 continue
-            why = assignment.rule.check(node, spec, tainted)
+            why = assignment.rule.check(node, spec, tainted) or assignment.rule.check_graph(graph, node)
             if why is not None:
                 self.problems.append(RuleMatchError(f"{assignment.where}: rule {assignment.rule.name!r} cannot apply "
                                                     f"to node {node.name!r} (op {node.op}): {why}"))

@@ -153,8 +153,22 @@ class Parser:
         seq = top["rules"][1]
         if not isinstance(seq, yaml.SequenceNode) or not seq.value:
             raise self.fail(seq, "`rules:` must be a non-empty list of entries (each a mapping with `rule:`)")
-        rs.entries = [self.entry(item) for item in seq.value]
+        rs.entries = self.entries(seq.value)
         return vars(rs)
+
+    def entries(self, items) -> list[Entry]:
+        """Every entry, or one error naming each entry that is wrong (entries are read independently,
+        so one run of ``rulegraph check`` lists every bad rule name, param or pattern)."""
+        entries, errors = [], []
+        for item in items:
+            try:
+                entries.append(self.entry(item))
+            except RuleFileError as exc:
+                errors.append(str(exc))
+        if errors:
+            more = f" (and {len(errors) - 1} more: {'; '.join(errors[1:])})" if len(errors) > 1 else ""
+            raise RuleFileError(errors[0] + more)
+        return entries
 
     def boundary(self, node) -> Boundary:
         if isinstance(node, yaml.ScalarNode):

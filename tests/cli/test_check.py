@@ -6,7 +6,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import rulegraph
 from rulegraph.cli import main
+from rulegraph.errors import RulegraphError
 
 GRADIENT = "rules:\n  - op: '*'\n    rule: gradient\n"
 CASES = {
@@ -55,3 +57,46 @@ def test_check_lists_every_gap_at_once(tmp_path, capsys):
     assert "2 rule(s) cannot apply" in out
     assert "r.yaml:2: rule 'softmax' cannot apply to node 'mul3'" in out
     assert "r.yaml:4: rule 'ln' cannot apply to node 'add2'" in out
+
+
+def test_check_lists_every_gap_of_a_mobilenet_at_once(tmp_path, capsys):
+    """A MobileNetV3-style export with an op that has no kernel (a HardSwish turned into Tan), under the
+    CNN rule set without its gate entries and with zB bounds for 2 channels (the image has 3): one run
+    names the op, the rule that does not fit the first convolution, and every Mul without a rule."""
+    import cnn
+    import re
+    from rulegraph.rulesets import shipped_rule_sets
+    path = cnn.onnx(cnn.build("mobilenetv3"), tmp_path / "m.onnx", cnn.image(1, 8))
+    model = onnx.load(path)
+    swish = next(n for n in model.graph.node if n.op_type == "HardSwish")
+    swish.op_type = "Tan"
+    onnx.save(model, path)
+    text = shipped_rule_sets("cnns")["epsilon-gamma-box"].read_text()
+    text = re.sub(r"  - op: Mul\n(    .*\n)+?    params: \{gate: [01]\}\n", "", text)
+    text = text.replace("params: {low: [-2.1179039, -2.0357143, -1.8044444], high: [2.2489083, 2.4285715, 2.64]}",
+                        "params: {low: [0, 0], high: [1, 1]}")
+    assert "rule: gate" not in text and "low: [0, 0]" in text
+    (tmp_path / "r.yaml").write_text(text)
+    assert main(["check", str(path), "-r", str(tmp_path / "r.yaml")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 node(s) of 1 op type(s) have no implementation" in out and f"Tan: 1 node(s), first {swish.name}" in out
+    first_conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    assert (f"rule 'zbox' cannot apply to node '{first_conv}' (op Conv): 2 bounds per channel (low/high) but the "
+            "convolution takes 3 input channels") in out
+    muls = [n.name for n in model.graph.node if n.op_type == "Mul"]
+    assert f"{len(muls)} node(s) without a rule" in out
+    assert all(f"{name} (Mul)" in out for name in muls)
+    with pytest.raises(RulegraphError):           # and explain stops too
+        rulegraph.explain(str(path), str(tmp_path / "r.yaml"), {"pixel_values": cnn.image(1, 8)})
+
+
+def test_check_names_every_bad_entry_of_a_rule_file_at_once(tmp_path, capsys):
+    model = _model(tmp_path / "m.onnx", ["Add", "Mul"])
+    (tmp_path / "r.yaml").write_text("rules:\n  - op: Conv\n    rule: gamma\n    params: {gama: 0.1}\n"
+                                     "  - op: Mul\n    rule: gate\n    params: {gate: -1}\n"
+                                     "  - op: Add\n    rule: epsilonn\n")
+    assert main(["check", str(model), "-r", str(tmp_path / "r.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "r.yaml:4: rule 'gamma' has no param 'gama'; did you mean 'gamma'?" in err
+    assert "(and 2 more: " in err and "r.yaml:7: param 'gate' of rule 'gate' must be ≥ 0, got -1" in err
+    assert "r.yaml:9: unknown rule 'epsilonn'" in err and "Traceback" not in err

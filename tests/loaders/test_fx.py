@@ -208,8 +208,24 @@ def test_unsupported_aten_op_names_node_target_and_choices() -> None:
         load_fx(ep)
     message = str(info.value)
     assert "'cumprod'" in message and "aten.cumprod.default" in message
-    assert "did you mean" in message and "valid: " in message and "aten.cumsum.default" in message
+    assert "did you mean" in message and "valid: " in message
+    suggested = message.split("did you mean ")[1].split("?")[0].split(" or ")
+    assert suggested and all(s.strip("'") in LOWERINGS for s in suggested)       # the closest lowered targets
     assert "\n" not in message
+
+
+class _Unlowered(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumprod(x, dim=1) + torch.erfinv(x.tanh()) + torch.cumprod(x, dim=0)
+
+
+def test_every_unlowered_target_is_named_at_once() -> None:
+    with pytest.raises(UnsupportedOpError) as info:
+        load_fx(torch.export.export(_Unlowered(), (torch.randn(2, 3),)))
+    message = str(info.value)
+    assert message.startswith("fx node 'cumprod': target aten.cumprod.default has no lowering")
+    assert "(nor do 1 more target(s): aten.erfinv.default (1 node(s), first 'erfinv'))" in message
+    assert "did you mean" in message and "\n" not in message
 
 
 def test_load_rejects_other_objects() -> None:
@@ -351,3 +367,68 @@ def test_advanced_indexing(pattern: str) -> None:
     module = _Index(pattern)
     g = load_fx(torch.export.export(module, (x,)))
     assert torch.equal(rulegraph.run(g, {"x": x})[g.outputs[0]], module(x))
+
+
+# -- CNN lowerings (convolution, batch norm, pooling, hard activations): the ONNX export's rules and relevance --
+
+@pytest.mark.parametrize("name", ["cnn", "resnet", "mobilenetv3"])
+def test_cnn_lowerings_explain_like_the_onnx_export(name: str, tmp_path) -> None:
+    import cnn
+    module = cnn.build(name).float()
+    x = cnn.image(2, 16)
+    g = load_fx(export_fx(module, {"input": x.float()}))           # a dynamic batch: explained with 3 images
+    onnx_graph = rulegraph.load(str(cnn.onnx(module, tmp_path / "m.onnx", x, keep_batchnorm=True)))
+    assert {"Conv", "Gemm", "GlobalAveragePool"} <= g.op_types()
+    x3 = cnn.image(3, 16, seed=4)
+    with torch.no_grad():
+        expected = module.double()(x3)
+    assert rel_err(rulegraph.run(g, {"input": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-7
+    for rules in shipped_rule_sets("cnns"):
+        ours, theirs = RuleSet.load(rules).bind(g), RuleSet.load(rules).bind(onnx_graph)
+        assert not ours.problems and not ours.unmatched
+        rules_of = lambda b: [(n.op, b.assignments[n.name].rule.describe())  # noqa: E731
+                              for n in b.reached if n.op not in ("Reshape", "Flatten", "Concat")]
+        assert rules_of(ours) == rules_of(theirs)
+        e = rulegraph.explain(g, rules, {"input": x3}, dtype=torch.float64)
+        reference = rulegraph.explain(onnx_graph, rules, {"pixel_values": x3}, dtype=torch.float64)
+        assert abs(e.audit.conservation.residual) <= 1e-10 * abs(e.audit.conservation.output_value)
+        assert not e.audit.unexpected and e.audit.conservation.breaks == 0.0
+        assert rel_err(e.boundary["input"], reference.boundary["pixel_values"]) <= 1e-6, rules
+
+
+class _Vision(torch.nn.Module):
+    """Convolution paddings, explicit pads, pooling options, ReLU6, and batch norm without affine parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = torch.nn.Conv2d(3, 4, (2, 3), padding="same", dilation=(2, 1))
+        self.valid = torch.nn.Conv2d(4, 4, 3, padding="valid", stride=2, groups=2)
+        self.line = torch.nn.Conv1d(3, 2, 3, padding=1, bias=False)
+        self.norm = torch.nn.BatchNorm2d(4, affine=False).eval()
+        self.norm.running_mean.uniform_(-0.5, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu6(self.norm(self.same(F.pad(x, (1, 0, 0, 2), value=0.5))) * 4)
+        y = F.pad(y, (1, 1, 0, 0), mode="reflect") + F.pad(y, (2, 0, 1, 1))[:, :, 1:-1]
+        a = F.avg_pool2d(y, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        m = F.max_pool2d(self.valid(y), 2, ceil_mode=True)
+        lines = self.line(x.flatten(2)).sum(-1)
+        return torch.cat([a.flatten(1), m.flatten(1), lines, F.hardsigmoid(lines)], dim=1)
+
+
+def test_vision_lowerings_match_torch() -> None:
+    torch.manual_seed(0)
+    module = _Vision().eval().double()
+    x = torch.randn(2, 3, 9, 7, dtype=torch.float64)
+    g = load_fx(export_fx(module, {"x": x}))
+    assert {"Conv", "BatchNormalization", "Clip", "AveragePool", "MaxPool", "HardSigmoid", "Pad"} <= g.op_types()
+    x3 = torch.randn(3, 3, 9, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = module(x3)
+    assert rel_err(rulegraph.run(g, {"x": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-7
+
+
+def test_adaptive_pooling_to_more_than_one_pixel_is_refused() -> None:
+    module = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2)).eval()
+    with pytest.raises(rulegraph.errors.ModelError, match="adaptive_avg_pool2d is lowered only to a 1×1 output"):
+        load_fx(export_fx(module, {"input": torch.randn(2, 3, 4, 4)}))

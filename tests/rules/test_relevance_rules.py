@@ -368,3 +368,29 @@ def test_uniform_rule_splits_a_product_of_activations_in_half():
     rel, extra, z = apply("uniform", "Mul", [a, a.flip(0)], r[:, :4], params={"epsilon": 0.1})
     close(rel[0], r[:, :4] * z / stab(z, 0.1) / 2)
     close(rel[0].sum() + rel[1].sum() + sum(extra), r[:, :4].sum())
+
+
+# -- gated products: signal-take-all (Arras et al. 2017) ------------------------------------------
+
+@pytest.mark.parametrize("signal", [False, True])
+@pytest.mark.parametrize("order", ["gate last", "gate first"])
+def test_gate_hands_all_relevance_to_the_signal(signal, order):
+    """SiLU x·σ(x) and squeeze-and-excitation x·σ(s) with s per channel: R(x) = R, the gate gets none."""
+    x, r = rand(2, 4, 3, 3), rand(2, 4, 3, 3)
+    for gate in (torch.sigmoid(x), torch.nn.functional.hardsigmoid(rand(2, 4, 1, 1))):   # SiLU, then SE
+        inputs, k = ([x, gate], 1) if order == "gate last" else ([gate, x], 0)
+        rel, extra, z = apply("gate", "Mul", inputs, r, signal=signal, params={"gate": k})
+        reference = torch.where(z == 0, 0.0, x * gate / torch.where(z == 0, 1.0, z) * r)  # x_i g_i / z_i · R_i
+        close(rel[1 - k], reference)
+        close(rel[1 - k], r)
+        assert rel[k] is None and not extra
+
+
+def test_gate_check_names_what_is_wrong():
+    from rulegraph.rules.gradient import Gate
+    node, spec = Node("n", "Mul", ("a", "b"), ("o",)), lookup("Mul")
+    assert Gate(gate=1).check(node, spec, [True, True]) is None
+    assert Gate(gate=1).conserves(node, spec, [True, True])
+    assert "gate=2 but the node has 2 inputs" in Gate(gate=2).check(node, spec, [True, True])
+    assert "must depend on the model's input" in Gate(gate=1).check(node, spec, [False, True])
+    assert "it applies to Mul" in Gate().check(Node("n", "Add", ("a", "b"), ("o",)), lookup("Add"), [True, True])

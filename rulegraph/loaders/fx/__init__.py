@@ -17,6 +17,9 @@ fx export and on an ONNX export of the same model:
   Add(float mask) | Where(bool mask, ·, −inf) [→ Where(causal, ·, −inf)] →
   Softmax → MatMul(·, v)``: the eager-attention pattern, so the attention-head rule
   (``MatMul`` whose input 0 comes from ``Softmax``) matches.
+* CNNs (``vision.py``): ``aten.conv2d`` → ``Conv``, ``batch_norm`` → ``BatchNormalization``
+  (folded by the CNN rule sets' canonizer), pooling, ``hardswish`` / ``hardsigmoid`` → ``HardSwish`` /
+  ``HardSigmoid``, ``relu6`` → ``Clip``; ``aten.silu`` → ``x · Sigmoid(x)`` as the exporters write it.
 
 Symbolic sizes: ``aten.sym_size.int(x, d)`` becomes ``Shape(x, start=d, end=d+1)``,
 a 1-element int64 tensor; Python arithmetic on SymInts becomes the matching ONNX op
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 from .builder import LOWERINGS, lowers
 # each family module fills LOWERINGS on import (in this order: the table's order)
-from . import basic, linalg, nn, elementwise, reduce, shape  # noqa: F401
+from . import basic, linalg, nn, elementwise, reduce, shape, vision  # noqa: F401
 from .program import load_fx
 
 __all__ = ["LOWERINGS", "load_fx", "lowers"]

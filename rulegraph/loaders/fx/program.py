@@ -10,9 +10,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ...errors import ModelError, UnsupportedOpError
+from ...errors import ModelError, UnsupportedOpError, choices
 from ...ir import Graph, Node, ValueInfo
-from .builder import Builder, Tensor
+from .builder import LOWERINGS, Builder, Tensor, target_name
 
 DEFAULT_OPSET = 18
 
@@ -23,8 +23,8 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
     """Lower a :func:`torch.export.export` program (or the GraphModule it wraps) to the IR.
 
     ``opset`` is the ONNX opset the lowering mirrors (18 by default; from 20 on
-    ``aten.gelu`` becomes a ``Gelu`` node). Raises :class:`UnsupportedOpError` for an
-    fx target without a lowering and :class:`ModelError` for programs it cannot read.
+    ``aten.gelu`` becomes a ``Gelu`` node). Raises :class:`UnsupportedOpError` naming every
+    fx target without a lowering at once, and :class:`ModelError` for programs it cannot read.
     """
     if isinstance(program, torch.export.ExportedProgram):
         gm, signature = program.graph_module, program.graph_signature
@@ -35,6 +35,7 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
     else:
         raise ModelError(f"load_fx takes a torch.export.ExportedProgram or an fx GraphModule, "
                          f"not a {type(program).__name__}")
+    _refuse_unlowered(gm)
     b = Builder(opset)
     outputs: list[str] = []
     inputs: list[ValueInfo] = []
@@ -74,6 +75,22 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
     used = {v for node in nodes for v in node.inputs} | set(outputs)
     constants = {k: v for k, v in b.constants.items() if k in used}
     return Graph(nodes, inputs, outputs, constants, opset=opset, name=b.root_name, source=source)
+
+
+def _refuse_unlowered(gm: fx.GraphModule) -> None:
+    """One error for every aten target the program calls that has no lowering: the first with its
+    node and the closest lowered targets, the others with their node count and first node."""
+    missing: dict[str, list[str]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and target_name(n.target) not in LOWERINGS:
+            missing.setdefault(target_name(n.target), []).append(n.name)
+    if not missing:
+        return
+    (first, names), *others = missing.items()
+    more = "; ".join(f"{t} ({len(ns)} node(s), first {ns[0]!r})" for t, ns in others)
+    also = f" (nor do {len(others)} more target(s): {more})" if others else ""
+    raise UnsupportedOpError(f"fx node {names[0]!r}: target {first} has no lowering in rulegraph's fx loader{also}; "
+                             f"{choices(LOWERINGS, first)}")
 
 
 def _program_tensor(program, target: str, name: str) -> Tensor:

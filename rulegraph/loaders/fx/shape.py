@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from ...errors import UnsupportedOpError
-from .builder import INT64, INT64_MAX, Builder, Tensor, _axis, fx_dtype, fx_val, lowers, out_dtype, rank
+from ...errors import ModelError, UnsupportedOpError
+from .builder import INT64, INT64_MAX, Builder, Tensor, _axis, _static, fx_dtype, fx_val, lowers, out_dtype, rank
 
 
 # -- shapes and routing ---------------------------------------------------------------------------------
@@ -278,3 +278,24 @@ def _arange(b: Builder, n: fx.Node, a: dict) -> str:
     if not any(isinstance(v, fx.Node) for v in (start, end, step)):
         return _named_const(b, torch.arange(start, end, step, dtype=dtype))
     return b.emit("Range", [b.int0(start, "start", dtype), b.int0(end, "limit", dtype), b.int0(step, "delta", dtype)])
+
+
+#: torch's padding modes → ONNX Pad's
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+@lowers("aten.pad.default", "aten.constant_pad_nd.default")
+def _pad(b: Builder, n: fx.Node, a: dict) -> str:
+    """``Pad``: torch lists (begin, end) pairs from the last axis backwards; ONNX all begins, then all ends."""
+    x = a.get("input", a.get("self"))
+    r, pad = rank(x), [_static(b, p, "pad") for p in a["pad"]]
+    mode = a.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise ModelError(f"fx node {n.name!r}: unknown padding mode {mode!r}")
+    pads = [0] * (2 * r)
+    for i in range(len(pad) // 2):
+        pads[r - 1 - i], pads[2 * r - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    inputs = [b.value(x), b.ints(pads, "pads")]
+    if mode == "constant":      # the fill value as an input, as the exporters write it: it absorbs what lands on the pad
+        inputs.append(b.tensor(float(a.get("value") or 0.0), fx_dtype(x), "value"))
+    return b.emit("Pad", inputs, mode=PAD_MODES[mode])
