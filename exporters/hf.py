@@ -1,9 +1,14 @@
-"""Load Hugging Face sequence classifiers and export them to ONNX or torch.fx.
+"""Load Hugging Face sequence classifiers and causal language models and export them to ONNX or torch.fx.
 
 A Hugging Face model directory (as written by ``save_pretrained``) holds
 ``config.json``, the weights and, for export, the fast tokenizer's
 ``tokenizer.json``. :func:`export_hf` turns it into ``model.onnx`` plus a copy of
-``tokenizer.json``, with the labels and maximum length in the ONNX metadata.
+``tokenizer.json``, with the task, labels and maximum length in the ONNX metadata.
+
+What a directory holds is read from ``config.architectures`` (:data:`TASKS`): a
+``*ForSequenceClassification`` gives ``logits`` ``[batch, classes]``; a decoder-only
+``*ForCausalLM`` / ``*LMHeadModel`` (GPT-2, Llama, Qwen2, Mistral…) gives the LM head's
+``logits`` ``[batch, positions, vocab]``, which ``rulegraph explain --generate`` explains step by step.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Iterator, Mapping
 import torch
 
 from ..loaders import FX_METADATA
+from ..registry import Registry
 from .to_fx import export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -37,6 +43,25 @@ LABELS_KEY = "rulegraph.labels"
 MAX_LENGTH_KEY = "rulegraph.max_length"
 MODEL_TYPE_KEY = "rulegraph.model_type"
 SOURCE_KEY = "rulegraph.source"
+TASK_KEY = "rulegraph.task"
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a Hugging Face directory holds: the transformers ``Auto*`` class that loads it, and the
+    endings of ``config.architectures`` names that mark it."""
+
+    name: str
+    auto_class: str
+    architectures: tuple[str, ...]
+
+
+#: The tasks :func:`load_hf` loads, by name; the first whose endings match ``config.architectures``
+#: is taken, and a config naming none is read as a sequence classifier.
+TASKS: Registry[Task] = Registry("task")
+TASKS.add("sequence-classification", Task("sequence-classification", "AutoModelForSequenceClassification",
+                                          ("ForSequenceClassification",)))
+TASKS.add("causal-lm", Task("causal-lm", "AutoModelForCausalLM", ("ForCausalLM", "LMHeadModel")))
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,7 @@ class HFInfo:
         vocab_size: the size of the token vocabulary.
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
+        task: the :data:`TASKS` name (``sequence-classification`` or ``causal-lm``).
     """
 
     model_type: str
@@ -62,14 +88,13 @@ class HFInfo:
     vocab_size: int
     pad_token_id: int | None
     source: str
+    task: str = "sequence-classification"
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
-        props = {
-            LABELS_KEY: json.dumps(list(self.labels)),
-            MODEL_TYPE_KEY: self.model_type,
-            SOURCE_KEY: self.source,
-        }
+        props = {MODEL_TYPE_KEY: self.model_type, SOURCE_KEY: self.source, TASK_KEY: self.task}
+        if self.labels:
+            props[LABELS_KEY] = json.dumps(list(self.labels))
         if self.max_length is not None:
             props[MAX_LENGTH_KEY] = str(self.max_length)
         return props
@@ -95,7 +120,8 @@ class HFInfo:
 
 
 class HFClassifier(torch.nn.Module):
-    """A Hugging Face sequence classifier as ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
+    """A Hugging Face model (a sequence classifier or a causal LM) as
+    ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
 
     Inputs are passed on by keyword, ``use_cache=False`` is passed when the model
     takes it (GPT-2 style), and only the ``logits`` tensor is returned, so the module
@@ -114,7 +140,7 @@ class HFClassifier(torch.nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Return the classification logits, shape ``(batch, num_labels)``."""
+        """Return the logits: ``(batch, num_labels)`` for a classifier, ``(batch, positions, vocab)`` for a causal LM."""
         kwargs: dict[str, object] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
@@ -128,38 +154,51 @@ def load_hf(
     *,
     attention: str = "eager",
     num_labels: int | None = None,
+    task: str | None = None,
 ) -> tuple[HFClassifier, HFInfo]:
-    """Load a sequence classifier from a Hugging Face model directory, in eval mode.
+    """Load a sequence classifier or a causal LM from a Hugging Face model directory, in eval mode.
 
     Args:
         model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
         attention: ``"eager"`` (explicit Softmax/MatMul; the default) or ``"sdpa"``.
         num_labels: override the number of classes; a head of a different size is
             newly initialised by transformers.
+        task: a :data:`TASKS` name; default: read from ``config.architectures``.
 
     Raises:
         FileNotFoundError: the directory or its ``config.json`` is missing.
-        ValueError: unknown attention, or the model type has no sequence-classification head.
+        ValueError: unknown attention or task, or the model type has no head for the task.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    import transformers
+    from transformers import AutoConfig
 
     model_dir = _check_model_dir(model_dir)
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+    if task is not None and task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
     overrides = {} if num_labels is None else {"num_labels": num_labels}
     config = AutoConfig.from_pretrained(model_dir, **overrides)
+    chosen = TASKS.get(task) if task is not None else task_of(config)
     try:
         with _no_progress_bars():
-            model = AutoModelForSequenceClassification.from_pretrained(
+            model = getattr(transformers, chosen.auto_class).from_pretrained(
                 model_dir, config=config, attn_implementation=attention
             )
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
         raise ValueError(
-            f"model type {config.model_type!r} in {model_dir} has no sequence-classification head in transformers"
+            f"model type {config.model_type!r} in {model_dir} has no {chosen.name} head in transformers"
         ) from None
-    return HFClassifier(model).eval(), _info(model, model_dir)
+    return HFClassifier(model).eval(), _info(model, model_dir, chosen.name)
+
+
+def task_of(config: object) -> Task:
+    """The :data:`TASKS` entry whose architecture endings match ``config.architectures`` (default: a classifier)."""
+    names = getattr(config, "architectures", None) or []
+    found = next((t for _, t in TASKS.items() for a in names if a.endswith(t.architectures)), None)
+    return found or TASKS.get("sequence-classification")
 
 
 def export_hf(
@@ -274,10 +313,11 @@ def _check_model_dir(model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
-    """Read labels, maximum length and input names from a loaded model's config."""
+def _info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
+    """Read labels (classifiers only), maximum length and input names from a loaded model's config."""
     config = model.config
-    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
+    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels)) \
+        if task == "sequence-classification" else ()
     inputs = ("input_ids", "attention_mask")
     forward_params = inspect.signature(model.forward).parameters
     if getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params:
@@ -290,6 +330,7 @@ def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
         vocab_size=config.vocab_size,
         pad_token_id=config.pad_token_id,
         source=str(model_dir),
+        task=task,
     )
 
 
