@@ -73,6 +73,13 @@ def tokenizer() -> Tokenizer:
     return tok
 
 
+def lm_tokenizer() -> Tokenizer:
+    """Word-level tokenizer over :data:`VOCAB` adding no special tokens (GPT-2 style), for language models."""
+    tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
 def token_inputs(names=("input_ids", "attention_mask", "token_type_ids"), *, batch: int = 1, length: int = 9,
                  pad_id: int = 0, pad: int = 0, seed: int = 1) -> dict[str, torch.Tensor]:
     """Random token ids (the last ``pad`` positions of item 0 padded), as torch tensors."""
