@@ -207,6 +207,17 @@ CASES = [
     ("json-device", [*E, "-r", "gi", *T, "--json", "/dev/full"], "is not a regular file"),
     ("html-readonly", [*E, "-r", "gi", *T, "--html", "{dir}/readonly/e.html"], "cannot write there"),
     ("png-without-image", [*E, "-r", "gi", *T, "--png", "{dir}/e.png"], "--png writes an image heatmap"),
+    # generation (the model here is a classifier)
+    ("generate-zero", [*E, "-r", "gi", *T, "--generate", "0"], "--generate must be an integer ≥ 1 (got 0)"),
+    ("generate-classifier", [*E, "-r", "gi", *T, "--generate", "2"],
+     "generation needs a language model whose output 'logits' is [batch, positions, vocab]"),
+    ("generate-and-continuation", [*E, "-r", "gi", *T, "--generate", "2", "--continuation", "w1"], "not both"),
+    ("generate-target", [*E, "-r", "gi", *T, "--generate", "2", "--target", "1"], "--target does not apply"),
+    ("generate-two-prompts", [*E, "-r", "gi", *T, *T, "--generate", "2"], "takes one prompt"),
+    ("generate-png-exists", [*E, "-r", "gi", *T, "--generate", "2", "--png", "{dir}/existing.json"],
+     "exists; pass --force"),
+    ("batch-without-continuation", [*E, "-r", "gi", *T, "--batch", "4"], "--batch applies to --continuation"),
+    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image does not apply"),
     ("audit-json-exists", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}/existing.json"], "exists; pass --force"),
     ("audit-json-directory", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}"], "is a directory"),
     # options
