@@ -223,6 +223,12 @@ def select(out: Tensor, target, position, contrast=None,
                              f"(0…{out.shape[1] - 1})")
         position = positions[0] if position is None or _is_index(position) else positions
         picked = out[torch.arange(batch), positions]
+    elif position is not None:
+        raise InputError(f"position {position} was given, but the output (shape {tuple(shape)}) has no positions; "
+                         "it applies to [batch, positions, classes] outputs")
+    elif out.dim() != 2:
+        raise InputError(f"cannot pick a target in an output of shape {tuple(out.shape)}; "
+                         "expected [batch, classes] or [batch, positions, classes]")
     classes = picked.shape[-1]
     if target is None:
         targets = picked.argmax(-1).tolist()
