@@ -179,6 +179,13 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     if probe.dim() != 3 or probe.shape[1] != 2:
         raise InputError(f"generation needs a language model whose output {output!r} is [batch, positions, vocab]; "
                          f"this model's is {list(probe.shape)} for 2 tokens (a classifier?)")
+    rows = plan.limits.ids.get("input_ids", (probe.shape[-1], ""))[0]
+    if probe.shape[-1] != rows:
+        raise InputError(f"generation needs a language-model head: the output {output!r} has {probe.shape[-1]} "
+                         f"scores per position but the token embedding has {rows} rows (a token classifier?)")
+    if not torch.equal(plan.run(_feeds(graph, [0, 1]))[output][:, 0], probe[:, 0]):
+        raise InputError("generation needs a causal model: its output at position 0 changed with the token at "
+                         "position 1 (a bidirectional model, such as a masked LM?)")
     limit = plan.limits.positions
     if limit is not None and len(prompt) + n - 1 > limit[0]:
         raise InputError(f"the prompt has {len(prompt)} tokens and {n} generated tokens need {len(prompt) + n - 1} "

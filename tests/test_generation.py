@@ -121,3 +121,15 @@ def test_bad_arguments_are_refused(causal_lm, kwargs, message):
 def test_a_classifier_is_refused(bert_onnx):
     with pytest.raises(InputError, match=r"needs a language model whose output 'logits' is \[batch, positions, vocab\]"):
         rulegraph.generate(bert_onnx, "gi", text="w1 w2", steps=2)
+
+
+def test_a_bidirectional_model_is_refused(tmp_path):
+    """A masked LM has [batch, positions, vocab] logits too, but position 0 sees position 1."""
+    from transformers import BertConfig, BertForMaskedLM
+    torch.manual_seed(0)
+    module = BertForMaskedLM(BertConfig(vocab_size=len(tiny.VOCAB), hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+    path = tiny.onnx(module.eval(), tmp_path / "mlm.onnx")
+    tiny.lm_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(InputError, match="needs a causal model"):
+        rulegraph.generate(path, "gi", text=PROMPT, steps=2)

@@ -41,6 +41,10 @@ def explain_generation(graph, model, rules, method, method_option, texts, tokeni
         if value is not None:
             raise InputError(f"{option} does not apply with --generate/--continuation: each step explains the "
                              "token it generated, at its own position")
+    given = [o for o in ("groups", "alpha", "lambda_", "variant") if opts.get(o) is not None]
+    if given:
+        raise InputError(f"--{given[0].rstrip('_')} does not apply with --generate/--continuation (the rule file's "
+                         "settings are used)")
     if steps is not None and continuation is not None:
         raise InputError("give --generate N or --continuation TEXT, not both")
     if len(texts) > 1:
