@@ -55,3 +55,16 @@ def test_a_classifier_directory_still_exports_as_a_classifier(tmp_path):
     assert main(["export", str(tmp_path / "hf"), str(tmp_path / "out")]) == 0
     meta = read_metadata(tmp_path / "out" / "model.onnx")
     assert meta["rulegraph.task"] == "sequence-classification" and meta["rulegraph.labels"]
+
+
+@pytest.mark.parametrize("flags, name", [(["--exporter", "dynamo"], "model.onnx"), (["--format", "fx"], "model.pt2")])
+def test_the_other_exporters_generate_the_same(flags, name, tmp_path):
+    """The dynamo ONNX export and the torch.export program of a Llama-style LM give the same greedy
+    tokens and scores as the TorchScript export."""
+    tiny.save_causal_lm("llama", tmp_path / "hf")
+    assert main(["export", str(tmp_path / "hf"), str(tmp_path / "ts")]) == 0
+    assert main(["export", str(tmp_path / "hf"), str(tmp_path / "other"), *flags]) == 0
+    runs = [rulegraph.generate(tmp_path / folder / file, "attnlrp", text="w1 w2 w3", steps=3, dtype=torch.float64)
+            for folder, file in (("ts", "model.onnx"), ("other", name))]
+    assert [s.token for s in runs[0].steps] == [s.token for s in runs[1].steps]
+    assert (runs[0].matrix - runs[1].matrix).nan_to_num().abs().max() < 1e-6
