@@ -169,34 +169,44 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     ensure_model()
     tokens_file = CACHE / f"tokens-{args.prompt}.json"
-    # the first greedy run's tokens are the continuation the batched variant explains
-    variants = sorted(args.variants, key=lambda v: VARIANTS[v][3] is not None)
-    runs: dict[str, list[dict]] = {v: [] for v in variants}
-    for r in range(args.rounds):
-        for v in variants:
-            runs[v].append(spawn(v, args.prompt, args.steps, tokens_file))
-            if r == 0 and v == variants[0]:
-                tokens_file.write_text(json.dumps(runs[v][0]["tokens"]))
-            print(f"round {r + 1} {v}: {sum(runs[v][-1]['times']):.1f} s", file=sys.stderr, flush=True)
-    first = runs[variants[0]][0]
-    agree = {v: all(run["tokens"] == first["tokens"] for run in rs) for v, rs in runs.items()}
-    long_runs = {}
     long_tokens = CACHE / f"tokens-{args.long}.json"
     long_tokens.write_text("[]")
-    for v in ("rg-lrp", "hf-gi"):
-        if args.long and v in args.variants:
-            long_runs[v] = spawn(v, args.long, args.long_steps, long_tokens)
-            print(f"long {v}: {sum(long_runs[v]['times']):.1f} s", file=sys.stderr, flush=True)
+    # the first greedy run's tokens are the continuation the batched variant explains, so greedy runs come
+    # first in each round; the long runs follow the first round, so a slow machine still measures them
+    variants = sorted(args.variants, key=lambda v: VARIANTS[v][3] is not None)
+    jobs = [(r, v, args.prompt, args.steps) for r in range(args.rounds) for v in variants]
+    if args.long:
+        long_jobs = [(0, v, args.long, args.long_steps) for v in ("rg-lrp", "hf-gi") if v in variants]
+        at = next((i for i, j in enumerate(jobs) if VARIANTS[j[1]][3] is not None), len(variants))
+        jobs[at:at] = long_jobs
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    long_runs: dict[str, dict] = {}
+    for r, v, length, steps in jobs:
+        run = spawn(v, length, steps, tokens_file if length == args.prompt else long_tokens)
+        if length == args.prompt:
+            runs[v].append(run)
+            if not tokens_file.exists() or (r == 0 and v == variants[0]):
+                tokens_file.write_text(json.dumps(run["tokens"]))
+        else:
+            long_runs[v] = run
+        print(f"round {r + 1} {v} at {length}: {sum(run['times']):.1f} s", file=sys.stderr, flush=True)
+        report(args, runs, long_runs, started)
+    return 0
 
+
+def report(args, runs: dict[str, list[dict]], long_runs: dict[str, dict], started: float) -> None:
+    """Write the results file from the runs so far (rewritten after every run)."""
     import onnxruntime
     import torch
+    done = {v: rs for v, rs in runs.items() if rs}
+    first = next(iter(done.values()))[0] if done else None
     lines = [f"# explaining generation — GPT-2-small-size random-weight LM (12 layers, 768 wide, 12 heads, vocabulary "
              f"{VOCAB}), float32, batch 1",
              "",
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {cpu_name()} · 1 torch thread · "
              f"CPU affinity {sorted(os.sched_getaffinity(0))} · torch {torch.__version__} · onnxruntime "
-             f"{onnxruntime.__version__} · {args.rounds} rounds, variants interleaved, each run in its own process · "
-             f"whole benchmark {(time.perf_counter() - started) / 60:.1f} min",
+             f"{onnxruntime.__version__} · {args.rounds} round(s), variants interleaved, each run in its own process · "
+             f"benchmark so far {(time.perf_counter() - started) / 60:.1f} min",
              ""]
     if args.note:
         lines += [args.note, ""]
@@ -204,35 +214,38 @@ def main(argv=None) -> int:
               "| variant | per step (median) | per step (min–max) | run total (median over rounds) | setup | "
               "peak RSS | RSS after setup | same tokens as greedy | max relative residual |",
               "|---|---:|---:|---:|---:|---:|---:|:-:|---:|"]
-    for v, rs in runs.items():
+    for v, rs in done.items():
         per_step = [t for run in rs for t in run["times"]]
         total = statistics.median(sum(run["times"]) for run in rs)
         residual = max((run["max_relative_residual"] for run in rs if run["max_relative_residual"] is not None),
                        default=None)
+        agree = all(run["tokens"] == first["tokens"] for run in rs)
         lines.append(f"| {VARIANTS[v][0]} | {statistics.median(per_step):.2f} s | {min(per_step):.2f}–"
                      f"{max(per_step):.2f} s | {total:.1f} s | {statistics.median(r['setup'] for r in rs):.1f} s | "
                      f"{max(r['peak_rss_mib'] for r in rs) / 1024:.2f} GiB | "
-                     f"{max(r['rss_loaded_mib'] for r in rs) / 1024:.2f} GiB | {'yes' if agree[v] else 'NO'} | "
+                     f"{max(r['rss_loaded_mib'] for r in rs) / 1024:.2f} GiB | {'yes' if agree else 'NO'} | "
                      f"{'—' if residual is None else f'{residual:.1e}'} |")
-    if "rg-lrp" in runs and "hf-gi" in runs:
-        ratio = statistics.median(t for r in runs["rg-lrp"] for t in r["times"]) / \
-            statistics.median(t for r in runs["hf-gi"] for t in r["times"])
+    if "rg-lrp" in done and "hf-gi" in done:
+        ratio = statistics.median(t for r in done["rg-lrp"] for t in r["times"]) / \
+            statistics.median(t for r in done["hf-gi"] for t in r["times"])
         lines += ["", f"rulegraph lrp-ah-ln (with the audit) / torch autograd GI, per step: **{ratio:.2f}×**"]
     if long_runs:
-        lines += ["", f"## {args.long}-token prompt, {args.long_steps} generated tokens (fewer steps: one run to show "
-                      "the memory it takes)", "",
-                  "| variant | per step (median) | peak RSS | RSS after setup |", "|---|---:|---:|---:|"]
+        lines += ["", f"## {args.long}-token prompt, {args.long_steps} generated tokens (fewer steps than above: one "
+                      "run, to show the memory it takes)", "",
+                  "| variant | per step (median) | peak RSS | RSS after setup | max relative residual |",
+                  "|---|---:|---:|---:|---:|"]
         for v, run in long_runs.items():
+            residual = run["max_relative_residual"]
             lines.append(f"| {VARIANTS[v][0]} | {statistics.median(run['times']):.1f} s | "
-                         f"{run['peak_rss_mib'] / 1024:.2f} GiB | {run['rss_loaded_mib'] / 1024:.2f} GiB |")
+                         f"{run['peak_rss_mib'] / 1024:.2f} GiB | {run['rss_loaded_mib'] / 1024:.2f} GiB | "
+                         f"{'—' if residual is None else f'{residual:.1e}'} |")
     lines += ["", "Each rulegraph step is one forward on the prefix (its argmax is the next token) and one relevance "
                   "walk; the continuation variant explains the same tokens on the full sequence, four steps per "
                   "call (four copies of the sequence in a batch). The HF loop computes logits at every position, as "
-                  "the module does by default; so does the exported graph.", ""]
+                  "the module does by default; so does the exported graph. Peak RSS is the process's VmHWM (model "
+                  "and weights included).", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":
