@@ -1,13 +1,17 @@
-"""Load Hugging Face classifiers and export them to ONNX or torch.fx.
+"""Load Hugging Face models and export them to ONNX or torch.fx.
 
 A Hugging Face model directory (as written by ``save_pretrained``) holds
 ``config.json`` and the weights, and beside them what turns raw input into the model's:
-a text classifier's fast tokenizer (``tokenizer.json``, needed for export), an image
-classifier's image processor (``preprocessor_config.json``, optional). Which kind a
-directory holds is a :class:`Task` of :data:`TASKS`, picked from the config: the first
-whose transformers Auto class knows the config's model type. :func:`export_hf` turns the
-directory into ``model.onnx`` plus copies of those files, with the labels (and the
-maximum length, or the image size and normalisation) in the ONNX metadata.
+the fast tokenizer (``tokenizer.json``, needed for export) of a text model, the image
+processor (``preprocessor_config.json``, optional) of an image classifier.
+
+Which head is exported is a :class:`Task` of :data:`TASKS` — sequence classification, image
+classification, causal LM, span question answering, encoder–decoder LM — each a wrapper module
+with plain named inputs and outputs. The task is the one ``config.architectures`` names (its
+endings), else the first whose transformers Auto class knows the config's model type, unless
+given. :func:`export_hf` turns the directory into ``model.onnx`` plus copies of the task's
+files, with the task, labels (classifiers) and the maximum length (or the image size and
+normalisation) in the ONNX metadata.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Callable, Iterator, Mapping
 
 import torch
 
+from ..errors import InputError
 from ..loaders import FX_METADATA
 from ..registry import Registry
 from .to_fx import export_fx
@@ -65,6 +70,7 @@ class HFInfo:
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
         task: the :data:`TASKS` entry the model was loaded as.
+        outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
     """
@@ -76,19 +82,17 @@ class HFInfo:
     vocab_size: int
     pad_token_id: int | None
     source: str
-    task: str = "text-classification"
+    task: str = "sequence-classification"
+    outputs: tuple[str, ...] = ("logits",)
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
-        props = {
-            LABELS_KEY: json.dumps(list(self.labels)),
-            MODEL_TYPE_KEY: self.model_type,
-            SOURCE_KEY: self.source,
-            TASK_KEY: self.task,
-        }
+        props = {MODEL_TYPE_KEY: self.model_type, SOURCE_KEY: self.source, TASK_KEY: self.task}
+        if self.labels:
+            props[LABELS_KEY] = json.dumps(list(self.labels))
         optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
                     IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std}
         props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
@@ -119,6 +123,8 @@ def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     inputs = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in info.input_names:
         inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
+    if "decoder_input_ids" in info.input_names:       # a target prefix of another length than the source
+        inputs["decoder_input_ids"] = ids[:, : length - 2]
     return inputs
 
 
@@ -129,7 +135,8 @@ def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
 
 
 class HFClassifier(torch.nn.Module):
-    """A Hugging Face sequence classifier as ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
+    """A Hugging Face sequence classifier or causal LM as
+    ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
 
     Inputs are passed on by keyword, ``use_cache=False`` is passed when the model
     takes it (GPT-2 style), and only the ``logits`` tensor is returned, so the module
@@ -148,7 +155,7 @@ class HFClassifier(torch.nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Return the classification logits, shape ``(batch, num_labels)``."""
+        """Return the logits: ``(batch, num_labels)`` for a classifier, ``(batch, positions, vocab)`` for a causal LM."""
         kwargs: dict[str, object] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
@@ -170,47 +177,96 @@ class HFImageClassifier(torch.nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
+class HFSeq2SeqLM(torch.nn.Module):
+    """A Hugging Face encoder–decoder LM (BART, T5, Marian…) as
+    ``forward(input_ids, attention_mask, decoder_input_ids) -> logits`` ``[batch, target, vocab]``.
+
+    The decoder's ids are a graph input (not shifted from labels inside the model), so the
+    exported graph looks up the decoder-side token embeddings from an integer input and the
+    relevance boundary reads them like the encoder's; ``use_cache=False``, only the logits.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).logits
+
+
+class HFQuestionAnswering(torch.nn.Module):
+    """A Hugging Face span-QA model (``…ForQuestionAnswering``) as
+    ``forward(input_ids, attention_mask[, token_type_ids]) -> (start_logits, end_logits)``,
+    each ``(batch, positions)``: the explained "class" of either output is a token position."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        kwargs: dict[str, object] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.model(**kwargs)
+        return out.start_logits, out.end_logits
+
+
 @dataclass(frozen=True)
 class Task:
-    """One kind of Hugging Face classifier: how it is loaded, wrapped, described and fed.
+    """One kind of Hugging Face head: how it is loaded, wrapped, described and fed.
 
     Attributes:
-        auto_class: the transformers Auto class that loads it; a directory is this task
-            when the class knows its config's model type.
-        wrapper: the module exported, taking the named inputs and returning the logits.
+        auto_class: the transformers Auto class that loads it.
+        wrapper: the module exported, taking the named inputs and returning ``outputs``.
         files: files copied beside the export when the directory has them.
         required: those of ``files`` an export cannot do without, with what each is.
-        describe: ``(model, model_dir) -> HFInfo``.
+        describe: ``(model, model_dir, task name) -> HFInfo``.
         example: ``(info, batch, length) -> example inputs`` for tracing.
+        outputs: the graph's output names.
+        architectures: endings of ``config.architectures`` names that mark the task.
+        labelled: the output's last axis is the config's classes (``id2label``).
     """
 
     auto_class: str
     wrapper: Callable[[torch.nn.Module], torch.nn.Module]
     files: tuple[str, ...]
     required: Mapping[str, str]
-    describe: Callable[[torch.nn.Module, Path], HFInfo]
+    describe: Callable[[torch.nn.Module, Path, str], HFInfo]
     example: Callable[[HFInfo, int, int], dict[str, torch.Tensor]]
+    outputs: tuple[str, ...] = ("logits",)
+    architectures: tuple[str, ...] = ()
+    labelled: bool = False
 
 
-#: The classifier kinds the exporters handle, tried in this order (the first whose Auto class knows
-#: the config wins).
-TASKS: Registry[Task] = Registry("task")
+#: task name → :class:`Task`, in the order tried; ``rulegraph export --task`` and :func:`load_hf` take these names
+TASKS: Registry[Task] = Registry("task", InputError)
 
 
 def task_of(config: object) -> str:
-    """The name of the first :data:`TASKS` entry whose Auto class knows ``config``'s model type.
+    """The task ``config.architectures`` names (the first whose endings match), else the first
+    :data:`TASKS` entry whose Auto class knows ``config``'s model type.
 
     Raises:
         ValueError: none does.
     """
     import transformers
 
+    for architecture in getattr(config, "architectures", None) or ():
+        for name in TASKS:
+            if architecture.endswith(TASKS.get(name).architectures):
+                return name
     for name in TASKS:
         if type(config) in getattr(transformers, TASKS.get(name).auto_class)._model_mapping:
             return name
     kinds = ", ".join(f"{TASKS.get(n).auto_class} ({n})" for n in TASKS)
-    raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} has no sequence-classification or "
-                     f"image-classification head in transformers (tried {kinds})")
+    raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} has no head rulegraph exports "
+                     f"(tried {kinds})")
 
 
 def load_hf(
@@ -218,49 +274,59 @@ def load_hf(
     *,
     attention: str = "eager",
     num_labels: int | None = None,
+    task: str | None = None,
 ) -> tuple[torch.nn.Module, HFInfo]:
-    """Load a classifier from a Hugging Face model directory, in eval mode, wrapped for export
-    (:class:`HFClassifier` for text, :class:`HFImageClassifier` for images; see :data:`TASKS`).
+    """Load a model from a Hugging Face model directory, in eval mode, wrapped for export by its
+    task's wrapper (see :data:`TASKS`).
 
     Args:
         model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
         attention: ``"eager"`` (explicit Softmax/MatMul; the default) or ``"sdpa"``.
         num_labels: override the number of classes; a head of a different size is
             newly initialised by transformers.
+        task: a :data:`TASKS` name; default: :func:`task_of` the config.
 
     Raises:
         FileNotFoundError: the directory or its ``config.json`` is missing.
-        ValueError: unknown attention, or the model type has no classification head in transformers.
+        ValueError: unknown attention or task, or the model type has no head for the task in transformers.
     """
     import transformers
 
     model_dir = _check_model_dir(model_dir)
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
-    config, name = _config(model_dir, num_labels)
-    task = TASKS.get(name)
-    with _no_progress_bars():
-        model = getattr(transformers, task.auto_class).from_pretrained(model_dir, config=config,
-                                                                       attn_implementation=attention)
-    return task.wrapper(model).eval(), task.describe(model, model_dir)
+    config, name = _config(model_dir, num_labels, task)
+    chosen = TASKS.get(name)
+    try:
+        with _no_progress_bars():
+            model = getattr(transformers, chosen.auto_class).from_pretrained(model_dir, config=config,
+                                                                             attn_implementation=attention)
+    except ValueError as error:
+        if "Unrecognized configuration class" not in str(error):
+            raise
+        raise ValueError(f"model type {config.model_type!r} in {model_dir} has no {name} head in transformers") from None
+    return chosen.wrapper(model).eval(), chosen.describe(model, model_dir, name)
 
 
-def _config(model_dir: Path, num_labels: int | None = None) -> tuple[object, str]:
-    """The directory's config and its task name."""
+def _config(model_dir: Path, num_labels: int | None = None, task: str | None = None) -> tuple[object, str]:
+    """The directory's config and its task name (``task`` when given)."""
     from transformers import AutoConfig
 
+    if task is not None and task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
     overrides = {} if num_labels is None else {"num_labels": num_labels}
     config = AutoConfig.from_pretrained(model_dir, **overrides)
     try:
-        return config, task_of(config)
+        return config, task or task_of(config)
     except ValueError as error:
         raise ValueError(f"{error}; in {model_dir}") from None
 
 
-def _companions(model_dir: Path, out_dir: Path, model_path: Path, overwrite: bool) -> dict[Path, Path]:
+def _companions(model_dir: Path, out_dir: Path, model_path: Path, overwrite: bool,
+                task: str | None = None) -> dict[Path, Path]:
     """The files of the directory's task to copy beside an export (source → copy); refuses a
     missing required one, and (without ``overwrite``) an export or copy that would replace a file."""
-    task = TASKS.get(_config(model_dir)[1])
+    task = TASKS.get(_config(model_dir, task=task)[1])
     for name, what in task.required.items():
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {model_dir}; save {what} there")
@@ -280,12 +346,15 @@ def export_hf(
     opset: int = 18,
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
+    task: str | None = None,
 ) -> Path:
-    """Export a Hugging Face classifier to ``out_dir/model.onnx`` next to copies of its task's files
+    """Export a Hugging Face model to ``out_dir/model.onnx`` next to copies of its task's files
     (a text classifier's ``tokenizer.json``, an image classifier's ``preprocessor_config.json``).
 
     The ONNX file has inputs named as in :attr:`HFInfo.input_names` with a dynamic
-    ``batch`` axis (and ``sequence`` for token inputs), one output ``logits``, and metadata
+    ``batch`` axis (and ``sequence`` for token inputs, ``decoder_sequence`` for a decoder's),
+    the outputs of the ``task`` (:data:`TASKS`: ``logits``, or ``start_logits`` and ``end_logits``
+    for span QA), and metadata
     ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
     ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text) or
     ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
@@ -303,14 +372,15 @@ def export_hf(
     check_exporter_options(exporter, opset)
     out_dir = Path(out_dir)
     model_path = out_dir / MODEL_FILE
-    copies = _companions(model_dir, out_dir, model_path, overwrite)
-    module, info = load_hf(model_dir, attention=attention)
+    copies = _companions(model_dir, out_dir, model_path, overwrite, task)
+    module, info = load_hf(model_dir, attention=attention, task=task)
     export_onnx(
         module,
         info.example_inputs(),
         model_path,
         exporter=exporter,
         opset=opset,
+        output_names=info.outputs,
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
     )
@@ -324,6 +394,7 @@ def export_hf_fx(
     *,
     attention: str = "eager",
     dynamic: bool = True,
+    task: str | None = None,
 ) -> tuple[torch.export.ExportedProgram, HFInfo]:
     """Capture a Hugging Face classifier as a :class:`torch.export.ExportedProgram`.
 
@@ -334,7 +405,7 @@ def export_hf_fx(
         FileNotFoundError: the directory or its ``config.json`` is missing.
         ValueError: unknown attention.
     """
-    module, info = load_hf(model_dir, attention=attention)
+    module, info = load_hf(model_dir, attention=attention, task=task)
     return export_fx(module, info.example_inputs(), dynamic=dynamic), info
 
 
@@ -344,6 +415,7 @@ def save_hf_fx(
     *,
     attention: str = "eager",
     overwrite: bool = False,
+    task: str | None = None,
 ) -> Path:
     """Capture a Hugging Face classifier with ``torch.export`` and save it as
     ``out_dir/model.pt2`` (``torch.export.save``) next to copies of its task's files.
@@ -357,10 +429,10 @@ def save_hf_fx(
     model_dir = _check_model_dir(model_dir)
     out_dir = Path(out_dir)
     model_path = out_dir / FX_FILE
-    copies = _companions(model_dir, out_dir, model_path, overwrite)
-    program, info = export_hf_fx(model_dir, attention=attention)
+    copies = _companions(model_dir, out_dir, model_path, overwrite, task)
+    program, info = export_hf_fx(model_dir, attention=attention, task=task)
     out_dir.mkdir(parents=True, exist_ok=True)
-    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": '["logits"]'}
+    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs))}
     torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
     for source, copy in copies.items():
         shutil.copyfile(source, copy)
@@ -377,21 +449,25 @@ def _check_model_dir(model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def _text_info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
-    """Read labels, maximum length and input names from a loaded text classifier's config."""
+def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
+    """Read labels (classifiers), maximum length and input names (the wrapper's, ``token_type_ids``
+    only where the model has more than one token type) from a loaded text model's config."""
     config = model.config
-    inputs = ("input_ids", "attention_mask")
+    spec = TASKS.get(task)
+    inputs = tuple(inspect.signature(spec.wrapper.forward).parameters)[1:]
     forward_params = inspect.signature(model.forward).parameters
-    if getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params:
-        inputs += ("token_type_ids",)
+    if not (getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params):
+        inputs = tuple(i for i in inputs if i != "token_type_ids")
     return HFInfo(
         model_type=config.model_type,
-        labels=_labels(config),
+        labels=_labels(config) if spec.labelled else (),
         max_length=_max_length(config),
         input_names=inputs,
         vocab_size=config.vocab_size,
         pad_token_id=config.pad_token_id,
         source=str(model_dir),
+        task=task,
+        outputs=spec.outputs,
     )
 
 
@@ -399,7 +475,7 @@ def _labels(config: object) -> tuple[str, ...]:
     return tuple(str(config.id2label[i]) for i in range(config.num_labels))
 
 
-def _image_info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
+def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """Labels and the input image's size from the config; the normalisation from the image
     processor's ``preprocessor_config.json`` when the directory has one."""
     config = model.config
@@ -420,17 +496,27 @@ def _image_info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
         vocab_size=0,
         pad_token_id=None,
         source=str(model_dir),
-        task="image-classification",
+        task=task,
         image_size=(config.num_channels, height, width),
         image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
         image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
     )
 
 
-TASKS.add("text-classification", Task("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
-                                      {TOKENIZER_FILE: "the model's fast tokenizer"}, _text_info, _token_example))
+_TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
+TASKS.add("sequence-classification", Task("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
+                                          _TOKENIZER, _text_info, _token_example,
+                                          architectures=("ForSequenceClassification",), labelled=True))
 TASKS.add("image-classification", Task("AutoModelForImageClassification", HFImageClassifier, (PREPROCESSOR_FILE,),
-                                       {}, _image_info, _image_example))
+                                       {}, _image_info, _image_example, architectures=("ForImageClassification",),
+                                       labelled=True))
+TASKS.add("causal-lm", Task("AutoModelForCausalLM", HFClassifier, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
+                            _token_example, architectures=("ForCausalLM", "LMHeadModel")))
+TASKS.add("question-answering", Task("AutoModelForQuestionAnswering", HFQuestionAnswering, (TOKENIZER_FILE,),
+                                     _TOKENIZER, _text_info, _token_example, outputs=("start_logits", "end_logits"),
+                                     architectures=("ForQuestionAnswering",)))
+TASKS.add("seq2seq-lm", Task("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
+                             _token_example, architectures=("ForConditionalGeneration", "MTModel")))
 
 
 def _max_length(config: object) -> int | None:

@@ -20,7 +20,7 @@ from typing import Any
 #: public name → the module defining it
 _PUBLIC = {
     "Explanation": "explanation", "Graph": "ir", "RuleSet": "ruleset", "RulegraphError": "errors",
-    "encode": "api", "explain": "api", "load": "loaders", "prepare": "interpreter", "run": "interpreter",
+    "encode": "api", "explain": "api", "generate": "generation", "load": "loaders", "prepare": "interpreter", "run": "interpreter",
     "shipped_rule_sets": "ruleset",
 }
 

@@ -23,7 +23,7 @@ __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = None,
             target: int | Sequence[int] | None = None, *, text: str | None = None, tokenizer: str | Path | None = None,
-            output: str | None = None, position: int | None = None, device: str = "cpu",
+            output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
             dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
             score: str = "logit", **options: Any) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a rule set.
@@ -32,7 +32,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     a :class:`~rulegraph.RuleSet` or a shipped name / YAML path. ``target``: the class index
     (one for all items, or one per item); default the argmax. ``output``: which graph output
     (default the first). ``position``: for ``[batch, positions, classes]`` outputs, the
-    position explained (default the last). ``contrast``: a class (or one per item) whose logit
+    position explained (default the last), or one per batch item (a list). ``contrast``: a class (or one per item) whose logit
     is subtracted: the explained scalar is ``z_target − z_contrast``. ``score``: ``"logit"``
     (default) or ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j``
     with p = softmax(z) held constant (relevance conserves to that; ``e.extra["logprob"]`` has

@@ -18,7 +18,7 @@ class Explanation:
     output: str                          # name of the explained graph output
     output_tensor: Tensor                # its full value (batch first)
     target: list[int]                    # explained index along the last axis, per batch item
-    position: int | None                 # explained position for sequence outputs
+    position: int | list[int] | None     # explained position for sequence outputs (or one per batch item)
     output_value: list[float]            # the explained scalar per batch item
     relevance: dict[str, Tensor]         # boundary key (input name) → per-position scores
     boundary: dict[str, Tensor]          # boundary key → full relevance tensor (e.g. batch × tokens × hidden)

@@ -34,6 +34,16 @@ def bert_sdpa_onnx(tmp_path_factory):
     return tiny.onnx(tiny.build("bert", attention="sdpa"), tmp_path_factory.mktemp("bert_sdpa") / "model.onnx")
 
 
+@pytest.fixture(scope="session", params=["gpt2", "llama"])
+def causal_lm(request, tmp_path_factory):
+    """A tiny causal LM (GPT-2, and Llama style with GQA and rotary positions) saved with
+    ``save_pretrained`` and exported by ``rulegraph export``'s exporter: (HF module, model.onnx path)."""
+    from rulegraph.exporters import export_hf
+    folder = tmp_path_factory.mktemp(f"lm_{request.param}")
+    module = tiny.save_causal_lm(request.param, folder / "hf")
+    return module, export_hf(folder / "hf", folder / "export")
+
+
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(2)

@@ -130,3 +130,21 @@ def test_methods_take_contrast_beside_a_method_score_option(lm):
     assert torch.equal(e.boundary["input_ids"], c.boundary["input_ids"]) and e.score == "logprob"
     with pytest.raises(rulegraph.errors.InputError, match="loo is a baseline"):
         explain_with(path, "loo", feeds(), A, contrast=B, position=POSITION, mode="delete")
+
+
+def test_one_position_per_batch_item_equals_separate_explanations(lm):
+    """``position=[p0, p1]``: each batch item explained at its own position (rulegraph.generate batches
+    the steps of a generation this way)."""
+    _, path = lm
+    one = feeds()
+    two = {k: v.repeat(2, 1) for k, v in one.items()}
+    both = rulegraph.explain(path, "lrp-ah-ln", two, [A, B], position=[2, 4], dtype=torch.float64)
+    assert both.position == [2, 4] and both.target == [A, B]
+    for i, (target, position) in enumerate(((A, 2), (B, 4))):
+        single = rulegraph.explain(path, "lrp-ah-ln", one, target, position=position, dtype=torch.float64)
+        assert (both.relevance["input_ids"][i] - single.relevance["input_ids"][0]).abs().max() < 1e-12
+        assert both.output_value[i] == pytest.approx(single.output_value[0], abs=1e-12)
+    with pytest.raises(rulegraph.RulegraphError, match="got 3 positions for a batch of 2"):
+        rulegraph.explain(path, "gi", two, position=[1, 2, 3])
+    with pytest.raises(rulegraph.RulegraphError, match="position 9 is out of range"):
+        rulegraph.explain(path, "gi", two, position=[1, 9])

@@ -55,6 +55,34 @@ def _roberta(attention: str) -> torch.nn.Module:
     return RobertaForSequenceClassification(config)
 
 
+def causal_lm(kind: str, *, seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny decoder-only LM with its LM head: GPT-2, or Llama / Qwen2 / Mistral style (RMSNorm,
+    rotary positions, SwiGLU, grouped-query attention: 4 query heads, 2 key/value heads). No
+    end-of-text token, so greedy generation runs for as many steps as asked."""
+    import transformers
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(vocab_size=len(VOCAB), n_embd=SIZE["hidden"], n_layer=SIZE["layers"],
+                                         n_head=SIZE["heads"], n_positions=SIZE["positions"], bos_token_id=None,
+                                         eos_token_id=None, attn_implementation="eager")
+        return transformers.GPT2LMHeadModel(config).eval()
+    name = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[kind]
+    config = getattr(transformers, f"{name}Config")(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], intermediate_size=SIZE["ffn"],
+        num_hidden_layers=SIZE["layers"], num_attention_heads=SIZE["heads"], num_key_value_heads=2,
+        max_position_embeddings=SIZE["positions"], pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        attn_implementation="eager")
+    return getattr(transformers, f"{name}ForCausalLM")(config).eval()
+
+
+def save_causal_lm(kind: str, folder: Path) -> torch.nn.Module:
+    """``causal_lm(kind)`` saved with ``save_pretrained`` into ``folder``, with an :func:`lm_tokenizer`."""
+    module = causal_lm(kind)
+    module.save_pretrained(folder)
+    lm_tokenizer().save(str(Path(folder) / "tokenizer.json"))
+    return module
+
+
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "distilbert": _distilbert, "roberta": _roberta}
 
 
@@ -70,6 +98,13 @@ def tokenizer() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok
+
+
+def lm_tokenizer() -> Tokenizer:
+    """Word-level tokenizer over :data:`VOCAB` adding no special tokens (GPT-2 style), for language models."""
+    tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
     return tok
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from ..errors import InputError
 from .console import err, out
 from .decomposition import decomposition_options
+from .generation import generation_options
 from .options import OUTPUT, image_options, input_options, method_options, model_argument, rules_option
 
 
@@ -25,10 +26,14 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
 @image_options
+@generation_options
 def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_inputs, json_path, html_path, force,
-                image_path, png_path, image_size, image_resize, image_mean, image_std, **opts):
+                image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation, batch,
+                **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
-    Give a rule set with --rules, or any method (baselines too) with --method."""
+    Give a rule set with --rules, or any method (baselines too) with --method. For a causal
+    language model, --generate N (or --continuation TEXT) explains every generated token in turn:
+    a prompt-and-prefix × generated-tokens matrix (--png draws it)."""
     from ..ruleset import RuleSet
     from ..text import TextEncoder
     from . import render
@@ -38,7 +43,15 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
     if method_option and not method:
         raise InputError("-o/--option sets options of a --method; rule sets take none")
+    if generate_n is None and continuation is None and batch != 1:
+        raise InputError("--batch applies to --continuation")
     graph = load_model(model)
+    if generate_n is not None or continuation is not None:
+        if image_path is not None:
+            raise InputError("--generate/--continuation explains a language model's text; --image does not apply")
+        from .generation import explain_generation
+        return explain_generation(graph, model, rules, method, method_option, texts, tokenizer, raw_inputs,
+                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
     opts = resolve_targets(graph, model, tokenizer, opts)
     chosen = None
     if method:
@@ -67,7 +80,8 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
     else:
         requests = requests_of(graph, model, texts, tokenizer, raw_inputs)
     if png_path is not None and image_path is None:
-        raise InputError("--png writes an image heatmap: give --image PATH")
+        raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
+                         "(give --generate N or --continuation TEXT)")
     results = run_all(graph, ruleset, requests, opts, chosen)
     if png_path is not None:
         from ..image import write_heatmap

@@ -59,7 +59,7 @@ class Forward:
     output: str                   # the explained graph output
     seed: Tensor                  # one-hot selection of the explained scalar, the output's shape
     targets: list[int]            # explained index along the last axis, per batch item
-    position: int | None          # explained position for sequence outputs
+    position: int | list[int] | None   # explained position for sequence outputs (or one per batch item)
     contrast: list[int] | None = None   # subtracted index per batch item (``contrast=``)
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
 
@@ -176,8 +176,9 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
     if isinstance(target, (str, bytes)) or not isinstance(items, (list, tuple)) or \
             not all(t is None and target is None or _is_index(t) for t in items):
         raise InputError(f"target must be a class index (int) or a list of them, one per batch item; got {target!r}")
-    if position is not None and not _is_index(position):
-        raise InputError(f"position must be an int, got {position!r}")
+    if position is not None and (isinstance(position, (str, bytes)) or not (
+            _is_index(position) or isinstance(position, (list, tuple)) and all(_is_index(p) for p in position))):
+        raise InputError(f"position must be an int or a list of them, one per batch item; got {position!r}")
     if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
         raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
@@ -189,10 +190,10 @@ def _per_item(index: Any, batch: int) -> list[int]:
     return [int(index)] * batch if _is_index(index) else [int(i) for i in index]
 
 
-def _picked(out: Tensor, position: int | None) -> Tensor:
-    """``[batch, classes]``: the output at the explained position (sequence outputs)."""
+def _picked(out: Tensor, position: int | list[int] | None) -> Tensor:
+    """``[batch, classes]``: the output at the explained position(s) (sequence outputs)."""
     out = out.unsqueeze(-1) if out.dim() == 1 else out
-    return out[:, position] if out.dim() == 3 else out
+    return out[torch.arange(out.shape[0]), _per_item(position, out.shape[0])] if out.dim() == 3 else out
 
 
 def _is_index(value: Any) -> bool:
@@ -200,8 +201,10 @@ def _is_index(value: Any) -> bool:
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
 
 
-def select(out: Tensor, target, position, contrast=None, score: str = "logit") -> tuple[Tensor, list[int], int | None]:
-    """The seed of the explained scalar per batch item, the targets and the position: one-hot at
+def select(out: Tensor, target, position, contrast=None,
+           score: str = "logit") -> tuple[Tensor, list[int], int | list[int] | None]:
+    """The seed of the explained scalar per batch item, the targets and the position (an int, or
+    for ``[batch, positions, classes]`` outputs one per batch item when a list is given): one-hot at
     the target; with ``contrast``, +1 at the target and −1 at the contrast; with
     ``score="logprob"`` (and no contrast), ``e_target − softmax`` over the classes, the
     softmax held constant (see the module docstring)."""
@@ -211,12 +214,15 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit") -
     batch = out.shape[0]
     picked = out
     if out.dim() == 3:
-        if position is None:
-            position = out.shape[1] - 1
-        if not 0 <= position < out.shape[1]:
-            raise InputError(f"position {position} is out of range; the output has {out.shape[1]} positions "
+        positions = [out.shape[1] - 1] * batch if position is None else _per_item(position, batch)
+        if len(positions) != batch:
+            raise InputError(f"got {len(positions)} positions for a batch of {batch}")
+        bad = [p for p in positions if not 0 <= p < out.shape[1]]
+        if bad:
+            raise InputError(f"position {bad[0]} is out of range; the output has {out.shape[1]} positions "
                              f"(0…{out.shape[1] - 1})")
-        picked = out[:, position]
+        position = positions[0] if position is None or _is_index(position) else positions
+        picked = out[torch.arange(batch), positions]
     elif position is not None:
         raise InputError(f"position {position} was given, but the output (shape {tuple(shape)}) has no positions; "
                          "it applies to [batch, positions, classes] outputs")
@@ -253,7 +259,7 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit") -
         seed = seed - picked.detach().softmax(-1)
     if out.dim() == 3:
         full = torch.zeros_like(out)
-        full[:, position] = seed
+        full[torch.arange(batch), positions] = seed
         seed = full
     return seed.reshape(shape), targets, position
 

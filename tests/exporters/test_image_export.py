@@ -121,11 +121,11 @@ def test_export_refuses_a_model_with_no_classification_head(tmp_path, capsys):
     from transformers import ViTMAEConfig, ViTMAEModel         # a masked autoencoder: no classifier in transformers
     ViTMAEModel(ViTMAEConfig(image_size=SIZE, patch_size=4, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                              intermediate_size=64)).save_pretrained(tmp_path / "bare")
-    with pytest.raises(ValueError, match="has no sequence-classification or image-classification head"):
+    with pytest.raises(ValueError, match="has no head rulegraph exports"):
         export_hf(tmp_path / "bare", tmp_path / "out")
     assert main(["export", str(tmp_path / "bare"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "has no sequence-classification or image-classification head" in err and "Traceback" not in err
+    assert "has no head rulegraph exports" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "fx"])
@@ -146,3 +146,21 @@ def test_explain_image_takes_size_and_normalisation_from_the_export(exported, fx
     x = load_image(picture, size=SIZE, resize=SIZE, mean=MEAN, std=STD).double()
     e = rulegraph.explain(graph, "epsilon", {"pixel_values": x}, dtype=torch.float64)
     assert json.loads(out.read_text())["output_value"] == pytest.approx(e.output_value[0], rel=1e-9)
+
+
+def test_export_of_an_efficientnet_directory_covers_and_conserves_under_the_cnn_rule_sets(tmp_path, capsys):
+    """The same command on a convolutional image classifier (EfficientNet: SiLU as x·σ(x),
+    squeeze-and-excitation), explained by every rule set that claims CNNs."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parents[1] / "rulesets"))
+    from test_cnn_families import efficientnet
+    efficientnet().model.float().save_pretrained(tmp_path / "effnet")
+    assert main(["export", str(tmp_path / "effnet"), str(tmp_path / "out")]) == 0
+    path = tmp_path / "out" / "model.onnx"
+    assert read_metadata(path)["rulegraph.task"] == "image-classification"
+    for rules in sorted(rulegraph.shipped_rule_sets("cnns")):
+        assert main(["check", str(path), "-r", rules]) == 0, capsys.readouterr().out
+        e = rulegraph.explain(str(path), rules, {"pixel_values": pixels(3).double()}, dtype=torch.float64)
+        c = e.audit.conservation
+        assert abs(c.output_value) > 1e-2 and abs(c.residual) <= 1e-10 * abs(c.output_value)
+        assert not e.audit.unexpected and c.breaks == 0.0

@@ -1,5 +1,5 @@
-"""Elementwise lowerings: unary math and activations (``tanh``, ``relu``, ``rsqrt``,
-``silu``…), arithmetic with torch's type promotion and ``alpha`` (``add``, ``sub``,
+"""Elementwise lowerings: unary math and activations (``tanh``, ``relu``, ``rsqrt``, ``silu``,
+``cos``/``sin`` of rotary embeddings…), arithmetic with torch's type promotion and ``alpha`` (``add``, ``sub``,
 ``rsub``, ``mul``, ``div`` with rounding modes, ``remainder``, ``pow``), ``maximum`` /
 ``minimum`` / ``clamp``, comparisons, logical and bitwise ops, ``where`` and
 ``masked_fill``.
@@ -25,7 +25,7 @@ def _unary(op: str):
 
 for _target, _op in {"tanh": "Tanh", "relu": "Relu", "sigmoid": "Sigmoid", "exp": "Exp", "log": "Log",
                      "sqrt": "Sqrt", "neg": "Neg", "abs": "Abs", "erf": "Erf", "floor": "Floor", "ceil": "Ceil",
-                     "reciprocal": "Reciprocal", "sign": "Sign"}.items():
+                     "reciprocal": "Reciprocal", "sign": "Sign", "cos": "Cos", "sin": "Sin"}.items():
     lowers(f"aten.{_target}.default")(_unary(_op))
 
 

@@ -1,0 +1,65 @@
+"""`rulegraph explain MODEL --generate N --text PROMPT` (and `--continuation`) on tiny causal LMs
+exported by `rulegraph export`: the terminal matrix, the JSON, HTML and PNG outputs, and a prompt
+too long for the model refused in one line."""
+from __future__ import annotations
+
+import json
+
+import matplotlib.image
+import pytest
+
+from rulegraph.cli import main
+
+PROMPT = "w1 w2 w3 w4 w5"
+
+
+def test_generate_writes_the_matrix_everywhere(causal_lm, tmp_path, capsys):
+    _, path = causal_lm
+    j, h, p = tmp_path / "g.json", tmp_path / "g.html", tmp_path / "g.png"
+    code = main(["explain", str(path), "-r", "lrp-ah-ln", "--generate", "3", "-t", PROMPT,
+                 "--json", str(j), "--html", str(h), "--png", str(p)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "generated token" in captured.out and "relevance of each row token" in captured.out
+    d = json.loads(j.read_text())
+    assert d["mode"] == "greedy" and d["rows"][:5] == PROMPT.split() and len(d["columns"]) == 3
+    assert len(d["matrix"]) == 7 and d["matrix"][6][:2] == [None, None] and d["matrix"][6][2] is not None
+    assert all(abs(s["relative_error"]) < 1e-4 for s in d["steps"])
+    assert "<table>" in h.read_text() and d["columns"][0] in h.read_text()
+    image = matplotlib.image.imread(str(p))
+    assert image.ndim == 3 and image.shape[0] > 50
+
+
+def test_continuation_batched_equals_one_by_one(causal_lm, tmp_path, capsys):
+    _, path = causal_lm
+    docs = []
+    for batch in ("1", "2"):
+        out = tmp_path / f"c{batch}.json"
+        assert main(["explain", str(path), "-r", "gi", "--continuation", "w7 w8 w9", "-t", PROMPT, "--dtype",
+                     "float64", "--batch", batch, "--json", str(out)]) == 0, capsys.readouterr().err
+        docs.append(json.loads(out.read_text()))
+    assert docs[0]["columns"] == ["w7", "w8", "w9"] and docs[0]["rows"][-2:] == ["w7", "w8"]
+    for a, b in zip(sum(docs[0]["matrix"], []), sum(docs[1]["matrix"], [])):
+        assert (a is None and b is None) or abs(a - b) < 1e-10
+
+
+def test_a_baseline_method(causal_lm, capsys):
+    _, path = causal_lm
+    assert main(["explain", str(path), "-m", "ig", "-o", "steps=4", "--generate", "2", "-t", PROMPT,
+                 "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "ig"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--generate", "61"], "the prompt has 5 tokens and 61 generated tokens need 65 positions; the model takes at "
+                           "most 64"),
+    (["--continuation", " "], "--continuation is empty"),
+    (["-m", "ig", "--score", "logprob", "--generate", "2"], "supported by rule sets; ig is a baseline"),
+])
+def test_bad_generation_input_is_one_line(causal_lm, argv, message, capsys):
+    _, path = causal_lm
+    rules = [] if "-m" in argv else ["-r", "gi"]
+    code = main(["explain", str(path), *rules, "-t", PROMPT, *argv])
+    output = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
+    assert code == 2 and "Traceback" not in output
+    assert message in output, output
