@@ -9,7 +9,7 @@
 
 Transformers is needed only for the Hugging Face functions.
 """
-from .hf import ATTENTIONS, HFClassifier, HFInfo, export_hf, export_hf_fx, load_hf, save_hf_fx
+from .hf import ATTENTIONS, HFClassifier, HFInfo, HFSeq2SeqLM, export_hf, export_hf_fx, load_hf, save_hf_fx
 from .to_fx import export_fx
 from .to_onnx import EXPORTERS, MIN_OPSET, export_onnx, read_metadata
 
@@ -19,6 +19,7 @@ __all__ = [
     "MIN_OPSET",
     "HFClassifier",
     "HFInfo",
+    "HFSeq2SeqLM",
     "export_fx",
     "export_hf",
     "export_hf_fx",

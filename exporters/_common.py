@@ -12,6 +12,8 @@ import torch
 #: Names given to the dynamic axes of 2-D integer inputs (token ids, masks).
 BATCH_AXIS = "batch"
 SEQUENCE_AXIS = "sequence"
+#: The sequence axis of a decoder's inputs (``decoder_input_ids``…), free of the source's length.
+DECODER_SEQUENCE_AXIS = "decoder_sequence"
 
 # Loggers whose warnings about tracing and export internals are noise to a user.
 _NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "torch._dynamo", "torch.fx", "torch.utils._sympy", "onnxscript")
@@ -37,6 +39,12 @@ def dynamic_input_names(example_inputs: Mapping[str, torch.Tensor]) -> list[str]
     ]
 
 
+def sequence_axis(name: str) -> str:
+    """The name of input ``name``'s sequence axis: an encoder–decoder's ``decoder_*`` inputs have
+    their own length (the target prefix), every other input shares ``sequence``."""
+    return DECODER_SEQUENCE_AXIS if name.startswith("decoder_") else SEQUENCE_AXIS
+
+
 def check_dynamic_sizes(example_inputs: Mapping[str, torch.Tensor], names: list[str]) -> None:
     """Raise ``ValueError`` if a dynamic axis has example size 0 or 1, which torch.export would fix as a constant."""
     for name in names:
@@ -53,17 +61,18 @@ def torch_export_dynamic_shapes(
 ) -> dict[str, dict[int, object] | None]:
     """``dynamic_shapes`` making axes 0 and 1 of the ``names`` inputs dynamic.
 
-    With ``named``, the axes are one shared ``Dim("batch")`` and ``Dim("sequence")``,
-    which the dynamo ONNX exporter turns into the graph's axis names (it relaxes their
-    ranges itself). Otherwise they are ``Dim.DYNAMIC``, which lets
+    With ``named``, the axes are one shared ``Dim("batch")`` and a ``Dim`` per
+    :func:`sequence_axis` name, which the dynamo ONNX exporter turns into the graph's axis
+    names (it relaxes their ranges itself). Otherwise they are ``Dim.DYNAMIC``, which lets
     :func:`torch.export.export` infer bounds such as ``sequence <= max_position_embeddings``
     instead of failing on them.
     """
-    if named:
-        batch, sequence = torch.export.Dim(BATCH_AXIS), torch.export.Dim(SEQUENCE_AXIS)
-    else:
-        batch = sequence = torch.export.Dim.DYNAMIC
-    return {name: ({0: batch, 1: sequence} if name in names else None) for name in example_inputs}
+    if not named:
+        return {name: ({0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} if name in names else None)
+                for name in example_inputs}
+    dims = {axis: torch.export.Dim(axis) for axis in (BATCH_AXIS, SEQUENCE_AXIS, DECODER_SEQUENCE_AXIS)}
+    return {name: ({0: dims[BATCH_AXIS], 1: dims[sequence_axis(name)]} if name in names else None)
+            for name in example_inputs}
 
 
 @contextlib.contextmanager

@@ -123,6 +123,27 @@ class HFClassifier(torch.nn.Module):
         return self.model(**kwargs).logits
 
 
+class HFSeq2SeqLM(torch.nn.Module):
+    """A Hugging Face encoder–decoder LM (BART, T5, Marian…) as
+    ``forward(input_ids, attention_mask, decoder_input_ids) -> logits`` ``[batch, target, vocab]``.
+
+    The decoder's ids are a graph input (not shifted from labels inside the model), so the
+    exported graph looks up the decoder-side token embeddings from an integer input and the
+    relevance boundary reads them like the encoder's; ``use_cache=False``, only the logits.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).logits
+
+
 def load_hf(
     model_dir: str | os.PathLike,
     *,

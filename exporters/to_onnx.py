@@ -11,7 +11,7 @@ import torch
 
 from ._common import (
     BATCH_AXIS,
-    SEQUENCE_AXIS,
+    sequence_axis,
     check_dynamic_sizes,
     check_example_inputs,
     dynamic_input_names,
@@ -138,7 +138,7 @@ def _export_torchscript(
     dynamic: list[str],
     output_names: list[str],
 ) -> None:
-    axes: dict[str, dict[int, str]] = {name: {0: BATCH_AXIS, 1: SEQUENCE_AXIS} for name in dynamic}
+    axes: dict[str, dict[int, str]] = {name: {0: BATCH_AXIS, 1: sequence_axis(name)} for name in dynamic}
     if dynamic:
         axes.update({name: {0: BATCH_AXIS} for name in output_names})
     torch.onnx.export(
