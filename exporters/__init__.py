@@ -4,12 +4,13 @@
   exporter) with named inputs, dynamic ``batch``/``sequence`` axes and metadata.
 * :func:`export_fx` — any module to a :class:`torch.export.ExportedProgram`.
 * :func:`load_hf`, :func:`export_hf`, :func:`export_hf_fx`, :func:`save_hf_fx` — the same
-  for a Hugging Face sequence-classifier directory, via the :class:`HFClassifier` wrapper.
+  for a Hugging Face model directory, via the wrapper of its task (:data:`TASKS`: sequence
+  classification, span question answering, encoder–decoder LM).
 * :func:`read_metadata` — the ``metadata_props`` of an ONNX file.
 
 Transformers is needed only for the Hugging Face functions.
 """
-from .hf import ATTENTIONS, HFClassifier, HFInfo, HFSeq2SeqLM, export_hf, export_hf_fx, load_hf, save_hf_fx
+from .hf import ATTENTIONS, TASKS, HFClassifier, HFInfo, HFQuestionAnswering, HFSeq2SeqLM, export_hf, export_hf_fx, load_hf, save_hf_fx
 from .to_fx import export_fx
 from .to_onnx import EXPORTERS, MIN_OPSET, export_onnx, read_metadata
 
@@ -17,8 +18,10 @@ __all__ = [
     "ATTENTIONS",
     "EXPORTERS",
     "MIN_OPSET",
+    "TASKS",
     "HFClassifier",
     "HFInfo",
+    "HFQuestionAnswering",
     "HFSeq2SeqLM",
     "export_fx",
     "export_hf",

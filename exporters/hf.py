@@ -1,9 +1,13 @@
-"""Load Hugging Face sequence classifiers and export them to ONNX or torch.fx.
+"""Load Hugging Face models and export them to ONNX or torch.fx.
 
 A Hugging Face model directory (as written by ``save_pretrained``) holds
 ``config.json``, the weights and, for export, the fast tokenizer's
 ``tokenizer.json``. :func:`export_hf` turns it into ``model.onnx`` plus a copy of
 ``tokenizer.json``, with the labels and maximum length in the ONNX metadata.
+
+Which head is exported is a *task* of :data:`TASKS` (sequence classification, span
+question answering, encoder–decoder LM): a wrapper module with plain named inputs and
+outputs. The task is read off ``config.architectures`` unless given.
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from typing import Iterator, Mapping
 
 import torch
 
+from ..errors import InputError
 from ..loaders import FX_METADATA
+from ..registry import Registry
 from .to_fx import export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -37,6 +43,7 @@ LABELS_KEY = "rulegraph.labels"
 MAX_LENGTH_KEY = "rulegraph.max_length"
 MODEL_TYPE_KEY = "rulegraph.model_type"
 SOURCE_KEY = "rulegraph.source"
+TASK_KEY = "rulegraph.task"
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class HFInfo:
         vocab_size: the size of the token vocabulary.
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
+        task: the :data:`TASKS` entry exported (default ``sequence-classification``).
+        outputs: the graph's output names.
     """
 
     model_type: str
@@ -62,6 +71,8 @@ class HFInfo:
     vocab_size: int
     pad_token_id: int | None
     source: str
+    task: str = "sequence-classification"
+    outputs: tuple[str, ...] = ("logits",)
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -69,6 +80,7 @@ class HFInfo:
             LABELS_KEY: json.dumps(list(self.labels)),
             MODEL_TYPE_KEY: self.model_type,
             SOURCE_KEY: self.source,
+            TASK_KEY: self.task,
         }
         if self.max_length is not None:
             props[MAX_LENGTH_KEY] = str(self.max_length)
@@ -91,6 +103,8 @@ class HFInfo:
         inputs = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self.input_names:
             inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
+        if "decoder_input_ids" in self.input_names:       # a target prefix of another length than the source
+            inputs["decoder_input_ids"] = ids[:, : length - 2]
         return inputs
 
 
@@ -144,43 +158,98 @@ class HFSeq2SeqLM(torch.nn.Module):
                           use_cache=False).logits
 
 
+class HFQuestionAnswering(torch.nn.Module):
+    """A Hugging Face span-QA model (``…ForQuestionAnswering``) as
+    ``forward(input_ids, attention_mask[, token_type_ids]) -> (start_logits, end_logits)``,
+    each ``(batch, positions)``: the explained "class" of either output is a token position."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        kwargs: dict[str, object] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.model(**kwargs)
+        return out.start_logits, out.end_logits
+
+
+@dataclass(frozen=True)
+class Task:
+    """One exportable Hugging Face head: the ``transformers`` Auto class that loads it, the wrapper
+    giving it plain named inputs and outputs, and the ``config.architectures`` endings naming it."""
+
+    auto: str
+    wrapper: type[torch.nn.Module]
+    outputs: tuple[str, ...]
+    architectures: tuple[str, ...]
+    labelled: bool = False          # the output's last axis is the config's classes (id2label)
+
+
+#: task name → :class:`Task`; ``rulegraph export --task`` and :func:`load_hf` take these names
+TASKS: Registry[Task] = Registry("task", InputError)
+TASKS.add("sequence-classification", Task("AutoModelForSequenceClassification", HFClassifier, ("logits",),
+                                          ("ForSequenceClassification",), labelled=True))
+TASKS.add("question-answering", Task("AutoModelForQuestionAnswering", HFQuestionAnswering,
+                                     ("start_logits", "end_logits"), ("ForQuestionAnswering",)))
+TASKS.add("seq2seq-lm", Task("AutoModelForSeq2SeqLM", HFSeq2SeqLM, ("logits",),
+                             ("ForConditionalGeneration", "MTModel")))
+DEFAULT_TASK = "sequence-classification"
+
+
+def task_of(config: object) -> str:
+    """The task ``config.architectures`` names (the first head that matches), else sequence classification."""
+    for architecture in getattr(config, "architectures", None) or ():
+        for name in TASKS:
+            if architecture.endswith(TASKS.get(name).architectures):
+                return name
+    return DEFAULT_TASK
+
+
 def load_hf(
     model_dir: str | os.PathLike,
     *,
     attention: str = "eager",
     num_labels: int | None = None,
-) -> tuple[HFClassifier, HFInfo]:
-    """Load a sequence classifier from a Hugging Face model directory, in eval mode.
+    task: str | None = None,
+) -> tuple[torch.nn.Module, HFInfo]:
+    """Load a model from a Hugging Face model directory, in eval mode, wrapped for export.
 
     Args:
         model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
         attention: ``"eager"`` (explicit Softmax/MatMul; the default) or ``"sdpa"``.
         num_labels: override the number of classes; a head of a different size is
             newly initialised by transformers.
+        task: a :data:`TASKS` name; default: the one ``config.architectures`` names.
 
     Raises:
         FileNotFoundError: the directory or its ``config.json`` is missing.
-        ValueError: unknown attention, or the model type has no sequence-classification head.
+        ValueError: unknown attention, or the model type has no head for the task.
+        InputError: unknown task.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    import transformers
+    from transformers import AutoConfig
 
     model_dir = _check_model_dir(model_dir)
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
     overrides = {} if num_labels is None else {"num_labels": num_labels}
     config = AutoConfig.from_pretrained(model_dir, **overrides)
+    task = task or task_of(config)
+    spec = TASKS.get(task)
     try:
         with _no_progress_bars():
-            model = AutoModelForSequenceClassification.from_pretrained(
+            model = getattr(transformers, spec.auto).from_pretrained(
                 model_dir, config=config, attn_implementation=attention
             )
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
-        raise ValueError(
-            f"model type {config.model_type!r} in {model_dir} has no sequence-classification head in transformers"
-        ) from None
-    return HFClassifier(model).eval(), _info(model, model_dir)
+        raise ValueError(f"model type {config.model_type!r} in {model_dir} has no {task} head in transformers") from None
+    return spec.wrapper(model).eval(), _info(model, model_dir, task)
 
 
 def export_hf(
@@ -192,13 +261,16 @@ def export_hf(
     opset: int = 18,
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
+    task: str | None = None,
 ) -> Path:
-    """Export a Hugging Face classifier to ``out_dir/model.onnx`` next to a copy of its ``tokenizer.json``.
+    """Export a Hugging Face model to ``out_dir/model.onnx`` next to a copy of its ``tokenizer.json``.
 
     The ONNX file has inputs named as in :attr:`HFInfo.input_names` with dynamic
-    ``batch`` and ``sequence`` axes, one output ``logits``, and metadata
+    ``batch`` and ``sequence`` axes (``decoder_sequence`` for a decoder's inputs), the
+    outputs of the ``task`` (:data:`TASKS`; default from ``config.architectures``: ``logits``,
+    or ``start_logits`` and ``end_logits`` for span QA), and metadata
     ``rulegraph.labels`` (JSON list), ``rulegraph.max_length``,
-    ``rulegraph.model_type``, ``rulegraph.source`` and ``rulegraph.exporter``;
+    ``rulegraph.model_type``, ``rulegraph.task``, ``rulegraph.source`` and ``rulegraph.exporter``;
     entries in ``metadata`` are added and take precedence.
 
     Returns:
@@ -219,13 +291,14 @@ def export_hf(
     if not overwrite:
         refuse_overwrite(model_path)
         refuse_overwrite(tokenizer_copy)
-    module, info = load_hf(model_dir, attention=attention)
+    module, info = load_hf(model_dir, attention=attention, task=task)
     export_onnx(
         module,
         info.example_inputs(),
         model_path,
         exporter=exporter,
         opset=opset,
+        output_names=info.outputs,
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
     )
@@ -238,6 +311,7 @@ def export_hf_fx(
     *,
     attention: str = "eager",
     dynamic: bool = True,
+    task: str | None = None,
 ) -> tuple[torch.export.ExportedProgram, HFInfo]:
     """Capture a Hugging Face classifier as a :class:`torch.export.ExportedProgram`.
 
@@ -248,7 +322,7 @@ def export_hf_fx(
         FileNotFoundError: the directory or its ``config.json`` is missing.
         ValueError: unknown attention.
     """
-    module, info = load_hf(model_dir, attention=attention)
+    module, info = load_hf(model_dir, attention=attention, task=task)
     return export_fx(module, info.example_inputs(), dynamic=dynamic), info
 
 
@@ -258,8 +332,9 @@ def save_hf_fx(
     *,
     attention: str = "eager",
     overwrite: bool = False,
+    task: str | None = None,
 ) -> Path:
-    """Capture a Hugging Face classifier with ``torch.export`` and save it as
+    """Capture a Hugging Face model with ``torch.export`` and save it as
     ``out_dir/model.pt2`` (``torch.export.save``) next to a copy of its ``tokenizer.json``.
 
     ``rulegraph.load`` reads the ``.pt2`` file back as an fx program.
@@ -277,9 +352,9 @@ def save_hf_fx(
     if not overwrite:
         refuse_overwrite(model_path)
         refuse_overwrite(tokenizer_copy)
-    program, info = export_hf_fx(model_dir, attention=attention)
+    program, info = export_hf_fx(model_dir, attention=attention, task=task)
     out_dir.mkdir(parents=True, exist_ok=True)
-    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": '["logits"]'}
+    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs))}
     torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
     shutil.copyfile(tokenizer, tokenizer_copy)
     return model_path
@@ -295,14 +370,15 @@ def _check_model_dir(model_dir: str | os.PathLike) -> Path:
     return path
 
 
-def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
+def _info(model: torch.nn.Module, model_dir: Path, task: str = DEFAULT_TASK) -> HFInfo:
     """Read labels, maximum length and input names from a loaded model's config."""
     config = model.config
-    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels))
-    inputs = ("input_ids", "attention_mask")
+    spec = TASKS.get(task)
+    labels = tuple(str(config.id2label[i]) for i in range(config.num_labels)) if spec.labelled else ()
+    inputs = tuple(inspect.signature(spec.wrapper.forward).parameters)[1:]
     forward_params = inspect.signature(model.forward).parameters
-    if getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params:
-        inputs += ("token_type_ids",)
+    if not (getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params):
+        inputs = tuple(i for i in inputs if i != "token_type_ids")
     return HFInfo(
         model_type=config.model_type,
         labels=labels,
@@ -311,6 +387,8 @@ def _info(model: torch.nn.Module, model_dir: Path) -> HFInfo:
         vocab_size=config.vocab_size,
         pad_token_id=config.pad_token_id,
         source=str(model_dir),
+        task=task,
+        outputs=spec.outputs,
     )
 
 

@@ -55,6 +55,16 @@ def _roberta(attention: str) -> torch.nn.Module:
     return RobertaForSequenceClassification(config)
 
 
+def question_answering(seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny BertForQuestionAnswering (start and end logits per token) in eval mode."""
+    from transformers import BertConfig, BertForQuestionAnswering
+    torch.manual_seed(seed)
+    return BertForQuestionAnswering(BertConfig(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"], intermediate_size=SIZE["ffn"], max_position_embeddings=SIZE["positions"],
+        pad_token_id=0, attn_implementation="eager")).eval()
+
+
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "distilbert": _distilbert, "roberta": _roberta}
 
 
@@ -69,7 +79,7 @@ def tokenizer() -> Tokenizer:
     tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(VOCAB)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     return tok
 
 

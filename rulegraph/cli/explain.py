@@ -25,7 +25,7 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
 @image_options
-def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_inputs, json_path, html_path, force,
+def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 image_path, png_path, image_size, image_resize, image_mean, image_std, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method."""
@@ -65,7 +65,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         pre = dict(size=image_size, resize=image_resize, mean=image_mean, std=image_std)
         requests = [({**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}, None)]
     else:
-        requests = requests_of(graph, model, texts, tokenizer, raw_inputs)
+        requests = requests_of(graph, model, texts, tokenizer, raw_inputs, question)
     if png_path is not None and image_path is None:
         raise InputError("--png writes an image heatmap: give --image PATH")
     results = run_all(graph, ruleset, requests, opts, chosen)
@@ -110,7 +110,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
               help="nodes to list (largest absorbed/breaks/errors)")
 @click.option("--all", "all_nodes", is_flag=True, help="list every node")
 @click.option("--force", is_flag=True, help="overwrite an existing --json file")
-def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_nodes, force, **opts):
+def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, top, all_nodes, force, **opts):
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
@@ -120,7 +120,7 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
     graph = load_model(model)
     opts = resolve_targets(graph, model, tokenizer, opts)
     ruleset = RuleSet.load(rules)
-    results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs), opts)
+    results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs, question), opts)
     flagged = False
     docs = []
     for e, enc in results:
