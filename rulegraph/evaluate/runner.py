@@ -10,6 +10,10 @@ The runner holds data only: what it has to say while running (notes, progress) g
 :class:`Listener`, which the command line (``rulegraph.cli.evaluate``) draws in the terminal;
 the terminal table is drawn there too, the Markdown table is :func:`markdown_table`.
 
+A causal LM (an output ``[batch, positions, vocabulary]``) is explained at each text's last
+token, for the next token it predicts there, one text at a time (a padded batch has no common
+last position); the metrics read the next-token logits after each perturbed sequence.
+
 Speed: each method is called once on one text before its timed calls (a warm-up: binding,
 plan preparation, sessions), so ``explained/min`` does not depend on which method runs first.
 """
@@ -151,6 +155,7 @@ class Evaluation:
         self.failed: dict[str, dict[str, Any]] = {}     # method → texts it failed on (see failures())
         self.warm: set[str] = set()             # methods called once already (untimed)
         self.warm_model = False
+        self.next_token = False                 # a causal LM: explained at each text's last token
         self.options = {}
         for name, m in self.methods.items():
             opts = dict(config.options.get(name, {}))
@@ -228,6 +233,7 @@ class Evaluation:
         if truncated:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         metrics = M.build(cfg.metrics, removal, self.settings, self.metric_protocol())
+        self.next_token = model.next_token(_tokens(examples[0]))
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch
@@ -316,10 +322,11 @@ class Evaluation:
 
     def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
         chunks, current = [], []
+        batch = 1 if self.next_token else self.config.batch
         for i in order:
             longest = examples[i].length
             if current and ((len(current) + 1) * longest > self.config.batch_tokens // 4
-                            or len(current) >= self.config.batch):
+                            or len(current) >= batch):
                 chunks.append(current)
                 current = []
             current.append(i)
@@ -349,14 +356,16 @@ class Evaluation:
             feeds["attention_mask"] = mask
         if "token_type_ids" in names:
             feeds["token_type_ids"] = types
+        position = width - 1 if self.next_token else None      # one text per call then (see _chunks)
         if method.name not in self.warm:    # one untimed call first: the timing leaves out the warm-up
             registry.explain_with(graph, method, {k: v[:1] for k, v in feeds.items()}, device=cfg.device,
                                   dtype=_dtype(cfg.dtype), special=special[:1], vocab=vocab, audit=False,
-                                  **self.options[method.name])
+                                  position=position, **self.options[method.name])
             self.warm.add(method.name)
         started = time.perf_counter()
         explanation = registry.explain_with(graph, method, feeds, device=cfg.device, dtype=_dtype(cfg.dtype),
-                                            special=special, vocab=vocab, audit=False, **self.options[method.name])
+                                            special=special, vocab=vocab, audit=False, position=position,
+                                            **self.options[method.name])
         explain_seconds = time.perf_counter() - started
         scores = None
         for r in explanation.relevance.values():
@@ -368,8 +377,7 @@ class Evaluation:
         cases = []
         for b, e in enumerate(pending):
             n = e.length
-            tokens = registry.Tokens(tuple(e.encoded.inputs["input_ids"][0].tolist()),
-                                     tuple(e.encoded.inputs["token_type_ids"][0].tolist()))
+            tokens = _tokens(e)
             cases.append(M.Case(tokens, e.encoded.special, scores[b, :n].tolist(), explanation.target[b],
                                 e.row.label, e.encoded.word_ids, e.answer))
         wanted = list(dict.fromkeys(seq for case in cases for metric in metrics for seq in metric.inputs(case)))
@@ -388,6 +396,7 @@ class Evaluation:
                 if result.curve is not None:
                     curves[metric.name] = result.curve
             out = explanation.output_tensor[b]
+            out = out if out.dim() == 1 else out[explanation.position]
             rows.append({
                 "example": e.row.index, "method": method.name, "tokens": e.length, "label": e.row.label,
                 "target": explanation.target[b], "prediction": int(out.argmax()),
@@ -428,6 +437,12 @@ class Evaluation:
         (self.out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
         plots.curves(summary, metrics, self.out / "curves.png", {n: m.reference for n, m in self.methods.items()})
         plots.conservation(summary, {n: m.additive for n, m in self.methods.items()}, self.out / "conservation.png")
+
+
+def _tokens(example: Example):
+    """The example's token sequence (ids and token types), as the metrics perturb it."""
+    return registry.Tokens(tuple(example.encoded.inputs["input_ids"][0].tolist()),
+                           tuple(example.encoded.inputs["token_type_ids"][0].tolist()))
 
 
 def machine() -> str:
