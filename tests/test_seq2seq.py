@@ -139,3 +139,22 @@ def test_bad_inputs_are_one_line_errors(exported, tmp_path):
     classifier = tiny.onnx(tiny.build("gpt2"), tmp_path / "gpt2.onnx", names=("input_ids", "attention_mask"))
     with pytest.raises(InputError, match="encoder–decoder export"):
         explain_steps(classifier, "gi", tiny.token_inputs(("input_ids", "attention_mask")))
+
+
+def test_rulegraph_export_reads_the_task_off_the_config(tmp_path):
+    """`rulegraph export` of a saved BART: task seq2seq-lm, the decoder's ids an input with its own axis."""
+    module = tiny.seq2seq("bart")
+    module.save_pretrained(tmp_path / "hf")
+    tiny.tokenizer().save(str(tmp_path / "hf" / "tokenizer.json"))
+    assert main(["export", str(tmp_path / "hf"), str(tmp_path / "out")]) == 0
+    path = tmp_path / "out" / "model.onnx"
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert {i.name: i.shape for i in session.get_inputs()} == {
+        "input_ids": ["batch", "sequence"], "attention_mask": ["batch", "sequence"],
+        "decoder_input_ids": ["batch", "decoder_sequence"]}
+    graph = rulegraph.load(path)
+    assert graph.metadata["rulegraph.task"] == "seq2seq-lm" and graph.metadata["rulegraph.labels"] == "[]"
+    feeds = tiny.seq2seq_inputs(6, 3)
+    with torch.no_grad():
+        expected = module(**feeds, use_cache=False).logits
+    torch.testing.assert_close(rulegraph.run(graph, feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
