@@ -24,9 +24,12 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
+@click.option("--steps", is_flag=True,
+              help="encoder–decoder: explain every decoder position (-i decoder_input_ids=…, the target prefix) and "
+                   "show the source-vs-prefix share per generated token; --json writes the rows × steps matrix")
 @image_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
-                image_path, png_path, image_size, image_resize, image_mean, image_std, **opts):
+                steps, image_path, png_path, image_size, image_resize, image_mean, image_std, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method."""
     from ..ruleset import RuleSet
@@ -68,6 +71,11 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = requests_of(graph, model, texts, tokenizer, raw_inputs, question)
     if png_path is not None and image_path is None:
         raise InputError("--png writes an image heatmap: give --image PATH")
+    if steps:
+        from .steps import explain_steps_cmd
+        vocab = TextEncoder.for_model(graph, model, tokenizer).tokenizer if texts or tokenizer else None
+        labels = (lambda i: vocab.id_to_token(i) or str(i)) if vocab is not None else None
+        return explain_steps_cmd(graph, ruleset, requests, opts, labels, json_path, html_path, force)
     results = run_all(graph, ruleset, requests, opts, chosen)
     if png_path is not None:
         from ..image import write_heatmap
