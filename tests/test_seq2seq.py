@@ -71,17 +71,17 @@ def test_gi_equals_autograd_gradient_times_input(exported):
 def test_every_shipped_rule_set_covers_and_conserves_at_every_step(exported, rules, capsys):
     _, _, path = exported
     assert main(["check", str(path), "-r", rules]) == 0, capsys.readouterr().out
-    steps = explain_steps(path, rules, tiny.seq2seq_inputs(7, 4), dtype=torch.float64)
-    assert steps.scores.shape == (7 + 4, 4) and steps.sources == 7
-    for t in range(4):
+    steps = explain_steps(path, rules, tiny.seq2seq_inputs(5, 3), dtype=torch.float64)
+    assert steps.scores.shape == (5 + 3, 3) and steps.sources == 5
+    for t in range(3):
         rebuilt = float(steps.scores[:, t].sum()) + steps.absorbed[t] + steps.breaks[t]
         assert abs(steps.explained[t] - rebuilt) <= 1e-10 * abs(steps.explained[t])
         assert abs(steps.residual[t]) <= 1e-10 * abs(steps.explained[t])
-        assert (steps.scores[7 + t + 1:, t] == 0).all()          # causal: the prefix after step t has none
+        assert (steps.scores[5 + t + 1:, t] == 0).all()          # causal: the prefix after step t has none
     shares = steps.shares()
     defined = ~shares.isnan().any(0)
     assert defined.all()
-    torch.testing.assert_close(shares.sum(0), torch.ones(4, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(shares.sum(0), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
     assert ((shares >= 0) & (shares <= 1)).all()
 
 
