@@ -18,7 +18,9 @@ from rulegraph.cli import main
 from rulegraph.errors import InputError
 from rulegraph.seq2seq import Steps, explain_steps, greedy
 
-CASES = [("bart", "torchscript"), ("t5", "torchscript"), ("marian", "torchscript"), ("t5", "dynamo")]
+# T5's torch.export program keeps an in-place add (aten.add_) the fx loader does not lower: ONNX only
+CASES = [("bart", "torchscript"), ("t5", "torchscript"), ("marian", "torchscript"), ("t5", "dynamo"),
+         ("marian", "torch.export")]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
@@ -32,10 +34,12 @@ def exported(request, tmp_path_factory):
 def test_forward_equals_onnxruntime_and_the_module(exported):
     _, module, path = exported
     feeds = tiny.seq2seq_inputs(7, 4)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    reference = session.run(None, {k: v.numpy() for k, v in feeds.items()})[0]
-    got = rulegraph.run(rulegraph.load(path), feeds)["logits"]
-    np.testing.assert_allclose(got.numpy(), reference, rtol=1e-4, atol=1e-5)
+    graph = rulegraph.load(path)
+    got = rulegraph.run(graph, feeds)[graph.outputs[0]]
+    if path.suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        reference = session.run(None, {k: v.numpy() for k, v in feeds.items()})[0]
+        np.testing.assert_allclose(got.numpy(), reference, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         expected = module(**feeds, use_cache=False).logits
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)

@@ -152,9 +152,15 @@ def seq2seq_inputs(source: int = 7, target: int = 4, *, batch: int = 1, seed: in
 
 
 def seq2seq_onnx(module: torch.nn.Module, path: Path, *, exporter: str = "torchscript") -> Path:
-    """Export a tiny encoder–decoder LM with the project's exporter (the decoder's ids a graph input)."""
-    from rulegraph.exporters import HFSeq2SeqLM, export_onnx
+    """Export a tiny encoder–decoder LM with the project's exporter (the decoder's ids a graph input):
+    ONNX with ``exporter`` torchscript or dynamo, or with ``torch.export`` a ``.pt2`` program beside ``path``."""
+    from rulegraph.exporters import HFSeq2SeqLM, export_fx, export_onnx
     example = seq2seq_inputs(8, 5, batch=2, seed=0)
     example["attention_mask"][1, 6:] = 0
+    if exporter == "torch.export":
+        program = export_fx(HFSeq2SeqLM(module), example)
+        path = Path(path).with_suffix(".pt2")
+        torch.export.save(program, str(path))
+        return path
     return export_onnx(HFSeq2SeqLM(module), example, path, exporter=exporter, overwrite=True,
                        metadata={"rulegraph.max_length": "64"})
