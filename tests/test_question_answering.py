@@ -120,7 +120,7 @@ def test_precision_at_k_through_evaluate(qa, tmp_path, suffix):
         data.write_text("".join(json.dumps({"question": q, "context": c, "answer": a}) + "\n" for q, c, a in ROWS))
     out = tmp_path / "run"
     assert main(["evaluate", str(path), "--data", str(data), "--methods", "gi", "--metrics", "precision@k",
-                 "--precision-k", "2", "--batch", "1", "--dtype", "float64", "--out", str(out), "--quiet"]) == 0
+                 "--precision-k", "2", "--dtype", "float64", "--out", str(out), "--quiet"]) == 0
     rows = sorted((json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()),
                   key=lambda r: r["example"])
     got = [r["metrics"]["precision@k"] for r in rows]

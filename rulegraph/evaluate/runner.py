@@ -12,7 +12,9 @@ the terminal table is drawn there too, the Markdown table is :func:`markdown_tab
 
 A causal LM (an output ``[batch, positions, vocabulary]``) is explained at each text's last
 token, for the next token it predicts there, one text at a time (a padded batch has no common
-last position); the metrics read the next-token logits after each perturbed sequence.
+last position); the metrics read the next-token logits after each perturbed sequence. Span-QA
+data (rows with a question) is explained one text at a time too, so that the predicted start is
+one of the text's own tokens, never padding.
 
 Speed: each method is called once on one text before its timed calls (a warm-up: binding,
 plan preparation, sessions), so ``explained/min`` does not depend on which method runs first.
@@ -156,6 +158,7 @@ class Evaluation:
         self.warm: set[str] = set()             # methods called once already (untimed)
         self.warm_model = False
         self.next_token = False                 # a causal LM: explained at each text's last token
+        self.alone = False                      # one text per explanation (causal LM, span QA)
         self.options = {}
         for name, m in self.methods.items():
             opts = dict(config.options.get(name, {}))
@@ -234,6 +237,7 @@ class Evaluation:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         metrics = M.build(cfg.metrics, removal, self.settings, self.metric_protocol())
         self.next_token = model.next_token(_tokens(examples[0]))
+        self.alone = self.next_token or any(e.row.question is not None for e in examples)
         # File order in windows, sorted by length inside each: batches pad little, and a run stopped
         # early has covered (about) the first texts of the file, not the shortest ones.
         window = WINDOW * cfg.batch
@@ -322,7 +326,7 @@ class Evaluation:
 
     def _chunks(self, examples: list[Example], order: list[int]) -> list[list[int]]:
         chunks, current = [], []
-        batch = 1 if self.next_token else self.config.batch
+        batch = 1 if self.alone else self.config.batch
         for i in order:
             longest = examples[i].length
             if current and ((len(current) + 1) * longest > self.config.batch_tokens // 4
