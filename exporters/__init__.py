@@ -4,14 +4,14 @@
   exporter) with named inputs, dynamic ``batch``/``sequence`` axes and metadata.
 * :func:`export_fx` — any module to a :class:`torch.export.ExportedProgram`.
 * :func:`load_hf`, :func:`export_hf`, :func:`export_hf_fx`, :func:`save_hf_fx` — the same
-  for a Hugging Face classifier directory: text (:class:`HFClassifier`) or images
-  (:class:`HFImageClassifier`), one :class:`Task` of :data:`TASKS` each.
+    for a Hugging Face model directory, via the wrapper of its task (:data:`TASKS`: sequence and
+    image classification, causal LM, span question answering, encoder–decoder LM).
 * :func:`read_metadata` — the ``metadata_props`` of an ONNX file.
 
 Transformers is needed only for the Hugging Face functions.
 """
-from .hf import (ATTENTIONS, TASKS, HFClassifier, HFImageClassifier, HFInfo, Task, export_hf, export_hf_fx,
-                 load_hf, save_hf_fx)
+from .hf import (ATTENTIONS, TASKS, HFClassifier, HFImageClassifier, HFInfo, HFQuestionAnswering, HFSeq2SeqLM, Task,
+                 export_hf, export_hf_fx, load_hf, save_hf_fx)
 from .to_fx import export_fx
 from .to_onnx import EXPORTERS, MIN_OPSET, export_onnx, read_metadata
 
@@ -19,10 +19,12 @@ __all__ = [
     "ATTENTIONS",
     "EXPORTERS",
     "MIN_OPSET",
+    "TASKS",
     "HFClassifier",
     "HFImageClassifier",
     "HFInfo",
-    "TASKS",
+    "HFQuestionAnswering",
+    "HFSeq2SeqLM",
     "Task",
     "export_fx",
     "export_hf",

@@ -12,6 +12,10 @@ import torch
 #: Names given to the dynamic axes of 2-D integer inputs (token ids, masks).
 BATCH_AXIS = "batch"
 SEQUENCE_AXIS = "sequence"
+#: The sequence axis of a decoder's inputs (``decoder_input_ids``…), free of the source's length.
+DECODER_SEQUENCE_AXIS = "decoder_sequence"
+#: The sequence axis of a decoder's inputs (``decoder_input_ids``…), free of the source's length.
+DECODER_SEQUENCE_AXIS = "decoder_sequence"
 
 # Loggers whose warnings about tracing and export internals are noise to a user.
 _NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "torch._dynamo", "torch.fx", "torch.utils._sympy", "onnxscript")
@@ -44,8 +48,14 @@ def dynamic_axes(example_inputs: Mapping[str, torch.Tensor]) -> dict[str, dict[i
             continue
         axes = DYNAMIC_AXES.get((value.dim(), value.dtype.is_floating_point))
         if axes:
-            out[name] = dict(axes)
+            out[name] = {axis: sequence_axis(name) if dim == SEQUENCE_AXIS else dim for axis, dim in axes.items()}
     return out
+
+
+def sequence_axis(name: str) -> str:
+    """The name of input ``name``'s sequence axis: an encoder–decoder's ``decoder_*`` inputs have
+    their own length (the target prefix), every other input shares ``sequence``."""
+    return DECODER_SEQUENCE_AXIS if name.startswith("decoder_") else SEQUENCE_AXIS
 
 
 def check_dynamic_sizes(example_inputs: Mapping[str, torch.Tensor], axes: Mapping[str, Mapping[int, str]]) -> None:
@@ -65,13 +75,14 @@ def torch_export_dynamic_shapes(
 ) -> dict[str, dict[int, object] | None]:
     """``dynamic_shapes`` making the ``axes`` of each input dynamic.
 
-    With ``named``, the axes are one shared ``Dim`` per axis name (``batch``, ``sequence``),
+    With ``named``, the axes are one shared ``Dim`` per axis name (``batch``, ``sequence``,
+    ``decoder_sequence``),
     which the dynamo ONNX exporter turns into the graph's axis names (it relaxes their
     ranges itself). Otherwise they are ``Dim.DYNAMIC``, which lets
     :func:`torch.export.export` infer bounds such as ``sequence <= max_position_embeddings``
     instead of failing on them.
     """
-    dims = {BATCH_AXIS: torch.export.Dim(BATCH_AXIS), SEQUENCE_AXIS: torch.export.Dim(SEQUENCE_AXIS)}
+    dims = {axis: torch.export.Dim(axis) for axis in (BATCH_AXIS, SEQUENCE_AXIS, DECODER_SEQUENCE_AXIS)}
     return {name: ({axis: dims[dim] if named else torch.export.Dim.DYNAMIC for axis, dim in axes[name].items()}
                    if name in axes else None) for name in example_inputs}
 

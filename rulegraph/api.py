@@ -22,8 +22,9 @@ __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 
 def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = None,
-            target: int | Sequence[int] | None = None, *, text: str | None = None, tokenizer: str | Path | None = None,
-            output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
+            target: int | Sequence[int] | None = None, *, text: str | None = None, question: str | None = None,
+            tokenizer: str | Path | None = None, output: str | None = None,
+            position: int | Sequence[int] | None = None, device: str = "cpu",
             dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
             score: str = "logit", **options: Any) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a rule set.
@@ -43,7 +44,9 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
 
     Instead of ``inputs``, ``text="…"`` tokenizes a text with ``tokenizer`` (a
     ``tokenizer.json``; default: the one beside the model file) and fills the model's inputs;
-    the explanation then carries the tokens (``e.tokens``).
+    the explanation then carries the tokens (``e.tokens``). For span QA, ``question="…"`` is
+    encoded before the text (the context); explain ``output="start_logits"`` (or
+    ``"end_logits"``) with ``target=`` a token position (default: the predicted one).
     """
     graph, ruleset = prepared(model, rules)
     kind = PASSES.get(ruleset.pass_name)
@@ -52,7 +55,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     if text is not None:
         if inputs is not None:
             raise InputError("give inputs or text=…, not both")
-        encoded = encode(model, text, tokenizer)
+        encoded = encode(model, text, tokenizer, question)
         inputs = encoded.inputs
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
@@ -65,15 +68,18 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     return e
 
 
-def encode(model: Any, text: str, tokenizer: str | Path | None = None) -> Encoded:
+def encode(model: Any, text: str, tokenizer: str | Path | None = None, question: str | None = None) -> Encoded:
     """``text`` tokenized for ``model`` (with ``tokenizer``, default the ``tokenizer.json`` beside the
-    model file): ``.inputs`` fills the model's inputs, ``.tokens`` and ``.special`` describe them."""
+    model file; with a ``question`` for span QA, the pair question, text): ``.inputs`` fills the
+    model's inputs, ``.tokens`` and ``.special`` describe them."""
     from .loaders import load
     if not isinstance(text, str):
         raise InputError(f"text must be a str, got a {type(text).__name__}")
+    if question is not None and not isinstance(question, str):
+        raise InputError(f"question must be a str, got a {type(question).__name__}")
     graph = load(model)
     path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
     encoder = TextEncoder.for_model(graph, path, tokenizer)
-    encoded = encoder.encode(text)
+    encoded = encoder.encode(text, question)
     encoded.inputs = encoder.fill(graph, encoded, {})
     return encoded

@@ -21,6 +21,7 @@ class Encoded:
     word_ids: list[int | None]   # word index per token (None for special tokens)
     inputs: dict[str, torch.Tensor]
     truncated: bool = False
+    question: str | None = None  # span QA: the question encoded before the text (the context)
 
 
 class TextEncoder:
@@ -54,15 +55,20 @@ class TextEncoder:
         limit = graph.metadata.get("rulegraph.max_length")
         return cls(tokenizer, int(limit) if limit and limit.isdigit() else None)
 
-    def encode(self, text: str) -> Encoded:
+    def encode(self, text: str, question: str | None = None) -> Encoded:
+        """``text`` tokenized; for span QA with a ``question``, the pair (question, text) as the
+        tokenizer's pair template puts it (``[CLS] question [SEP] text [SEP]``, token types 0 then 1)."""
         if not text.strip():
             raise InputError("the text is empty")
-        enc = self.tokenizer.encode(text)
+        if question is not None and not question.strip():
+            raise InputError("the question is empty")
+        pieces = (text,) if question is None else (question, text)
+        enc = self.tokenizer.encode(*pieces)
         truncated = False
         if self.max_length and len(enc.ids) > self.max_length:
             n = len(enc.ids)
             self.tokenizer.enable_truncation(self.max_length)
-            enc = self.tokenizer.encode(text)
+            enc = self.tokenizer.encode(*pieces)
             self.tokenizer.no_truncation()
             truncated = True
             warnings.warn(f"the text has {n} tokens; truncated to the model's limit of {self.max_length}",
@@ -74,7 +80,7 @@ class TextEncoder:
             "token_type_ids": torch.tensor([enc.type_ids], dtype=torch.int64),
         }
         special = [bool(s) for s in enc.special_tokens_mask]
-        return Encoded(text, list(enc.tokens), special, list(enc.word_ids), inputs, truncated)
+        return Encoded(text, list(enc.tokens), special, list(enc.word_ids), inputs, truncated, question)
 
     def fill(self, graph: Graph, encoded: Encoded, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The graph's inputs: the user's ``--input`` values, else what the text provides."""

@@ -83,6 +83,16 @@ def save_causal_lm(kind: str, folder: Path) -> torch.nn.Module:
     return module
 
 
+def question_answering(seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny BertForQuestionAnswering (start and end logits per token) in eval mode."""
+    from transformers import BertConfig, BertForQuestionAnswering
+    torch.manual_seed(seed)
+    return BertForQuestionAnswering(BertConfig(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"], intermediate_size=SIZE["ffn"], max_position_embeddings=SIZE["positions"],
+        pad_token_id=0, attn_implementation="eager")).eval()
+
+
 BUILDERS = {"bert": _bert, "gpt2": _gpt2, "distilbert": _distilbert, "roberta": _roberta}
 
 
@@ -97,7 +107,7 @@ def tokenizer() -> Tokenizer:
     tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(VOCAB)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     return tok
 
 
@@ -129,3 +139,63 @@ def onnx(module: torch.nn.Module, path: Path, *, names=("input_ids", "attention_
     example = token_inputs(names, batch=2, length=8, pad=2)
     return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True,
                        metadata={"rulegraph.labels": '["negative", "positive"]', "rulegraph.max_length": "64"})
+
+
+def _bart():
+    from transformers import BartConfig, BartForConditionalGeneration
+    return BartForConditionalGeneration(BartConfig(
+        vocab_size=len(VOCAB), d_model=SIZE["hidden"], encoder_layers=SIZE["layers"], decoder_layers=SIZE["layers"],
+        encoder_attention_heads=SIZE["heads"], decoder_attention_heads=SIZE["heads"], encoder_ffn_dim=SIZE["ffn"],
+        decoder_ffn_dim=SIZE["ffn"], max_position_embeddings=SIZE["positions"], pad_token_id=0, bos_token_id=2,
+        eos_token_id=3, decoder_start_token_id=3, forced_eos_token_id=None, attn_implementation="eager"))
+
+
+def _t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=len(VOCAB), d_model=SIZE["hidden"], d_kv=SIZE["hidden"] // SIZE["heads"], d_ff=SIZE["ffn"],
+        num_layers=SIZE["layers"], num_decoder_layers=SIZE["layers"], num_heads=SIZE["heads"], pad_token_id=0,
+        eos_token_id=3, decoder_start_token_id=0, attn_implementation="eager"))
+
+
+def _marian():
+    from transformers import MarianConfig, MarianMTModel
+    return MarianMTModel(MarianConfig(
+        vocab_size=len(VOCAB), d_model=SIZE["hidden"], encoder_layers=SIZE["layers"], decoder_layers=SIZE["layers"],
+        encoder_attention_heads=SIZE["heads"], decoder_attention_heads=SIZE["heads"], encoder_ffn_dim=SIZE["ffn"],
+        decoder_ffn_dim=SIZE["ffn"], max_position_embeddings=SIZE["positions"], pad_token_id=0, eos_token_id=3,
+        decoder_start_token_id=0, attn_implementation="eager"))
+
+
+#: encoder–decoder LMs: name → builder
+SEQ2SEQ = {"bart": _bart, "t5": _t5, "marian": _marian}
+
+
+def seq2seq(name: str, *, seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny encoder–decoder LM of architecture ``name`` in eval mode."""
+    torch.manual_seed(seed)
+    return SEQ2SEQ[name]().eval()
+
+
+def seq2seq_inputs(source: int = 7, target: int = 4, *, batch: int = 1, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random source ids (ending in the eos id 3), their mask and a target prefix."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, len(VOCAB), (batch, source), generator=g)
+    ids[:, -1] = 3
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "decoder_input_ids": torch.randint(5, len(VOCAB), (batch, target), generator=g)}
+
+
+def seq2seq_onnx(module: torch.nn.Module, path: Path, *, exporter: str = "torchscript") -> Path:
+    """Export a tiny encoder–decoder LM with the project's exporter (the decoder's ids a graph input):
+    ONNX with ``exporter`` torchscript or dynamo, or with ``torch.export`` a ``.pt2`` program beside ``path``."""
+    from rulegraph.exporters import HFSeq2SeqLM, export_fx, export_onnx
+    example = seq2seq_inputs(8, 5, batch=2, seed=0)
+    example["attention_mask"][1, 6:] = 0
+    if exporter == "torch.export":
+        program = export_fx(HFSeq2SeqLM(module), example)
+        path = Path(path).with_suffix(".pt2")
+        torch.export.save(program, str(path))
+        return path
+    return export_onnx(HFSeq2SeqLM(module), example, path, exporter=exporter, overwrite=True,
+                       metadata={"rulegraph.max_length": "64"})

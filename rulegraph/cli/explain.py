@@ -25,11 +25,14 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
+@click.option("--steps", is_flag=True,
+              help="encoder–decoder: explain every decoder position (-i decoder_input_ids=…, the target prefix) and "
+                   "show the source-vs-prefix share per generated token; --json writes the rows × steps matrix")
 @image_options
 @generation_options
-def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_inputs, json_path, html_path, force,
-                image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation, batch,
-                **opts):
+def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
+                steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
+                batch, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a causal
     language model, --generate N (or --continuation TEXT) explains every generated token in turn:
@@ -47,8 +50,9 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         raise InputError("--batch applies to --continuation")
     graph = load_model(model)
     if generate_n is not None or continuation is not None:
-        if image_path is not None:
-            raise InputError("--generate/--continuation explains a language model's text; --image does not apply")
+        if image_path is not None or steps or question is not None:
+            raise InputError("--generate/--continuation explains a causal language model's text; "
+                             "--image, --steps and --question do not apply")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, method_option, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
@@ -78,10 +82,15 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
         pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
         requests = [({**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}, None)]
     else:
-        requests = requests_of(graph, model, texts, tokenizer, raw_inputs)
+        requests = requests_of(graph, model, texts, tokenizer, raw_inputs, question)
     if png_path is not None and image_path is None:
         raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
                          "(give --generate N or --continuation TEXT)")
+    if steps:
+        from .steps import explain_steps_cmd
+        vocab = TextEncoder.for_model(graph, model, tokenizer).tokenizer if texts or tokenizer else None
+        labels = (lambda i: vocab.id_to_token(i) or str(i)) if vocab is not None else None
+        return explain_steps_cmd(graph, ruleset, requests, opts, labels, json_path, html_path, force)
     results = run_all(graph, ruleset, requests, opts, chosen)
     if png_path is not None:
         from ..image import write_heatmap
@@ -124,7 +133,7 @@ def explain_cmd(model, rules, method, method_option, texts, tokenizer, raw_input
               help="nodes to list (largest absorbed/breaks/errors)")
 @click.option("--all", "all_nodes", is_flag=True, help="list every node")
 @click.option("--force", is_flag=True, help="overwrite an existing --json file")
-def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_nodes, force, **opts):
+def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, top, all_nodes, force, **opts):
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
@@ -134,7 +143,7 @@ def audit_cmd(model, rules, texts, tokenizer, raw_inputs, json_path, top, all_no
     graph = load_model(model)
     opts = resolve_targets(graph, model, tokenizer, opts)
     ruleset = RuleSet.load(rules)
-    results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs), opts)
+    results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs, question), opts)
     flagged = False
     docs = []
     for e, enc in results:

@@ -20,12 +20,19 @@ from .console import err, out
 @click.option("--opset", type=int, default=18, show_default=True)
 @click.option("--attention", type=click.Choice(["eager", "sdpa"]), default="eager", show_default=True,
               help="attention implementation to export (eager gives an explicit Softmax → MatMul)")
+@click.option("--task", default=None, metavar="NAME",
+              help="the head to export: sequence-classification, image-classification, causal-lm, "
+                   "question-answering (outputs start_logits, end_logits) or seq2seq-lm (inputs input_ids, "
+                   "attention_mask, decoder_input_ids); "
+                   "default: the one config.json's architectures names")
 @click.option("--force", is_flag=True, help="overwrite an existing export")
-def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
-    """Export a Hugging Face classifier directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
+def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, force):
+    """Export a Hugging Face model directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
     with its tokenizer.json or preprocessor_config.json."""
-    from ..exporters import export_hf, save_hf_fx
+    from ..exporters import TASKS, export_hf, save_hf_fx
     from ..exporters.to_onnx import check_exporter_options
+    if task is not None:
+        TASKS.get(task)                 # an unknown task: one line naming the valid ones
     try:
         check_exporter_options(exporter, opset)
     except ValueError as exc:
@@ -36,9 +43,10 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, force):
     with err.status(f"exporting {source} ({fmt}{', ' + exporter + ' exporter' if fmt == 'onnx' else ''})…"):
         try:
             if fmt == "fx":
-                path = save_hf_fx(source, out_dir, attention=attention, overwrite=force)
+                path = save_hf_fx(source, out_dir, attention=attention, overwrite=force, task=task)
             else:
-                path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force)
+                path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force,
+                                 task=task)
         except FileExistsError as exc:
             raise InputError(f"{exc.filename or str(exc).split(' already')[0]} already exists; pass --force to "
                              "overwrite it") from None

@@ -78,13 +78,17 @@ def _texts(texts: tuple[str, ...]) -> tuple[str, ...]:
     return texts
 
 
-def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs) -> list[tuple[dict, Encoded | None]]:
-    """The explanations asked for: one per --text, or one from --input values."""
+def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs,
+                question: str | None = None) -> list[tuple[dict, Encoded | None]]:
+    """The explanations asked for: one per --text (after the --question, for span QA), or one from
+    --input values."""
     extra = parse_inputs(graph, raw_inputs)
     texts = _texts(texts)
+    if question is not None and not texts:
+        raise InputError("--question is encoded before a --text (the context); give --text too")
     if texts:
         encoder = TextEncoder.for_model(graph, model, tokenizer)
-        return [(encoder.fill(graph, enc, extra), enc) for enc in (encoder.encode(t) for t in texts)]
+        return [(encoder.fill(graph, enc, extra), enc) for enc in (encoder.encode(t, question) for t in texts)]
     if not extra:
         raise InputError("give --text \"…\" (with a tokenizer) or --input NAME=… for each model input")
     if "attention_mask" in (i.name for i in graph.inputs) and "attention_mask" not in extra and "input_ids" in extra:

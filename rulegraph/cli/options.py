@@ -82,6 +82,9 @@ def input_options(f):
     for decorator in reversed([
         click.option("--text", "-t", "texts", multiple=True, metavar="TEXT",
                      help="text to explain (repeatable; each is explained on its own)"),
+        click.option("--question", "-q", default=None, metavar="TEXT",
+                     help="span QA: the question, encoded before each --text (the context); explain "
+                          "--output start_logits or end_logits, --target a token position"),
         click.option("--tokenizer", type=click.Path(exists=False, path_type=Path), metavar="PATH",
                      help="tokenizer.json (default: the one next to the model)"),
         click.option("--input", "-i", "raw_inputs", multiple=True, metavar="NAME=V1,V2,…|NAME=FILE.npy",

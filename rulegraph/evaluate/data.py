@@ -1,6 +1,8 @@
 """Data files: CSV (a header row), JSON lines (one object per line) or Parquet, with a ``text``
-column, an optional ``label`` column (class index or class name) and, for span-QA models, an
-optional ``answer`` column (the answer text, found in ``text``).
+column, an optional ``label`` column (class index or class name) and, for span-QA models,
+``question`` and ``answer`` (the answer text, found in ``text``, the context; ``context`` is read
+as ``text`` in a file that has no ``text``, as SQuAD-style data names it). With a question, the
+model reads the pair (question, text).
 
 A problem with the file (missing, unreadable, no ``text`` column, a label the model does not
 have) is one error before any work. A problem with one record (a JSON line that does not parse,
@@ -20,7 +22,9 @@ from typing import Iterator
 from ..errors import InputError, read_text
 from ..text import Encoded, TextEncoder
 
-COLUMNS = "the data file needs `text` and optionally `label` and `answer`"
+COLUMNS = "the data file needs `text` (or `context`) and optionally `label`, `question` and `answer`"
+#: the fields read as the text, in order of preference
+TEXT_FIELDS = ("text", "context")
 
 
 @dataclass
@@ -29,6 +33,7 @@ class Row:
     text: str
     label: int | None = None
     answer: str | None = None
+    question: str | None = None  # span QA: the model reads the pair (question, text)
     problem: str | None = None  # why this record cannot be an example (file:line and what is wrong)
 
 
@@ -50,7 +55,7 @@ def _csv(path: Path) -> Iterator[tuple[int, dict | str]]:
     reader = csv.DictReader(io.StringIO(content, newline=""))
     try:
         fields = reader.fieldnames or []
-        if "text" not in fields:
+        if not any(f in fields for f in TEXT_FIELDS):
             raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); {COLUMNS}")
         for record in reader:
             yield reader.line_num, record
@@ -72,7 +77,7 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict | str]]:
         if not isinstance(record, dict):
             yield line_no, f"not a JSON object (a {type(record).__name__})"
             continue
-        seen_text = seen_text or "text" in record
+        seen_text = seen_text or any(f in record for f in TEXT_FIELDS)
         yield line_no, record
     if not seen_text:
         raise InputError(f"{path}: no record has a `text` field; {COLUMNS}")
@@ -84,7 +89,7 @@ def _parquet(path: Path) -> Iterator[tuple[int, dict | str]]:
         table = pq.read_table(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read the Parquet data file {path}: {str(exc).splitlines()[0]}") from None
-    if "text" not in table.column_names:
+    if not any(f in table.column_names for f in TEXT_FIELDS):
         raise InputError(f"{path}: no `text` column (columns: {', '.join(table.column_names) or 'none'}); {COLUMNS}")
     for i, record in enumerate(table.to_pylist()):
         yield i + 1, record
@@ -111,9 +116,12 @@ def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
         if isinstance(record, str):
             rows.append(Row(i, "", problem=f"{where}: {record}"))
             continue
-        text = record.get("text")
-        if text is not None and not isinstance(text, str):
-            rows.append(Row(i, "", problem=f"{where}: `text` is a {type(text).__name__}, not a string"))
+        field = next((f for f in TEXT_FIELDS if record.get(f) is not None), "text")
+        text, question = record.get(field), record.get("question")
+        bad = next(((name, v) for name, v in ((field, text), ("question", question))
+                    if v is not None and not isinstance(v, str)), None)
+        if bad:
+            rows.append(Row(i, "", problem=f"{where}: `{bad[0]}` is a {type(bad[1]).__name__}, not a string"))
             continue
         text = (text or "").strip()
         if not text:
@@ -121,7 +129,7 @@ def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
         label = record.get("label")
         label = _label(path, i, line, None if label is None else str(label), labels, classes)
         answer = record.get("answer")
-        rows.append(Row(i, text, label, str(answer) if answer else None))
+        rows.append(Row(i, text, label, str(answer) if answer else None, question.strip() or None if question else None))
     if not rows:
         raise InputError(f"{path}: no rows with a text")
     return rows
@@ -155,19 +163,23 @@ def encode(rows: list[Row], encoder: TextEncoder) -> tuple[list[Example], int]:
         for row in rows:
             if row.problem:
                 continue
-            enc = encoder.encode(row.text)
+            enc = encoder.encode(row.text, row.question)
             truncated += enc.truncated
             answer = None
             if row.answer:
-                answer = _answer_positions(encoder, row.text, row.answer, len(enc.tokens))
+                answer = _answer_positions(encoder, row, len(enc.tokens))
             examples.append(Example(row, enc, answer))
     return examples, truncated
 
 
-def _answer_positions(encoder: TextEncoder, text: str, answer: str, length: int) -> list[bool] | None:
-    start = text.find(answer)
+def _answer_positions(encoder: TextEncoder, row: Row, length: int) -> list[bool] | None:
+    """Which tokens overlap the answer's first occurrence in the text (the context: with a
+    question, only the tokens of the pair's second sequence count)."""
+    start = row.text.find(row.answer)
     if start < 0:
         return None
-    end = start + len(answer)
-    offsets = encoder.tokenizer.encode(text).offsets[:length]
-    return [bool(e > start and s < end and e > s) for s, e in offsets]
+    end = start + len(row.answer)
+    enc = encoder.tokenizer.encode(row.text) if row.question is None else encoder.tokenizer.encode(row.question, row.text)
+    text_sequence = 0 if row.question is None else 1
+    return [bool(sequence == text_sequence and e > start and s < end and e > s)
+            for (s, e), sequence in zip(enc.offsets[:length], enc.sequence_ids[:length])]

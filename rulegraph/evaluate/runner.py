@@ -12,6 +12,18 @@ The runner holds data only: what it has to say while running (notes, progress) g
 :class:`Listener`, which the command line (``rulegraph.cli.evaluate``) draws in the terminal;
 the terminal table is drawn there too, the Markdown table is :func:`markdown_table`.
 
+A causal LM (an output ``[batch, positions, vocabulary]``) is explained at each text's last
+token, for the next token it predicts there, one text at a time (a padded batch has no common
+last position); the metrics read the next-token logits after each perturbed sequence. Span-QA
+data (rows with a question) is explained one text at a time too, so that the predicted start is
+one of the text's own tokens, never padding.
+
+A causal LM (an output ``[batch, positions, vocabulary]``) is explained at each text's last
+token, for the next token it predicts there, one text at a time (a padded batch has no common
+last position); the metrics read the next-token logits after each perturbed sequence. Span-QA
+data (rows with a question) is explained one text at a time too, so that the predicted start is
+one of the text's own tokens, never padding.
+
 Speed: each method is called once on one text before its timed calls (a warm-up: binding,
 plan preparation, sessions), so ``explained/min`` does not depend on which method runs first.
 """
@@ -194,7 +206,9 @@ class Evaluation:
         removal = M.Removal(pr.removal, vocab.replacement(pr.removal), vocab.unk, pr.count, pr.min_count)
         labels = graph.metadata.get("rulegraph.labels")
         labels = json.loads(labels) if labels else None
-        classes = self._classes(labels, encoder, graph, vocab, cfg)
+        model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
+                                    batch_tokens=cfg.batch_tokens, runtime=cfg.runtime)
+        classes = self._classes(labels, encoder, model)
         rows = read_rows(Path(cfg.data), labels, cfg.n, classes=classes)
         examples, truncated = encode(rows, encoder)
         skipped = sum(e.length < pr.min_length for e in examples)
@@ -214,12 +228,15 @@ class Evaluation:
         if truncated:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         metrics = M.build(cfg.metrics, removal, self.settings, self.metric_protocol())
+        next_token = model.next_token(example_tokens(examples[0]))
+        alone = next_token or any(e.row.question is not None for e in examples)
         tasks = []
-        for b, members in enumerate(batches([e.length for e in examples], cfg.batch, cfg.batch_tokens)):
+        for b, members in enumerate(batches([e.length for e in examples], 1 if alone else cfg.batch,
+                                            cfg.batch_tokens)):
             for name in self.methods:
                 pending = [examples[i] for i in members if (examples[i].row.index, name) not in done]
                 if pending:
-                    tasks.append(Task((b, name), (name, pending), sum(e.length for e in pending)))
+                    tasks.append(Task((b, name), (name, pending, next_token), sum(e.length for e in pending)))
         pairs_total = len(examples) * len(self.methods)
         pairs_done = pairs_total - sum(len(task.payload[1]) for task in tasks)
         progress = self.listener if self.show_progress else Listener()
@@ -227,7 +244,7 @@ class Evaluation:
 
         def finished(task: Task, rows: list[dict] | None, error: str | None) -> None:
             nonlocal pairs_done
-            name, pending = task.payload
+            name, pending, _ = task.payload
             rows = rows if error is None else [failed_row(e.row, name, error, e.length) for e in pending]
             self.journal.append(rows)
             pairs_done += len(rows)
@@ -268,7 +285,7 @@ class Evaluation:
         return {"grid": self.protocol.grid, "score": self.protocol.score}
 
     @staticmethod
-    def _classes(labels: list[str] | None, encoder: TextEncoder, graph, vocab, cfg: Config) -> int | None:
+    def _classes(labels: list[str] | None, encoder: TextEncoder, model: registry.TokenModel) -> int | None:
         """How many classes the model's output has: its declared labels, else one forward."""
         if labels:
             return len(labels)
@@ -276,12 +293,9 @@ class Evaluation:
             enc = encoder.encode("a")
         except RulegraphError:
             return None
-        model = registry.TokenModel(graph, device=cfg.device, dtype=_dtype(cfg.dtype), pad_id=vocab.pad,
-                                    batch_tokens=cfg.batch_tokens, runtime=cfg.runtime)
         tokens = registry.Tokens(tuple(enc.inputs["input_ids"][0].tolist()),
                                  tuple(enc.inputs["token_type_ids"][0].tolist()))
-        logits = model([tokens])
-        return int(logits.shape[-1]) if logits.dim() == 2 else None
+        return int(model([tokens]).shape[-1])
 
 
     # -- outputs ----------------------------------------------------------------------------
@@ -362,43 +376,45 @@ class EvalWorker:
         self.warm: set[str] = set()             # methods called once already (untimed)
         self.warm_model = False
 
-    def __call__(self, payload: tuple[str, list[Example]]) -> list[dict]:
-        name, pending = payload
+    def __call__(self, payload: tuple[str, list[Example], bool]) -> list[dict]:
+        """``(method, examples, next_token)``: with ``next_token`` (a causal LM, one text) the
+        method explains the last position."""
+        name, pending, next_token = payload
         method = self.methods[name]
         try:
-            return self._evaluate(method, pending)
+            return self._evaluate(method, pending, next_token)
         except Exception:       # noqa: BLE001 — which texts fail is found one by one below
-            return [self._evaluate_one(method, e) for e in pending]
+            return [self._evaluate_one(method, e, next_token) for e in pending]
 
-    def _evaluate_one(self, method, example: Example) -> dict:
+    def _evaluate_one(self, method, example: Example, next_token: bool) -> dict:
         """One text alone; a failure is recorded as that text's row (``error``), and counted in the summary."""
         try:
-            return self._evaluate(method, [example])[0]
+            return self._evaluate(method, [example], next_token)[0]
         except Exception as exc:    # noqa: BLE001 — recorded per text, reported in the summary, never silent
             why = str(exc).splitlines()[0] if str(exc) else ""
             why = why if isinstance(exc, RulegraphError) else f"{type(exc).__name__}: {why}"
             return failed_row(example.row, method.name, why, example.length)
 
-    def _evaluate(self, method, pending: list[Example]) -> list[dict]:
+    def _evaluate(self, method, pending: list[Example], next_token: bool = False) -> list[dict]:
         cfg, graph, vocab, metrics, model = self.config, self.graph, self.vocab, self.metrics, self.model
         feeds, special = batch_feeds(graph, pending, vocab.pad or 0)
         ids = feeds[registry.token_input(graph)]
+        position = ids.shape[1] - 1 if next_token else None      # one text per task then
         if method.name not in self.warm:    # one untimed call first: the timing leaves out the warm-up
             registry.explain_with(graph, method, {k: v[:1] for k, v in feeds.items()}, device=cfg.device,
                                   dtype=_dtype(cfg.dtype), special=special[:1], vocab=vocab, audit=False,
-                                  **self.options[method.name])
+                                  position=position, **self.options[method.name])
             self.warm.add(method.name)
         started = time.perf_counter()
         explanation = registry.explain_with(graph, method, feeds, device=cfg.device, dtype=_dtype(cfg.dtype),
-                                            special=special, vocab=vocab, audit=False, **self.options[method.name])
+                                            special=special, vocab=vocab, audit=False, position=position,
+                                            **self.options[method.name])
         explain_seconds = time.perf_counter() - started
         scores = token_scores(explanation, ids.shape, method.name)
         cases = []
         for b, e in enumerate(pending):
             n = e.length
-            tokens = registry.Tokens(tuple(e.encoded.inputs["input_ids"][0].tolist()),
-                                     tuple(e.encoded.inputs["token_type_ids"][0].tolist()))
-            cases.append(M.Case(tokens, e.encoded.special, scores[b, :n].tolist(), explanation.target[b],
+            cases.append(M.Case(example_tokens(e), e.encoded.special, scores[b, :n].tolist(), explanation.target[b],
                                 e.row.label, e.encoded.word_ids, e.answer))
         wanted = list(dict.fromkeys(seq for case in cases for metric in metrics for seq in metric.inputs(case)))
         if wanted and not self.warm_model:  # the metrics' model too (a session to open, a plan to prepare)
@@ -416,6 +432,7 @@ class EvalWorker:
                 if result.curve is not None:
                     curves[metric.name] = result.curve
             out = explanation.output_tensor[b]
+            out = out if position is None else out[position]
             rows.append({
                 "example": e.row.index, "method": method.name, "tokens": e.length, "label": e.row.label,
                 "target": explanation.target[b], "prediction": int(out.argmax()),
@@ -424,6 +441,12 @@ class EvalWorker:
                 "metrics": values, "curves": curves,
             })
         return rows
+
+
+def example_tokens(example: Example) -> registry.Tokens:
+    """The example's token sequence (ids and token types), as the metrics perturb it."""
+    return registry.Tokens(tuple(example.encoded.inputs["input_ids"][0].tolist()),
+                           tuple(example.encoded.inputs["token_type_ids"][0].tolist()))
 
 
 def machine() -> str:

@@ -73,7 +73,8 @@ def _onnxruntime_session(graph: Graph):
 class TokenModel:
     """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``runtime``, see
     :data:`RUNTIMES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
-    (float64, CPU), in the order given.
+    (float64, CPU), in the order given. For a causal LM (a ``[batch, positions, vocabulary]``
+    output) these are the next-token logits after each sequence's last token.
 
     Sequences are sorted by length and cut into batches of at most ``batch_tokens`` padded
     tokens (and ``max_rows`` rows). Padding uses the [PAD] id with attention mask 0; a model
@@ -144,19 +145,26 @@ class TokenModel:
         rows: list[Tensor | None] = [None] * len(seqs)
         with torch.no_grad():
             for batch in self.batches([len(s) for s in seqs]):
-                feeds = self.feeds([seqs[i] for i in batch])
-                if self.session is not None:
-                    arrays = {i.name: feeds[i.name].numpy().astype(_NUMPY.get(i.type, "int64"))
-                              for i in self.session.get_inputs()}
-                    out = torch.from_numpy(self.session.run([self.output], arrays)[0])
-                else:
-                    out = self.plan.run(feeds, keep=frozenset())[self.output]
-                if out.dim() != 2:
+                out = self._forward(self.feeds([seqs[i] for i in batch]))
+                if out.dim() not in (2, 3):
                     raise InputError(f"output {self.output!r} has shape {tuple(out.shape)}; token perturbation "
-                                     "needs a [batch, classes] output")
+                                     "needs a [batch, classes] or a causal LM's [batch, positions, vocabulary] output")
                 out = out.detach().to("cpu", torch.float64)
                 for k, i in enumerate(batch):
-                    rows[i] = out[k]
+                    rows[i] = out[k] if out.dim() == 2 else out[k, len(seqs[i]) - 1]
         self.forwards += len(seqs)
         self.seconds += time.perf_counter() - started
         return torch.stack(rows)
+
+    def next_token(self, seq: Tokens) -> bool:
+        """Whether the output has a positions axis (a causal LM: explained at the last token)."""
+        with torch.no_grad():
+            return self._forward(self.feeds([seq])).dim() == 3
+
+    def _forward(self, feeds: dict[str, Tensor]) -> Tensor:
+        """The chosen output for one padded batch, from onnxruntime or the plan."""
+        if self.session is not None:
+            arrays = {i.name: feeds[i.name].numpy().astype(_NUMPY.get(i.type, "int64"))
+                      for i in self.session.get_inputs()}
+            return torch.from_numpy(self.session.run([self.output], arrays)[0])
+        return self.plan.run(feeds, keep=frozenset())[self.output]

@@ -231,7 +231,7 @@ def _gather_vjp(grads, inputs, outputs, wants, *, axis=0):
 @op("Gather", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_vjp)
 def gather(data, indices, *, axis=0):
     axis %= data.dim()
-    idx = _positive(indices, data.shape[axis])
+    idx = _positive(indices.long(), data.shape[axis])
     if idx.dim() == 0:  # no host sync (int(idx) would wait on the device)
         return data.index_select(axis, idx.reshape(1)).squeeze(axis)
     if axis == 0 and data.dim() == 2:
@@ -244,7 +244,7 @@ def _gather_elements_vjp(grads, inputs, outputs, wants, *, axis=0):
     if not wants[0]:
         return [None, None]
     data, indices = inputs
-    idx = _positive(indices, data.shape[axis])
+    idx = _positive(indices.long(), data.shape[axis])
     return [torch.zeros_like(data).scatter_add_(axis, idx, grads[0]), None]
 
 
@@ -428,6 +428,19 @@ def scatter_nd(data, indices, updates, *, reduction="none"):
     else:
         raise ValueError(f"ScatterND reduction {reduction!r} is not one of none, add, mul, max, min")
     return out
+
+
+@op("ScatterElements")
+def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
+    """``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``; the dynamo
+    export of ``shift_tokens_right`` (BART, T5) uses it."""
+    idx = _positive(indices.long(), data.shape[axis])
+    if reduction == "none":
+        return data.scatter(axis, idx, updates)
+    how = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
+    if how is None:
+        raise ValueError(f"ScatterElements reduction {reduction!r} is not one of none, add, mul, max, min")
+    return data.scatter_reduce(axis, idx, updates, how, include_self=True)
 
 
 @op("TopK", static=(1,), data_dependent_shape=False)

@@ -3,7 +3,10 @@
 
 After the ordinary forward (every value by name), the values the boundary reads are
 split by the partition: group g gets the rows of its positions (dim 1), the bias
-component nothing (Eq. 14). Then, in topological order, each node the rule set
+component nothing (Eq. 14). The partition's positions are the *rows* of :class:`Rows`: an
+encoder–decoder's source tokens followed by its target prefix (the decoder's inputs have a
+sequence axis of their own), so a group can be the source or the prefix (Yang et al. 2023,
+Sec. 4.2). Then, in topological order, each node the rule set
 reaches maps the components of its inputs to those of its outputs with its rule
 (:mod:`rulegraph.rules.components`). Values that carry no components — weights,
 biases, position embeddings, masks, attention probabilities, LayerNorm statistics —
@@ -81,6 +84,7 @@ class Components:
 
     forward: Forward
     partitions: list[Partition]
+    rows: "Rows"
     parts: dict[str, Parts]                      # components of the values kept (the outputs, or all)
     errors: dict[str, tuple[Tensor, Tensor]]     # node → (max abs error, max |value|)
     stranded: list[str] = field(default_factory=list)
@@ -114,11 +118,12 @@ def components(forward: Forward, *, groups: Any = "token", word_ids: Sequence[Se
     if linearized and not linear_in_groups(rules):
         raise InputError("the linearized pass needs signed α or D̄ (--alpha signed or --variant bar); "
                          "abs and hybrid α are not linear in the groups")
-    partitions, onehot = _partition(binding, forward.values, groups, word_ids, tokens)
+    rows = Rows.of(binding, forward.values)
+    partitions, onehot = _partition(rows, forward.values, groups, word_ids, tokens)
     if linearized:
         onehot = torch.ones_like(onehot[:1])
     with torch.set_grad_enabled(linearized):
-        return _walk(forward, rules, partitions, onehot, audit, keep, linearized)
+        return _walk(forward, rules, partitions, rows, onehot, audit, keep, linearized)
 
 
 def run_pass(model: Any, rules, inputs: dict[str, Any], *, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -155,7 +160,7 @@ def linear_in_groups(rules: dict) -> bool:
     return all(r.variant == "bar" or r.alpha == "signed" for r in rules.values() if r.name == "activation")
 
 
-def _walk(forward: Forward, rules, partitions, onehot, audit, keep, linearized) -> Components:
+def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep, linearized) -> Components:
     binding, plan, env = forward.binding, forward.plan, forward.values
     graph = binding.graph
     wanted = set(graph.outputs)
@@ -174,7 +179,9 @@ def _walk(forward: Forward, rules, partitions, onehot, audit, keep, linearized) 
                 leaves[v] = x.detach().clone().requires_grad_(True)
                 parts[v] = Parts(leaves[v].unsqueeze(0), torch.zeros_like(x))
                 continue
-            mask = onehot.reshape(onehot.shape + (1,) * (x.dim() - 2)).to(x.dtype)
+            start, length = rows.span(v)
+            mask = onehot[:, :, start:start + length]
+            mask = mask.reshape(mask.shape + (1,) * (x.dim() - 2)).to(x.dtype)
             parts[v] = Parts(mask * x, torch.zeros_like(x))
     errors: dict[str, tuple[Tensor, Tensor]] = {}
     stranded: list[str] = []
@@ -211,17 +218,57 @@ def _walk(forward: Forward, rules, partitions, onehot, audit, keep, linearized) 
                 del parts[v]
     settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
                      if r.name == "activation"), {})
-    return Components(forward, partitions, parts, errors, stranded, settings, leaves)
+    return Components(forward, partitions, rows, parts, errors, stranded, settings, leaves)
 
 
-def _partition(binding: Binding, env: dict, groups, word_ids, tokens) -> tuple[list[Partition], Tensor]:
-    """One partition per batch item, and the one-hot ``[G, batch, positions]`` assignment."""
-    shapes = {tuple(env[v].shape[:2]) for v in binding.boundary if v in env and env[v].dim() >= 2}
-    if not shapes:
-        raise InputError("the decomposition boundary has no value with a positions dimension (dim 1)")
-    if len(shapes) > 1:
-        raise InputError(f"boundary values disagree on [batch, positions]: {sorted(shapes)}")
-    batch, length = shapes.pop()
+@dataclass
+class Rows:
+    """The positions a partition groups: the boundary values' dim 1, laid end to end by sequence
+    axis. Inputs that share a named sequence axis (``input_ids``, ``token_type_ids``) share their
+    rows; an input with an axis of its own (an encoder–decoder's ``decoder_input_ids``) adds rows
+    after them, in graph-input order. Each axis is reported under its first key (:attr:`keys`)."""
+
+    batch: int
+    keys: dict[str, tuple[int, int]]          # reporting key → (first row, rows)
+    spans: dict[str, tuple[int, int]]         # boundary value → (first row, rows)
+
+    @property
+    def length(self) -> int:
+        return sum(n for _, n in self.keys.values())
+
+    def span(self, value: str) -> tuple[int, int]:
+        return self.spans[value]
+
+    @classmethod
+    def of(cls, binding: Binding, env: dict) -> "Rows":
+        graph = binding.graph
+        order = {name: i for i, name in enumerate(graph.input_names)}
+        axis_of = {i.name: i.shape[1] for i in graph.inputs
+                   if i.shape is not None and len(i.shape) > 1 and isinstance(i.shape[1], str)}
+        axes: dict[str, list[str]] = {}               # sequence axis → boundary values on it
+        for v, key in sorted(binding.boundary.items(), key=lambda kv: order.get(kv[1], len(order))):
+            if v in env and env[v].dim() >= 2:
+                axes.setdefault(axis_of.get(key, ""), []).append(v)
+        if not axes:
+            raise InputError("the decomposition boundary has no value with a positions dimension (dim 1)")
+        keys, spans, batches, start = {}, {}, set(), 0
+        for values in axes.values():
+            shapes = {tuple(env[v].shape[:2]) for v in values}
+            if len(shapes) > 1:
+                raise InputError(f"boundary values disagree on [batch, positions]: {sorted(shapes)}")
+            batch, length = shapes.pop()
+            batches.add(batch)
+            keys[binding.boundary[values[0]]] = (start, length)
+            spans.update({v: (start, length) for v in values})
+            start += length
+        if len(batches) > 1:
+            raise InputError(f"boundary values disagree on the batch size: {sorted(batches)}")
+        return cls(batches.pop(), keys, spans)
+
+
+def _partition(rows: Rows, env: dict, groups, word_ids, tokens) -> tuple[list[Partition], Tensor]:
+    """One partition per batch item, and the one-hot ``[G, batch, rows]`` assignment."""
+    batch, length = rows.batch, rows.length
     if word_ids is not None and len(word_ids) != batch:
         raise InputError(f"got word ids for {len(word_ids)} items, but the batch has {batch}")
     partitions = [assign(groups, length, word_ids[b] if word_ids is not None else None,
@@ -283,10 +330,10 @@ class DecompositionPass(Pass):
                 per_position[b, positions] = float(scores[b, g]) / len(positions)
             items.append({"groups": [{"label": part.labels[g], "positions": members[g], "score": float(scores[b, g])}
                                      for g in range(part.size)], "bias": float(bias[b])})
-        key = next(iter(dict.fromkeys(forward.binding.boundary.values())))
         info = {"partition": groups if isinstance(groups, str) else "explicit", "mode": mode, **result.settings,
                 **(items[0] if len(items) == 1 else {"items": items})}
-        scores_by_key = {key: per_position.to(out.dtype)}
+        scores_by_key = {key: per_position[:, start:start + length].to(out.dtype)
+                         for key, (start, length) in result.rows.keys.items()}
         e = forward.explanation(relevance=scores_by_key, boundary=dict(scores_by_key),
                                 audit=_audit(result, forward.plan.dtype, explained, scores, bias) if audit else None)
         e.extra["decomposition"] = info
@@ -295,10 +342,14 @@ class DecompositionPass(Pass):
 
 def _scores_by_gradient(result: Components, p: Parts, seed: Tensor) -> Tensor:
     """Group contributions ``Σ_{i∈g} x_i · ∂D(y)/∂x_i`` of the linearized pass, ``[batch, G]``."""
-    leaves = list(result.leaves.values())
-    grads = torch.autograd.grad((p.groups[0] * seed).sum(), leaves, allow_unused=True)
-    per_position = sum((x * g).detach().reshape(x.shape[0], x.shape[1], -1).sum(2)
-                       for x, g in zip(leaves, grads) if g is not None)
+    leaves = list(result.leaves.items())
+    grads = torch.autograd.grad((p.groups[0] * seed).sum(), [x for _, x in leaves], allow_unused=True)
+    rows = result.rows
+    per_position = torch.zeros(rows.batch, rows.length, dtype=seed.dtype, device=seed.device)
+    for (v, x), g in zip(leaves, grads):
+        if g is not None:
+            start, length = rows.span(v)
+            per_position[:, start:start + length] += (x * g).detach().reshape(x.shape[0], x.shape[1], -1).sum(2)
     index = torch.tensor([q.index for q in result.partitions], device=per_position.device)
     size = max(q.size for q in result.partitions)
     onehot = torch.nn.functional.one_hot(index, size).to(per_position.dtype)      # [batch, T, G]

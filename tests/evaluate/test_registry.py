@@ -10,7 +10,7 @@ from rulegraph.cli.evaluate import evaluate_cmd
 from rulegraph.errors import InputError
 from rulegraph.evaluate import metrics as M
 
-ALL = ["aopc", "lodds", "auac", "au-mse", "hiding", "revealing", "word-deletion", "precision@k"]
+ALL = ["aopc", "lodds", "auac", "au-mse", "hiding", "revealing", "word-deletion", "precision@k", "logprob-drop"]
 
 
 def test_registration_order_is_the_import_list():
@@ -44,7 +44,8 @@ def test_the_command_line_exposes_every_metric_option_with_its_default():
 
 def test_the_default_set_is_the_metrics_declared_default_on():
     assert M.defaults() == [n for n, cls in M.METRICS.items() if cls.default]
-    assert M.defaults() == ALL[:-1]          # precision@k needs an answer span: off by default
+    # precision@k needs an answer span, logprob-drop is for language models: off by default
+    assert M.defaults() == ALL[:-2]
     options = {p.name: p for p in evaluate_cmd.params}
     assert options["metric_names"].default == ",".join(M.defaults())
 

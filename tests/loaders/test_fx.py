@@ -305,6 +305,7 @@ class _Zoo(torch.nn.Module):
         d = torch.stack([a.sum(-1), c.mean(-1), c.amax(-1)], dim=1)
         cs = torch.cumsum(mask, dim=1)
         z = d.masked_fill(mask[:, None, :] == 0, 0.0) * torch.rsqrt(cs[:, None, :].to(x.dtype) + 1)
+        z = torch.min(torch.max(z, -0.25 * z), z + 1)          # aten.max.other, aten.min.other
         z = z.clamp(-3, 3) ** 2 - torch.ones_like(z) * 0.5
         sel = z[:, :, 1:].unflatten(1, (1, 3)).squeeze(1)
         pos = torch.arange(1, s, 1)
@@ -342,7 +343,8 @@ def test_zoo_of_lowerings_matches_torch() -> None:
 
 def test_table_lists_aten_overloads() -> None:
     for target in ("aten.linear.default", "aten.scaled_dot_product_attention.default", "aten.sym_size.int",
-                   "aten.index.Tensor", "aten.embedding.default", "operator.getitem", "operator.floordiv"):
+                   "aten.index.Tensor", "aten.embedding.default", "operator.getitem", "operator.floordiv",
+                   "aten.max.other", "aten.min.other"):
         assert target in LOWERINGS
     assert math.isfinite(len(LOWERINGS)) and len(LOWERINGS) > 100
 

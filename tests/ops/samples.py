@@ -232,6 +232,11 @@ sample("CumSum", r(3, 4), torch.tensor(1), attrs={"exclusive": 1, "reverse": 1},
 sample("CumSum", r(3, 4), torch.tensor(-2), name="plain")
 sample("ScatterND", r(4, 3), torch.tensor([[1], [3]]), r(2, 3), name="rows")
 sample("ScatterND", r(4, 3), torch.tensor([[1], [3], [1]]), r(3, 3), attrs={"reduction": "add"}, name="add")
+sample("ScatterElements", r(3, 4), torch.tensor([[1, 0, 3], [-1, 2, 0]]), r(2, 3), attrs={"axis": 1}, name="axis1")
+sample("ScatterElements", r(3, 4), torch.tensor([[1, 0, 2, 1], [1, 0, 2, 0]]), r(2, 4), attrs={"reduction": "add"},
+       name="add")
+sample("ScatterElements", r(3, 4), torch.tensor([[1, 0, 2, 1], [1, 0, 2, 0]]), r(2, 4), attrs={"reduction": "max"},
+       name="max")
 sample("TopK", distinct(3, 5), [2], attrs={"axis": -1}, name="values")
 sample("OneHot", torch.tensor([0, 2, -1]), [4], r(2), name="float_values")
 sample("ConstantOfShape", [2, 3], attrs={"value": torch.tensor([1.5], dtype=torch.float64)}, name="float")

@@ -475,6 +475,12 @@ for _red, _opset in (("add", 16), ("mul", 16), ("max", 18), ("min", 18)):
     case("ScatterND", _data, np.array([[1], [3], [1]], np.int64), f(3, 3), attrs={"reduction": _red}, opset=_opset,
          name=_red)
 case("ScatterND", ints(4, 3), np.array([[2, 1]], np.int64), i64(9), opset=13, name="int")
+_rows = np.array([[1, 0, 2, 1], [1, 0, 2, 0]], np.int64)
+case("ScatterElements", f(3, 4), np.array([[1, 0, 3], [-1, 2, 0]], np.int64), f(2, 3), attrs={"axis": 1}, name="axis1")
+case("ScatterElements", f(3, 4), _rows, f(2, 4), name="axis0")
+for _red, _opset in (("add", 16), ("mul", 16), ("max", 18), ("min", 18)):
+    case("ScatterElements", f(3, 4), _rows, f(2, 4), attrs={"reduction": _red}, opset=_opset, name=_red)
+case("ScatterElements", ints(2, 5), np.array([[0, 4]], np.int64), ints(1, 2), attrs={"axis": 1}, opset=13, name="int")
 _x = distinct(3, 5)
 case("TopK", _x, i64(2), n_outputs=2, opset=11, name="default")
 case("TopK", _x, i64(3), attrs={"largest": 0}, n_outputs=2, opset=11, name="smallest")

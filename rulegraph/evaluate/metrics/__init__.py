@@ -28,12 +28,14 @@ The metrics (x̃ᵏ: x with the top-k% removed), each defined in its file:
 ``revealing``     area under accuracy, revealing most relevant first ↑     (revealing.py)
 ``word-deletion`` accuracy vs the 1…W most relevant words deleted ↓        (word_deletion.py)
 ``precision@k``   top-k tokens inside the answer span ↑, off by default   (precision_at_k.py)
+``logprob-drop``  mean over k of log p(y|x) − log p(y|x̃ᵏ), y an LM's next token ↑, off by default
+                                                                         (logprob_drop.py)
 """
 from __future__ import annotations
 
 from . import aopc as _aopc, lodds as _lodds, auac as _auac, au_mse as _au_mse  # noqa: F401  (registration order)
 from . import hiding as _hiding, revealing as _revealing, word_deletion as _word_deletion  # noqa: F401
-from . import precision_at_k as _precision_at_k  # noqa: F401
+from . import precision_at_k as _precision_at_k, logprob_drop as _logprob_drop  # noqa: F401
 from .aopc import AOPC, Deletion, aopc
 from .au_mse import AUMSE, au_mse
 from .auac import AUAC, Fractions, auac
@@ -41,11 +43,12 @@ from .base import (METRICS, Case, Metric, ModelFn, Option, Removal, Result, all_
                    defaults, metric, settings)
 from .hiding import Hiding, hiding
 from .lodds import LOdds, lodds
+from .logprob_drop import LogProbDrop, logprob_drop
 from .precision_at_k import PrecisionAtK, precision_at_k
 from .revealing import Revealing, revealing
 from .word_deletion import WordDeletion, word_deletion
 
-__all__ = ["AOPC", "AUAC", "AUMSE", "Case", "Deletion", "Fractions", "Hiding", "LOdds", "METRICS", "Metric",
+__all__ = ["AOPC", "AUAC", "AUMSE", "Case", "Deletion", "Fractions", "Hiding", "LOdds", "LogProbDrop", "METRICS", "Metric",
            "ModelFn", "Option", "PrecisionAtK", "Removal", "Result", "Revealing", "WordDeletion", "all_options",
-           "aopc", "area", "au_mse", "auac", "build", "compute", "count", "defaults", "hiding", "lodds", "metric",
+           "aopc", "area", "au_mse", "auac", "build", "compute", "count", "defaults", "hiding", "lodds", "logprob_drop", "metric",
            "precision_at_k", "revealing", "settings", "word_deletion"]

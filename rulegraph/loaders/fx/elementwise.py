@@ -105,9 +105,10 @@ def _pow(b: Builder, n: fx.Node, a: dict) -> str:
     return b.emit("Pow", list(_operands(b, n, a["self"], a["exponent"], out_dtype(n))))
 
 
-@lowers("aten.maximum.default", "aten.minimum.default")
+@lowers("aten.maximum.default", "aten.minimum.default", "aten.max.other", "aten.min.other")
 def _max_min(b: Builder, n: fx.Node, a: dict) -> str:
-    op = "Max" if "maximum" in str(n.target) else "Min"
+    """Elementwise max / min of two tensors (``torch.max(a, b)`` is ``aten.max.other``: T5's position buckets)."""
+    op = "Max" if str(n.target).startswith(("aten.max", "aten.maximum")) else "Min"
     return b.emit(op, list(_operands(b, n, a["self"], a["other"], out_dtype(n))))
 
 
