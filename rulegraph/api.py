@@ -14,6 +14,7 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
+from .objective import Objective, parse as parse_objective
 from .passes import PASSES, forward, prepared
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder
@@ -26,7 +27,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
             tokenizer: str | Path | None = None, output: str | None = None,
             position: int | Sequence[int] | None = None, device: str = "cpu",
             dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
-            score: str = "logit", **options: Any) -> Explanation:
+            score: str = "logit", objective: str | Objective | None = None, **options: Any) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a rule set.
 
     ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes. ``rules``:
@@ -47,10 +48,20 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     the explanation then carries the tokens (``e.tokens``). For span QA, ``question="…"`` is
     encoded before the text (the context); explain ``output="start_logits"`` (or
     ``"end_logits"``) with ``target=`` a token position (default: the predicted one).
+
+    ``objective``: instead of target / contrast / score, a linear expression of the explained
+    position's logits and log-probabilities, e.g. ``"logprob[' Paris'] - logprob[' London']"``
+    (:mod:`rulegraph.objective`: tokens as ids or quoted text, tokenized with ``tokenizer``);
+    ``e.extra["objective_value"]`` is its value.
     """
     graph, ruleset = prepared(model, rules)
     kind = PASSES.get(ruleset.pass_name)
     options = kind.resolve(options)
+    if isinstance(objective, str):
+        objective = parse_objective(objective)
+    if objective is not None and any(isinstance(t, str) for t in objective.tokens):
+        encoder = _encoder(model, graph, tokenizer)
+        objective = objective.resolve(lambda token: encoder.token_id(token, "objective token"))
     encoded = None
     if text is not None:
         if inputs is not None:
@@ -60,7 +71,7 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=kind.unmatched, contrast=contrast, score=score)
+                    unmatched=kind.unmatched, contrast=contrast, score=score, objective=objective)
     e = kind().run(start, audit=audit, **options)
     if encoded is not None:
         e.tokens = [encoded.tokens]
@@ -78,8 +89,13 @@ def encode(model: Any, text: str, tokenizer: str | Path | None = None, question:
     if question is not None and not isinstance(question, str):
         raise InputError(f"question must be a str, got a {type(question).__name__}")
     graph = load(model)
-    path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
-    encoder = TextEncoder.for_model(graph, path, tokenizer)
+    encoder = _encoder(model, graph, tokenizer)
     encoded = encoder.encode(text, question)
     encoded.inputs = encoder.fill(graph, encoded, {})
     return encoded
+
+
+def _encoder(model: Any, graph: Any, tokenizer: str | Path | None) -> TextEncoder:
+    """The model's text encoder: ``tokenizer``, else the ``tokenizer.json`` beside the model file."""
+    path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
+    return TextEncoder.for_model(graph, path, tokenizer)

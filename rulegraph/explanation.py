@@ -61,6 +61,7 @@ class Explanation:
         if self.audit is not None:
             d.update(self.audit.to_dict())
         d.update(self.extra)
-        if "logprob" in self.extra and self.batch_size == 1:
-            d["logprob"] = self.extra["logprob"][0]
+        for key in ("logprob", "objective_value"):
+            if key in self.extra and self.batch_size == 1:
+                d[key] = self.extra[key][0]
         return d

@@ -82,6 +82,19 @@ class TextEncoder:
         special = [bool(s) for s in enc.special_tokens_mask]
         return Encoded(text, list(enc.tokens), special, list(enc.word_ids), inputs, truncated, question)
 
+    def token_id(self, text: str, what: str = "token") -> int:
+        """The id of the one token ``text`` tokenizes to (no special tokens added); more or fewer
+        pieces, or the unknown token, is an error naming them (``what`` says which argument)."""
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(enc.ids) != 1:
+            pieces = ", ".join(repr(p) for p in enc.tokens) or "none"
+            raise InputError(f"{what} {text!r} is {len(enc.ids)} tokens ({pieces}), not one; give the text of "
+                             "exactly one token, or its id")
+        unknown = getattr(self.tokenizer.model, "unk_token", None)
+        if unknown is not None and enc.tokens[0] == unknown and text.strip() != unknown:
+            raise InputError(f"{what} {text!r} is not in the tokenizer's vocabulary (it tokenizes to {unknown!r})")
+        return enc.ids[0]
+
     def fill(self, graph: Graph, encoded: Encoded, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The graph's inputs: the user's ``--input`` values, else what the text provides."""
         feeds = {}

@@ -148,3 +148,68 @@ def test_one_position_per_batch_item_equals_separate_explanations(lm):
         rulegraph.explain(path, "gi", two, position=[1, 2, 3])
     with pytest.raises(rulegraph.RulegraphError, match="position 9 is out of range"):
         rulegraph.explain(path, "gi", two, position=[1, 9])
+
+
+# -- objective= : a linear expression of logits and log-probabilities (rulegraph.objective) ------------------
+
+@pytest.mark.parametrize("rules", ["gi", "lrp-ah-ln", "attnlrp"])
+def test_objective_is_the_weighted_sum_of_single_target_explanations(lm, rules):
+    """Relevance is linear in the seed, so 2·logit[A] − 0.5·logit[B] is 2·R(A) − 0.5·R(B), node for node."""
+    _, path = lm
+    e = run(path, rules, objective=f"2 * logit[{A}] - 0.5*logit[{B}]")
+    a, b = run(path, rules, target=A), run(path, rules, target=B)
+    expected = 2 * a.relevance["input_ids"] - 0.5 * b.relevance["input_ids"]
+    assert (e.relevance["input_ids"] - expected).abs().max() < 1e-10
+    assert e.output_value[0] == pytest.approx(2 * a.output_value[0] - 0.5 * b.output_value[0], abs=1e-10)
+    assert e.extra["objective_value"][0] == pytest.approx(e.output_value[0], abs=1e-10)   # logits only: exact
+    c = e.audit.conservation
+    assert abs(c.residual) <= 1e-9 * max(1.0, abs(c.output_value))
+
+
+def test_objective_logprob_terms_are_the_gradient_with_p_held_constant(lm):
+    """logprob[A] + logprob[B]: the seed is ∂(log p_A + log p_B)/∂z (autograd on the logits), `gi`
+    equals autograd x·∂/∂x of the expression on the module, and the value is log p_A + log p_B."""
+    module, path = lm
+    e = run(path, "gi", objective=f"logprob[{A}] + logprob[{B}]")
+    f = feeds()
+    embeddings = module.transformer.wte(f["input_ids"]).detach().requires_grad_(True)
+    logits = module(inputs_embeds=embeddings, attention_mask=f["attention_mask"]).logits[0, POSITION]
+    logp = logits.log_softmax(-1)
+    (logp[A] + logp[B]).backward()
+    reference = (embeddings * embeddings.grad).sum(-1)[0]
+    assert torch.allclose(e.relevance["input_ids"][0], reference.detach(), rtol=1e-8, atol=1e-10)
+    assert e.extra["objective_value"][0] == pytest.approx(float(logp[A] + logp[B]), rel=1e-9)
+    single = run(path, "lrp-ah-ln", target=A, score="logprob")
+    same = run(path, "lrp-ah-ln", objective=f"logprob[{A}]")
+    assert (single.relevance["input_ids"] - same.relevance["input_ids"]).abs().max() < 1e-12
+
+
+def test_cli_objective_with_token_text(lm, tmp_path, capsys):
+    _, path = lm
+    out = tmp_path / "e.json"
+    code = main(["explain", str(path), "-r", "gi", "-t", "w1 w2 w3 w4", "--objective",
+                 "logprob[\" w5\"] - logprob[' w7']", "--position", "2", "--dtype", "float64", "--json", str(out)])
+    assert code in (0, None), capsys.readouterr().err
+    d = json.loads(out.read_text())
+    ids = torch.tensor([[2, 6, 7, 8, 9, 3]])         # [CLS] w1 w2 w3 w4 [SEP]
+    e = rulegraph.explain(path, "gi", {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, A, contrast=B,
+                          position=2, dtype=torch.float64)
+    assert d["objective"] == "logprob[\" w5\"] - logprob[' w7']"
+    assert d["relevance"]["input_ids"] == pytest.approx(e.scores(), abs=1e-12)     # log p_A − log p_B = z_A − z_B
+    assert d["objective_value"] == pytest.approx(e.output_value[0], abs=1e-10)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objective", "logit[10]", "--target", "3"], "give an objective, or target / contrast / score, not both"),
+    (["--objective", "logits[10]"], "unknown term 'logits' at column 1; valid: logit, logprob"),
+    (["--objective", "logit[10] logit[3]"], "cannot read column 11"),
+    (["--objective", "logit[99999]"], "id 99999 is out of range"),
+    (["--objective", "logit[\" w5 w7\"]"], "is 2 tokens"),
+    (["-m", "loo", "--objective", "logit[10]"], "objective are supported by rule sets; loo is a baseline"),
+])
+def test_cli_bad_objective_is_one_line(lm, capsys, args, message):
+    _, path = lm
+    rules = [] if "-m" in args else ["-r", "gi"]
+    assert main(["explain", str(path), *rules, "-t", "w1 w2", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

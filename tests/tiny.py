@@ -56,7 +56,7 @@ def _roberta(attention: str) -> torch.nn.Module:
 
 
 def causal_lm(kind: str, *, seed: int = 0) -> torch.nn.Module:
-    """A seeded tiny decoder-only LM with its LM head: GPT-2, or Llama / Qwen2 / Mistral style (RMSNorm,
+    """A seeded tiny decoder-only LM with its LM head: GPT-2, or a :data:`LLAMA_STYLE` family (RMSNorm,
     rotary positions, SwiGLU, grouped-query attention: 4 query heads, 2 key/value heads). No
     end-of-text token, so greedy generation runs for as many steps as asked."""
     import transformers
@@ -66,13 +66,25 @@ def causal_lm(kind: str, *, seed: int = 0) -> torch.nn.Module:
                                          n_head=SIZE["heads"], n_positions=SIZE["positions"], bos_token_id=None,
                                          eos_token_id=None, attn_implementation="eager")
         return transformers.GPT2LMHeadModel(config).eval()
-    name = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[kind]
-    config = getattr(transformers, f"{name}Config")(
+    config_class, model_class = LLAMA_STYLE[kind]
+    extra = {"head_dim": SIZE["hidden"] // SIZE["heads"]} if kind.startswith("gemma") else {}
+    config = getattr(transformers, config_class)(
         vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], intermediate_size=SIZE["ffn"],
         num_hidden_layers=SIZE["layers"], num_attention_heads=SIZE["heads"], num_key_value_heads=2,
         max_position_embeddings=SIZE["positions"], pad_token_id=0, bos_token_id=None, eos_token_id=None,
-        attn_implementation="eager")
-    return getattr(transformers, f"{name}ForCausalLM")(config).eval()
+        attn_implementation="eager", **extra)
+    return getattr(transformers, model_class)(config).eval()
+
+
+#: Llama-style families (RMSNorm, rotary positions, gated MLP, grouped-query attention) → their
+#: transformers config and causal-LM classes. Qwen3 adds an RMSNorm on each head's queries and keys;
+#: Gemma scales the embeddings by √hidden, its RMSNorm multiplies by (1 + w) and its MLP gates with
+#: tanh-GELU; Gemma 3 adds Qwen3's query/key norms and a norm after attention and after the MLP.
+LLAMA_STYLE = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"), "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+}
 
 
 def save_causal_lm(kind: str, folder: Path) -> torch.nn.Module:

@@ -37,7 +37,7 @@ def explain_generation(graph, model, rules, method, method_option, texts, tokeni
     from . import matrix
     from .inputs import check_output, parse_inputs, write
     for option, value in (("--target", opts.get("target")), ("--contrast", opts.get("contrast")),
-                          ("--position", opts.get("position"))):
+                          ("--position", opts.get("position")), ("--objective", opts.get("objective"))):
         if value is not None:
             raise InputError(f"{option} does not apply with --generate/--continuation: each step explains the "
                              "token it generated, at its own position")

@@ -18,6 +18,7 @@ from ..explanation import Explanation
 from ..ir import Graph
 from ..loaders import load
 from ..methods import explain_with
+from ..objective import parse as parse_objective
 from ..text import Encoded, TextEncoder
 from .console import err
 from .decomposition import pass_arguments
@@ -100,10 +101,14 @@ def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs,
 
 def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) -> dict[str, Any]:
     """``--target`` / ``--contrast`` given as text: the id of the one token it tokenizes to (with
-    the model's tokenizer, no special tokens added); more or fewer pieces, or the unknown token,
-    is an error naming them."""
+    the model's tokenizer, no special tokens added; see :meth:`TextEncoder.token_id`); ``--objective``
+    parsed, its token texts resolved the same way."""
     opts = dict(opts)
+    if opts.get("objective") is not None:
+        opts["objective"] = parse_objective(opts["objective"])
     texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)}
+    if opts.get("objective") is not None and any(isinstance(t, str) for t in opts["objective"].tokens):
+        texts["objective"] = next(t for t in opts["objective"].tokens if isinstance(t, str))
     if not texts:
         return opts
     try:
@@ -111,17 +116,11 @@ def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) 
     except InputError as exc:
         raise InputError(f"--{next(iter(texts))} {next(iter(texts.values()))!r} is text, which needs the model's "
                          f"tokenizer ({exc}); or give a token id") from None
-    tok = encoder.tokenizer
-    unknown = getattr(tok.model, "unk_token", None)
-    for option, text in texts.items():
-        enc = tok.encode(text, add_special_tokens=False)
-        if len(enc.ids) != 1:
-            pieces = ", ".join(repr(p) for p in enc.tokens) or "none"
-            raise InputError(f"--{option} {text!r} is {len(enc.ids)} tokens ({pieces}), not one; give the text of "
-                             "exactly one token, or its id")
-        if unknown is not None and enc.tokens[0] == unknown and text.strip() != unknown:
-            raise InputError(f"--{option} {text!r} is not in the tokenizer's vocabulary (it tokenizes to {unknown!r})")
-        opts[option] = enc.ids[0]
+    for option in texts:
+        if option == "objective":
+            opts[option] = opts[option].resolve(lambda text: encoder.token_id(text, "--objective token"))
+        else:
+            opts[option] = encoder.token_id(opts[option], f"--{option}")
     return opts
 
 
@@ -153,9 +152,10 @@ def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanati
 
 
 def _targets(opts: dict[str, Any]) -> dict[str, Any]:
-    """``contrast`` and ``score`` for the explain call, only when asked for."""
+    """``contrast``, ``score`` and ``objective`` for the explain call, only when asked for."""
     given = {"contrast": opts.get("contrast"), "score": opts.get("score") or "logit"}
-    return {} if given == {"contrast": None, "score": "logit"} else given
+    given = {} if given == {"contrast": None, "score": "logit"} else given
+    return given if opts.get("objective") is None else {**given, "objective": opts["objective"]}
 
 
 def check_output(path: Path | None, force: bool, option: str) -> None:

@@ -94,6 +94,10 @@ def input_options(f):
                           "token, e.g. \" w5\" (tokenized with the model's tokenizer)"),
         click.option("--contrast", type=TOKEN_OR_ID, default=None,
                      help="explain target − contrast: a class index or the text of one token"),
+        click.option("--objective", default=None, metavar="EXPR",
+                     help="explain a linear expression of one position's logits and log-probabilities instead, "
+                          "e.g. 'logprob[\" Paris\"] - logprob[\" London\"]' or '0.5*logit[2] + logit[3]' "
+                          "(tokens as ids or quoted text; at most 64 terms; see rulegraph.objective)"),
         click.option("--score", type=click.Choice(["logit", "logprob"]), default="logit", show_default=True,
                      help="the logit, or the log-probability log softmax(z)[target] (explained as "
                           "z[target] − Σ p·z with p held constant)"),

@@ -112,7 +112,10 @@ def fmt(x: float) -> str:
 
 def explained_name(e: Explanation, item: int = 0) -> str:
     """``logits[7]``; with a contrast ``logits[7] − logits[9]``; for a log-probability without a
-    contrast ``logits[7] − Σ p·logits`` (p held constant)."""
+    contrast ``logits[7] − Σ p·logits`` (p held constant); an objective as written, linearised."""
+    if "objective" in e.extra:
+        held = " (p held constant)" if "logprob" in e.extra["objective"] else ""
+        return f"{e.output}: {e.extra['objective']}{held}"
     name = f"{e.output}[{e.target[item]}]"
     if e.contrast is not None:
         return f"{name} − {e.output}[{e.contrast[item]}]"
@@ -127,7 +130,10 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     t.add_column(style="bold")
     t.add_column(justify="right")
     label = e.labels[e.target[item]] if e.labels and e.target[item] < len(e.labels) else str(e.target[item])
-    t.add_row("explained", escape(f"{explained_name(e, item)} = {e.output_value[item]:.6g}  ({label})"))
+    shown = "" if "objective" in e.extra else f"  ({label})"
+    t.add_row("explained", escape(f"{explained_name(e, item)} = {e.output_value[item]:.6g}{shown}"))
+    if "objective" in e.extra:
+        t.add_row("objective's value", f"{e.extra['objective_value'][item]:.6g}")
     if "logprob" in e.extra:
         name = "log p[target] − log p[contrast]" if e.contrast is not None else "log p[target]"
         t.add_row(escape(name), f"{e.extra['logprob'][item]:.6g}")

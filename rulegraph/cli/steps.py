@@ -21,7 +21,7 @@ def explain_steps_cmd(graph, ruleset, requests, opts, labels, json_path, html_pa
     from ..seq2seq import explain_steps
     if ruleset is None:
         raise InputError("--steps explains with a rule set (--rules), not a --method")
-    given = [f"--{o}" for o in ("target", "position", "contrast") if opts.get(o) is not None]
+    given = [f"--{o}" for o in ("target", "position", "contrast", "objective") if opts.get(o) is not None]
     given += ["--html"] if html_path is not None else []
     if given:
         raise InputError(f"--steps explains every decoder position for the token generated there; "

@@ -67,6 +67,8 @@ def _rules_method(name: str) -> Method:
                       audit=request.audit)
         if request.contrast is not None or request.score != "logit":
             kwargs.update(contrast=request.contrast, score=request.score)
+        if request.objective is not None:
+            kwargs.update(objective=request.objective)
         if decomposition:
             return explain(request.graph, RuleSet.load(name), request.inputs, request.target, alpha=options["alpha"],
                              threshold=options["lambda"], variant=options["variant"], **kwargs)
@@ -103,22 +105,24 @@ def get(name: str) -> Method:
 def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], target=None, *, output: str | None = None,
                  position: int | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  special: torch.Tensor | None = None, vocab: Vocab | None = None, audit: bool = True,
-                 contrast=None, target_score: str = "logit", **options) -> Explanation:
+                 contrast=None, target_score: str = "logit", objective=None, **options) -> Explanation:
     """Explain ``model``'s output for ``inputs`` with a method (name or :class:`Method`).
 
     ``special``: ``[batch, tokens]`` booleans marking special tokens (never perturbed by
     leave-one-out or token baselines); ``vocab``: the tokenizer's [PAD]/[UNK]/[MASK] ids.
-    ``options``: the method's declared options (see ``rulegraph methods``). ``contrast`` and
-    ``target_score``: ``contrast`` and ``score`` of :func:`rulegraph.explain` (named so as not
-    to take a method's own ``score`` option); rule sets only (baselines refuse them).
+    ``options``: the method's declared options (see ``rulegraph methods``). ``contrast``,
+    ``target_score`` and ``objective``: ``contrast``, ``score`` and ``objective`` of
+    :func:`rulegraph.explain` (``target_score`` named so as not to take a method's own ``score``
+    option); rule sets only (baselines refuse them).
     """
     m = method if isinstance(method, Method) else get(method)
-    if (contrast is not None or target_score != "logit") and m.kind != "rules":
-        raise InputError(f"contrast and score='logprob' are supported by rule sets; {m.name} is a baseline")
+    if (contrast is not None or target_score != "logit" or objective is not None) and m.kind != "rules":
+        raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
     graph = load(model)
     feeds = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in inputs.items()}
-    request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score)
+    request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
+                      objective)
     e = m.run(request, **resolved)
     e.rules = m.name
     e.extra.setdefault("method", m.name)

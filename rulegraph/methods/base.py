@@ -63,6 +63,7 @@ class Request:
     audit: bool = True
     contrast: int | list[int] | None = None  # subtracted class (rulegraph.passes.base.select)
     score: str = "logit"                     # "logit" or "logprob"
+    objective: Any = None                    # a rulegraph.objective.Objective explained instead
 
 
 @dataclass(frozen=True)

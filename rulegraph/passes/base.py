@@ -24,6 +24,10 @@ Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
   ``x ⊙ ∂(z_A − Σ p_j z_j)/∂x`` with p detached, which is also ``x ⊙ ∂ log p_A/∂x``.
 * both: ``log p_A − log p_B = z_A − z_B``, so the seed is the logit contrast's (``e_A − e_B``)
   and the explained scalar is exactly the log-probability ratio.
+* ``objective="logprob[' Paris'] - logprob[' London']"``: any linear expression of logits and
+  log-probabilities of the explained position (:mod:`rulegraph.objective`); the seed is its
+  weights w with p held constant, the explained scalar Σ w_j z_j, and ``extra["objective_value"]``
+  the expression itself.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import torch
 from ..canonize import canonize
 from ..errors import InputError, NumericalError
 from ..explanation import Explanation
+from ..objective import Objective
 from ..interpreter import Plan, Values, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -62,6 +67,7 @@ class Forward:
     position: int | list[int] | None   # explained position for sequence outputs (or one per batch item)
     contrast: list[int] | None = None   # subtracted index per batch item (``contrast=``)
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
+    objective: Objective | None = None  # a linear expression explained instead (``objective=``)
 
     @property
     def out(self) -> Tensor:
@@ -79,14 +85,20 @@ class Forward:
             output=self.output, output_tensor=self.out.detach().cpu(), target=self.targets, position=self.position,
             output_value=self.explained.tolist(), relevance=relevance, boundary=boundary,
             rules=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
-        describe(e, self.out, self.contrast, self.score)
+        describe(e, self.out, self.contrast, self.score, self.objective)
         return e
 
 
-def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str) -> None:
-    """Record a contrast or a log-probability score on ``e`` (nothing for a plain logit, so
-    class-logit explanations are as before): ``e.contrast``, ``e.score`` and, for
-    ``score="logprob"``, ``e.extra["logprob"]`` (log p_A, or log p_A − log p_B with a contrast)."""
+def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str,
+             objective: Objective | None = None) -> None:
+    """Record a contrast, a log-probability score or an objective on ``e`` (nothing for a plain
+    logit, so class-logit explanations are as before): ``e.contrast``, ``e.score`` and, for
+    ``score="logprob"``, ``e.extra["logprob"]`` (log p_A, or log p_A − log p_B with a contrast);
+    ``e.extra["objective"]`` and ``["objective_value"]`` for an objective."""
+    if objective is not None:
+        e.extra["objective"] = objective.text
+        e.extra["objective_value"] = objective.value(_picked(out, e.position))
+        return
     if contrast is None and score == "logit":
         return
     e.contrast, e.score = contrast, score
@@ -136,9 +148,9 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
-            score: str = "logit") -> Forward:
+            score: str = "logit", objective: Objective | None = None) -> Forward:
     """The shared prologue (see the module docstring)."""
-    check_arguments(inputs, target, position, contrast, score)
+    check_arguments(inputs, target, position, contrast, score, objective)
     binding = ruleset.bind(graph)
     binding.require_complete()
     if binding.unmatched and ruleset.on_unmatched == "warn":
@@ -156,17 +168,24 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     out = values[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
-    seed, targets, position = select(out, target, position, contrast, score)
+    seed, targets, position = select(out, target, position, contrast, score, objective)
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
-    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score)
+    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)
 
 
 #: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)
 SCORES = ("logit", "logprob")
 
 
-def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit") -> None:
+def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit",
+                    objective: Any = None) -> None:
     """The API's arguments have the types they need, before any work."""
+    if objective is not None:
+        if not isinstance(objective, Objective):
+            raise InputError(f"objective must be parsed by rulegraph.objective.parse, got a {type(objective).__name__}")
+        if target is not None or contrast is not None or score != "logit":
+            raise InputError("give an objective, or target / contrast / score, not both (the objective names "
+                             "its tokens)")
     if not isinstance(inputs, Mapping):
         raise InputError(f"inputs must be a dict of model input name → tensor, got a {type(inputs).__name__}")
     bad = [k for k in inputs if not isinstance(k, str)]
@@ -201,13 +220,14 @@ def _is_index(value: Any) -> bool:
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
 
 
-def select(out: Tensor, target, position, contrast=None,
-           score: str = "logit") -> tuple[Tensor, list[int], int | list[int] | None]:
+def select(out: Tensor, target, position, contrast=None, score: str = "logit",
+           objective: Objective | None = None) -> tuple[Tensor, list[int], int | list[int] | None]:
     """The seed of the explained scalar per batch item, the targets and the position (an int, or
     for ``[batch, positions, classes]`` outputs one per batch item when a list is given): one-hot at
     the target; with ``contrast``, +1 at the target and −1 at the contrast; with
     ``score="logprob"`` (and no contrast), ``e_target − softmax`` over the classes, the
-    softmax held constant (see the module docstring)."""
+    softmax held constant; with an ``objective``, its weights (the targets reported are its
+    first term's token; see the module docstring)."""
     shape = out.shape
     if out.dim() == 1:
         out = out.unsqueeze(-1)
@@ -230,6 +250,9 @@ def select(out: Tensor, target, position, contrast=None,
         raise InputError(f"cannot pick a target in an output of shape {tuple(out.shape)}; "
                          "expected [batch, classes] or [batch, positions, classes]")
     classes = picked.shape[-1]
+    if objective is not None:
+        objective.check(classes)
+        target = objective.terms[0].token
     if target is None:
         targets = picked.argmax(-1).tolist()
     else:
@@ -241,7 +264,9 @@ def select(out: Tensor, target, position, contrast=None,
             raise InputError(f"target {bad[0]} is out of range; the output has {classes} classes (0…{classes - 1})")
     seed = torch.zeros_like(picked)
     seed[torch.arange(batch), targets] = 1
-    if contrast is not None:
+    if objective is not None:
+        seed = objective.seed(picked)
+    elif contrast is not None:
         contrasts = _per_item(contrast, batch)
         if len(contrasts) != batch:
             raise InputError(f"got {len(contrasts)} contrast classes for a batch of {batch}")

@@ -219,7 +219,7 @@ CASES = [
     ("generate-alpha", [*E, "-r", "decomposition", *T, "--generate", "2", "--alpha", "signed"],
      "--alpha does not apply with --generate"),
     ("batch-without-continuation", [*E, "-r", "gi", *T, "--batch", "4"], "--batch applies to --continuation"),
-    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image does not apply"),
+    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image, --steps and --question do not apply"),
     ("audit-json-exists", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}/existing.json"], "exists; pass --force"),
     ("audit-json-directory", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}"], "is a directory"),
     # options

@@ -1,8 +1,11 @@
-"""`rulegraph export` of decoder-only causal LMs saved with `save_pretrained` (GPT-2 and Llama /
-Qwen2 / Mistral `*ForCausalLM`, tiny random weights): the LM head's logits [batch, positions,
-vocab] agree with onnxruntime and the Hugging Face module, the task is recorded, and every
-shipped transformer rule set covers the graph (`rulegraph check`)."""
+"""`rulegraph export` of decoder-only causal LMs saved with `save_pretrained` (GPT-2 and the Llama,
+Qwen2, Qwen3, Mistral, Gemma and Gemma 3 `*ForCausalLM`, tiny random weights): the LM head's logits
+[batch, positions, vocab] agree with onnxruntime and the Hugging Face module, the task is recorded,
+every shipped rule set covers the graph (`rulegraph check`) and conserves on it in float64, and
+`gi` equals autograd Gradient×Input of the module."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import onnxruntime as ort
@@ -15,7 +18,7 @@ from rulegraph.cli import main
 from rulegraph.exporters import read_metadata
 
 
-@pytest.fixture(scope="module", params=["gpt2", "llama", "qwen2", "mistral"])
+@pytest.fixture(scope="module", params=["gpt2", *tiny.LLAMA_STYLE])
 def exported(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"export_{request.param}")
     module = tiny.save_causal_lm(request.param, folder / "hf")
@@ -47,6 +50,29 @@ def test_metadata_records_the_task(exported):
 def test_rulegraph_check_passes(exported, rules, capsys):
     _, path = exported
     assert main(["check", str(path), "-r", rules]) == 0, capsys.readouterr().out
+
+
+def test_every_rule_set_conserves_and_gi_equals_autograd(exported):
+    """The next-token logit at the last position, float64: each rule set's relevance sums to it
+    (no node absorbs or leaks), and `gi` is x·∂f/∂x of the Hugging Face module's embeddings."""
+    module, path = exported
+    feeds = tiny.token_inputs(("input_ids", "attention_mask"), batch=1, length=9)
+    graph = rulegraph.load(path)
+    for rules in sorted(rulegraph.shipped_rule_sets()):
+        e = rulegraph.explain(graph, rules, feeds, dtype=torch.float64)
+        c = e.audit.conservation
+        assert abs(c.output_value) > 1e-3 and abs(c.residual) <= 1e-9 * abs(c.output_value), rules
+        assert not e.audit.unexpected, rules
+    e = rulegraph.explain(graph, "gi", feeds, dtype=torch.float64)
+    reference = copy.deepcopy(module).double()
+    embeddings = reference.get_input_embeddings()(feeds["input_ids"]).detach().requires_grad_(True)
+    logits = reference(inputs_embeds=embeddings, attention_mask=feeds["attention_mask"]).logits[0, -1]
+    logits[e.target[0]].backward()
+    expected = (embeddings * embeddings.grad).sum(-1)
+    ours = torch.as_tensor(e.scores("input_ids"), dtype=torch.float64)
+    # the export holds float32 constants (rotary frequencies, ε, Gemma's √hidden embedding scale),
+    # the float64 module exact ones: agreement to ~1e-5 relative; a wrong rule is off by O(1)
+    torch.testing.assert_close(ours, expected[0].detach(), rtol=1e-4, atol=1e-5 * float(expected.abs().max()))
 
 
 def test_a_classifier_directory_still_exports_as_a_classifier(tmp_path):

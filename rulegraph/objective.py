@@ -1,0 +1,124 @@
+"""Explained scalars beyond one logit: a small linear expression over one output position.
+
+    logit[" Paris"] - logit[" London"]          # a contrast, tokens given as text
+    logprob[3] + logprob[5]                     # the log-probability of either of two tokens' sum
+    0.5 * logit[2] - 2 * logprob["good"]
+
+Grammar: terms joined by ``+`` and ``-``; a term is ``[NUMBER *] KIND[TOKEN]`` with KIND
+``logit`` or ``logprob`` and TOKEN a class / vocabulary id (an integer) or the text of one token
+in quotes (``"…"`` or ``'…'``, tokenized with the model's tokenizer). At most
+:data:`MAX_TERMS` terms and :data:`MAX_LENGTH` characters; nothing in it is evaluated as code.
+
+Every term is linear in the logits z of the explained position once the softmax p is held
+constant: ``logit[t]`` is z_t and ``logprob[t]`` is z_t − Σ_j p_j z_j (its gradient, as
+``score="logprob"`` in :mod:`rulegraph.passes.base`). The explained scalar is therefore
+Σ_j w_j z_j with the weights w (:meth:`Objective.seed`) fixed at the forward pass, and relevance
+conserves to it. :meth:`Objective.value` is the expression itself, with log p; the two differ by
+the entropy terms held constant (equal when the log-probability coefficients sum to 0, as in
+``logprob[a] - logprob[b]``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from .errors import InputError
+
+#: the kinds of term, by name
+KINDS = ("logit", "logprob")
+MAX_TERMS = 64
+MAX_LENGTH = 2000
+
+_TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)\s*\*\s*)?
+                       (?P<kind>[A-Za-z_]\w*)\s*\[\s*
+                       (?:(?P<id>\d+)|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)')
+                       \s*\]\s*""", re.VERBOSE)
+
+
+@dataclass(frozen=True)
+class Term:
+    coefficient: float
+    kind: str                   # "logit" or "logprob"
+    token: int | str            # a class / vocabulary id, or the text of one token (before resolve)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A parsed expression (see the module docstring)."""
+
+    text: str
+    terms: tuple[Term, ...]
+
+    @property
+    def tokens(self) -> list[int | str]:
+        return [t.token for t in self.terms]
+
+    def resolve(self, to_id: Callable[[str], int]) -> Objective:
+        """Token texts replaced by their ids (``to_id`` raises :class:`InputError` for a text
+        that is not exactly one token)."""
+        return replace(self, terms=tuple(replace(t, token=to_id(t.token)) if isinstance(t.token, str) else t
+                                         for t in self.terms))
+
+    def check(self, classes: int) -> None:
+        """Every token is an id in ``0…classes−1``, and log-probabilities have a softmax to take."""
+        texts = [t.token for t in self.terms if isinstance(t.token, str)]
+        if texts:
+            raise InputError(f"objective {self.text!r}: token {texts[0]!r} is text; resolve it with the model's "
+                             "tokenizer (rulegraph.explain(text=…) or the command line do), or give its id")
+        bad = [t.token for t in self.terms if not 0 <= t.token < classes]
+        if bad:
+            raise InputError(f"objective {self.text!r}: id {bad[0]} is out of range; the output has {classes} "
+                             f"classes (0…{classes - 1})")
+        if classes < 2 and any(t.kind == "logprob" for t in self.terms):
+            raise InputError(f"objective {self.text!r}: logprob needs an output with at least 2 classes")
+
+    def seed(self, picked: torch.Tensor) -> torch.Tensor:
+        """``[batch, classes]`` weights w of the logits: Σ c·e_t for ``logit`` terms and
+        Σ c·(e_t − p) for ``logprob`` terms, p = softmax(picked) held constant."""
+        self.check(picked.shape[-1])
+        seed = torch.zeros_like(picked)
+        p = picked.detach().softmax(-1) if any(t.kind == "logprob" for t in self.terms) else None
+        for t in self.terms:
+            seed[:, t.token] += t.coefficient
+            if t.kind == "logprob":
+                seed -= t.coefficient * p
+        return seed
+
+    def value(self, picked: torch.Tensor) -> list[float]:
+        """The expression itself per batch item (with log p, not the linearised logits), float64."""
+        z = picked.detach().double()
+        logp = z.log_softmax(-1)
+        total = torch.zeros(z.shape[0], dtype=torch.float64)
+        for t in self.terms:
+            total += t.coefficient * (z if t.kind == "logit" else logp)[:, t.token]
+        return total.tolist()
+
+
+def parse(text: str) -> Objective:
+    """An :class:`Objective` from its text; an error names the column and what was expected."""
+    if not isinstance(text, str):
+        raise InputError(f"objective must be a str, got a {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise InputError(f"objective is {len(text)} characters; the limit is {MAX_LENGTH}")
+    if not text.strip():
+        raise InputError("objective is empty; give terms like logit[5] - logit[7]")
+    terms, at = [], 0
+    while at < len(text):
+        m = _TERM.match(text, at)
+        if m is None or (terms and m.group("sign") is None):
+            raise InputError(f"objective {text!r}: cannot read column {at + 1} ({text[at:at + 12]!r}…); expected "
+                             "terms like logit[5], 0.5 * logprob[\" Paris\"] joined by + or -")
+        if m.group("kind") not in KINDS:
+            raise InputError(f"objective {text!r}: unknown term {m.group('kind')!r} at column {m.start('kind') + 1}; "
+                             f"valid: {', '.join(KINDS)}")
+        coefficient = float(m.group("coef") or 1.0) * (-1.0 if m.group("sign") == "-" else 1.0)
+        quoted = m.group("dq") if m.group("dq") is not None else m.group("sq")
+        token = int(m.group("id")) if m.group("id") is not None else re.sub(r"\\(.)", r"\1", quoted)
+        terms.append(Term(coefficient, m.group("kind"), token))
+        if len(terms) > MAX_TERMS:
+            raise InputError(f"objective has more than {MAX_TERMS} terms")
+        at = m.end()
+    return Objective(text, tuple(terms))
