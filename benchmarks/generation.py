@@ -2,6 +2,7 @@
 
     taskset -c 1 python benchmarks/generation.py [--rounds 2] [--prompt 512] [--steps 32]
         [--long 2048] [--long-steps 4] [--out benchmarks/results/generation.md]
+    python benchmarks/generation.py --rounds 0 --out benchmarks/results/generation-2048.md   # the long run alone
 
 The model is GPT-2 small's shape (12 layers, 768 wide, 12 heads, vocabulary 50,257) with
 random weights and 2,048 positions (GPT-2 small has 1,024; the long run needs more), saved with
@@ -21,7 +22,8 @@ round after round:
 
 All float32, one torch thread. Reported: the median time per step, the total per run (median
 over rounds), setup time (loading the model and preparing the plan) and peak RSS. The long run
-explains ``--long-steps`` steps after a ``--long``-token prompt to show it fits in memory.
+explains ``--long-steps`` steps after a prompt of ``--long`` − ``--long-steps`` + 1 tokens (the last step on
+``--long`` tokens, the model's limit) to show it fits in memory.
 """
 from __future__ import annotations
 
@@ -176,7 +178,8 @@ def main(argv=None) -> int:
     variants = sorted(args.variants, key=lambda v: VARIANTS[v][3] is not None)
     jobs = [(r, v, args.prompt, args.steps) for r in range(args.rounds) for v in variants]
     if args.long:
-        long_jobs = [(0, v, args.long, args.long_steps) for v in ("rg-lrp", "hf-gi") if v in variants]
+        # the prompt leaves room for the steps: the last step's sequence is --long tokens (the model's limit)
+        long_jobs = [(0, v, long_prompt(args), args.long_steps) for v in ("rg-lrp", "hf-gi") if v in variants]
         at = next((i for i, j in enumerate(jobs) if VARIANTS[j[1]][3] is not None), len(variants))
         jobs[at:at] = long_jobs
     runs: dict[str, list[dict]] = {v: [] for v in variants}
@@ -192,6 +195,11 @@ def main(argv=None) -> int:
         print(f"round {r + 1} {v} at {length}: {sum(run['times']):.1f} s", file=sys.stderr, flush=True)
         report(args, runs, long_runs, started)
     return 0
+
+
+def long_prompt(args) -> int:
+    """The long run's prompt length: its last step explains a sequence of ``--long`` tokens."""
+    return args.long - args.long_steps + 1
 
 
 def report(args, runs: dict[str, list[dict]], long_runs: dict[str, dict], started: float) -> None:
@@ -210,10 +218,11 @@ def report(args, runs: dict[str, list[dict]], long_runs: dict[str, dict], starte
              ""]
     if args.note:
         lines += [args.note, ""]
-    lines += [f"## {args.steps} generated tokens after a {args.prompt}-token prompt (random token ids)", "",
-              "| variant | per step (median) | per step (min–max) | run total (median over rounds) | setup | "
-              "peak RSS | RSS after setup | same tokens as greedy | max relative residual |",
-              "|---|---:|---:|---:|---:|---:|---:|:-:|---:|"]
+    if done:
+        lines += [f"## {args.steps} generated tokens after a {args.prompt}-token prompt (random token ids)", "",
+                  "| variant | per step (median) | per step (min–max) | run total (median over rounds) | setup | "
+                  "peak RSS | RSS after setup | same tokens as greedy | max relative residual |",
+                  "|---|---:|---:|---:|---:|---:|---:|:-:|---:|"]
     for v, rs in done.items():
         per_step = [t for run in rs for t in run["times"]]
         total = statistics.median(sum(run["times"]) for run in rs)
@@ -230,7 +239,8 @@ def report(args, runs: dict[str, list[dict]], long_runs: dict[str, dict], starte
             statistics.median(t for r in done["hf-gi"] for t in r["times"])
         lines += ["", f"rulegraph lrp-ah-ln (with the audit) / torch autograd GI, per step: **{ratio:.2f}×**"]
     if long_runs:
-        lines += ["", f"## {args.long}-token prompt, {args.long_steps} generated tokens (fewer steps than above: one "
+        lines += ["", f"## {long_prompt(args)}-token prompt, {args.long_steps} generated tokens: sequences up to "
+                      f"{args.long} tokens (fewer steps than above: one "
                       "run, to show the memory it takes)", "",
                   "| variant | per step (median) | peak RSS | RSS after setup | max relative residual |",
                   "|---|---:|---:|---:|---:|"]
