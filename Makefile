@@ -26,7 +26,8 @@ test: setup  ## the test suite (tiny random-weight models, no network)
 eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + `rulegraph evaluate` (resumable)
 	$(PY) examples/sentiment/demo.py
 	$(PY) examples/sentiment/train_imdb.py
-	$(PY) examples/sentiment/evaluate.py all --docs
+	$(PY) examples/sentiment/evaluate.py rt --docs
+	$(PY) examples/sentiment/evaluate.py imdb --engine ray --num-workers 2 --docs
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py
