@@ -51,7 +51,7 @@ def main() -> None:
             rows.append((threads, length, f * 1e3, q * 1e3, q / f))
             print(f"threads {threads}  T={length}: fused {f * 1e3:.2f} ms, plain {q * 1e3:.2f} ms, plain/fused {q / f:.2f}×")
     out = Path(__file__).parent / "results" / "softmax_backward.md"
-    lines = [f"# Softmax VJP: fused kernel vs plain expression\n",
+    lines = ["# Softmax VJP: fused kernel vs plain expression\n",
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {platform.machine()} · torch {torch.__version__} · "
              f"[1, 12, T, T] float32 · median of {args.rounds} interleaved rounds\n",
              "| threads | T | fused (`torch._softmax_backward_data`) | plain `s·(g − Σ g·s)` | plain / fused |",

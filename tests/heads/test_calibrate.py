@@ -67,7 +67,7 @@ def test_planted_positional_head_is_found(tmp_path):
 
 
 def test_words_align_to_subwords_by_offsets():
-    spacy = pytest.importorskip("spacy")
+    pytest.importorskip("spacy")
     from rulegraph.calibrate import load_parser
     parser, why = load_parser()
     if parser is None:
