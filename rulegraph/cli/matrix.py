@@ -51,37 +51,30 @@ def matrix_table(g: Generation) -> Table | None:
     t.add_column("row")
     for c in display_tokens(g.columns):
         t.add_column(escape(c.strip() or repr(c)), justify="right")
-    scales = _scales(g)
-    m = g.matrix
-    for r, (tok, group) in enumerate(zip(display_tokens(g.rows), g.groups)):
-        cells = []
-        for c in range(len(g.steps)):
-            x = float(m[r, c])
-            if math.isnan(x):
-                cells.append("")
-                continue
-            colour = shade(x, scales[c])
-            cells.append(f"[{ink(colour)} on rgb{colour}]{x:+.2g}[/]")
-        t.add_row(escape(tok.strip() or repr(tok)) + (" [dim](gen)[/]" if group != "prompt" else ""), *cells)
+    for tok, group, cells in _rows(g):
+        t.add_row(escape(tok.strip() or repr(tok)) + (" [dim](gen)[/]" if group != "prompt" else ""),
+                  *("" if cell is None else f"[{ink(cell[1])} on rgb{cell[1]}]{cell[0]:+.2g}[/]" for cell in cells))
     return t
+
+
+def _rows(g: Generation):
+    """Per matrix row: its token, its group, and per step ``(value, colour)`` or ``None`` where the
+    step does not see the row (the row comes after the step's position)."""
+    scales = _scales(g)
+    for r, (tok, group) in enumerate(zip(display_tokens(g.rows), g.groups)):
+        values = [float(g.matrix[r, c]) for c in range(len(g.steps))]
+        yield tok, group, [None if math.isnan(x) else (x, shade(x, scales[c])) for c, x in enumerate(values)]
 
 
 def html_page(g: Generation, model: str) -> str:
     """A self-contained page: the matrix as a coloured table (hover for exact values)."""
-    scales = _scales(g)
-    m = g.matrix
     head = "".join(f"<th><div>{html.escape(c)}</div></th>" for c in display_tokens(g.columns))
     body = []
-    for r, (tok, group) in enumerate(zip(display_tokens(g.rows), g.groups)):
-        cells = []
-        for c in range(len(g.steps)):
-            x = float(m[r, c])
-            if math.isnan(x):
-                cells.append('<td class="none"></td>')
-                continue
-            colour = shade(x, scales[c])
-            cells.append(f'<td style="background:rgb{colour};color:{ink(colour)}" title="{x:+.6g}">{x:+.2g}</td>')
-        body.append(f'<tr class="{group}"><th>{html.escape(tok)}</th>{"".join(cells)}</tr>')
+    for tok, group, cells in _rows(g):
+        tds = "".join('<td class="none"></td>' if cell is None else
+                      f'<td style="background:rgb{cell[1]};color:{ink(cell[1])}" title="{cell[0]:+.6g}">{cell[0]:+.2g}</td>'
+                      for cell in cells)
+        body.append(f'<tr class="{group}"><th>{html.escape(tok)}</th>{tds}</tr>')
     steps = "".join(
         f"<tr><td>{i + 1}</td><td>{html.escape(display_tokens([s.text])[0])}</td><td>{s.output_value:.5g}</td>"
         f"<td>{'' if s.residual is None else f'{s.residual:+.2e}'}</td></tr>" for i, s in enumerate(g.steps))
