@@ -28,6 +28,7 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(PY) examples/sentiment/train_imdb.py
 	$(PY) examples/sentiment/evaluate.py rt --docs
 	$(PY) examples/sentiment/evaluate.py imdb --engine ray --num-workers 2 --docs
+	$(PY) examples/sentiment/evaluate.py imdb --name imdb-rest --engine ray --num-workers 2 --docs
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py
