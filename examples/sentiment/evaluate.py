@@ -120,15 +120,31 @@ def run(part: str, n: int, method_names: list[str], threads: int | None, console
     out = EVAL_DIR / name
     seed_from_docs(name, out, config, console)
     engine = engine or make_engine("local")
-    started = time.perf_counter()
+    rows_before, started = count_rows(out), time.perf_counter()
     summary = Evaluation(config, out, listener=TerminalListener(console), engine=engine).run(compute)
     if compute:
-        (out / "run.json").write_text(json.dumps({"engine": engine.describe(), "wall_seconds": time.perf_counter() - started,
-                                                  "threads": threads}, indent=2) + "\n")
+        record_segment(out, {"engine": engine.describe(), "threads": threads, "rows_before": rows_before,
+                             "rows_after": count_rows(out), "wall_seconds": time.perf_counter() - started})
     metrics = M.build(METRICS, M.Removal(REMOVAL), SETTINGS)
     Console(highlight=False, width=200).print(render_table(summary, metrics, f"{name}: {summary.n_examples} texts"))
     (out / "table.md").write_text(markdown_table(summary, metrics) + "\n")
     return out
+
+
+def count_rows(out: Path) -> int:
+    path = out / "results.jsonl"
+    return sum(1 for line in path.open("rb") if line.strip()) if path.exists() else 0
+
+
+def record_segment(out: Path, segment: dict) -> None:
+    """Add one run to ``run.json``: a resumed evaluation is several runs, and its wall time is their
+    sum (``wall_seconds``), each one listed with the rows it found and left (``segments``)."""
+    path = out / "run.json"
+    previous = json.loads(path.read_text()) if path.exists() and segment["rows_before"] else None
+    segments = (previous.get("segments") or [previous]) if previous else []
+    segments.append(segment)
+    path.write_text(json.dumps({"engine": segment["engine"], "wall_seconds": sum(s["wall_seconds"] for s in segments),
+                                "segments": segments}, indent=2) + "\n")
 
 
 def seed_from_docs(part: str, out: Path, config: Config, console: Console) -> None:

@@ -1,15 +1,17 @@
 """Paired differences between methods on the same texts, with bootstrap intervals.
 
     python examples/sentiment/paired.py rt     # reads docs/evaluation/rt-results.jsonl.gz
-    python examples/sentiment/paired.py imdb
+    python examples/sentiment/paired.py imdb   # imdb-results.jsonl.gz and imdb-rest-results.jsonl.gz
 
 The table of ``docs/evaluation/<part>-table.md`` gives each method's mean with its own interval;
 two methods whose intervals overlap can still differ reliably, since every text is scored by
 both. This script takes, per text, method A's metric minus method B's, and reports the mean
 difference with its 95% percentile-bootstrap interval (the runner's :func:`bootstrap`, same
 seed), for the comparisons the Mask-LRP paper makes (Song et al., 2024): Mask-LRP against
-LRP(AH+LN) and AttnLRP, and against its random-mask control. It writes
-``docs/evaluation/<part>-paired.md``.
+LRP(AH+LN) and AttnLRP, and against its random-mask control; and the decomposition against
+LRP(AH+LN), LRP(AH+LN) against LRP(AH). A part evaluated in several runs (IMDB: ``imdb`` and
+``imdb-rest``, see ``evaluate.py --name``) is read from all of them: they score the same texts.
+It writes ``docs/evaluation/<part>-paired.md``.
 """
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ from rulegraph.evaluate.runner import bootstrap
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evaluation"
 #: (A, B): the table reports A − B
 PAIRS = [("mask-lrp-rollout", "lrp-ah-ln"), ("mask-lrp-rollout", "attnlrp"), ("mask-lrp-rollout", "mask-lrp-random"),
-         ("attnlrp", "lrp-ah-ln"), ("gae", "rollout"), ("lat", "rollout")]
+         ("attnlrp", "lrp-ah-ln"), ("decomposition", "lrp-ah-ln"), ("lrp-ah-ln", "lrp-ah"), ("gae", "rollout"),
+         ("lat", "rollout")]
+#: The runs of each part (their results files' prefixes).
+RUNS = {"rt": ["rt"], "imdb": ["imdb", "imdb-rest"]}
 #: metric → higher is better
 METRICS = {"aopc": True, "lodds": False, "auac": True, "au-mse": False, "hiding": False, "revealing": True,
            "word-deletion": False}
@@ -39,10 +44,12 @@ def paired(rows: list[dict], a: str, b: str, metric: str, seed: int = 0) -> tupl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["rt", "imdb"])
+    parser.add_argument("part", choices=list(RUNS))
     part = parser.parse_args().part
-    with gzip.open(DOCS / f"{part}-results.jsonl.gz", "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
+    rows = []
+    for run in RUNS[part]:
+        with gzip.open(DOCS / f"{run}-results.jsonl.gz", "rt", encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f]
     methods = {r["method"] for r in rows}
     lines = [f"Paired differences A − B per text ({part}), mean [95% bootstrap interval]; "
              "↑/↓: higher/lower is better, so a difference on the better side favours A. "
