@@ -9,10 +9,13 @@
   so no row is lost or duplicated. Errors inside one example are the worker's own (a failed row).
 - **Cluster**: ``address`` (``auto``, ``ray://host:10001``, …) joins an existing cluster, whose
   nodes need rulegraph installed; without it a local cluster of ``num_workers × cpus_per_worker``
-  CPUs is started for this run and shut down after.
+  CPUs (and the GPUs this machine has, when workers ask for GPUs) is started for this run and shut
+  down after. A cluster that cannot hold ``num_workers`` workers is an error before any worker
+  starts (Ray would otherwise wait for the resources without a word).
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from typing import Any
@@ -73,10 +76,29 @@ class RayEngine(Engine):
                 ray.init(num_cpus=self.num_workers * self.cpus, num_gpus=0 if not self.gpus else None,
                          include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         try:
+            self._check_capacity(f"the Ray cluster at {self.address}" if self.address else
+                                 "the local Ray cluster started for this run" if started else "the running Ray instance")
             self._run(factory, tasks, done)
         finally:
             if started:
                 ray.shutdown()
+
+    def _check_capacity(self, where: str) -> None:
+        """Refuse a cluster whose nodes have room for fewer than ``num_workers`` workers, each on
+        one node with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
+        ask = {"CPU": self.cpus, "GPU": self.gpus}
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        fit = sum(min(math.floor(res.get(kind, 0.0) / need + 1e-9) for kind, need in ask.items() if need)
+                  for res in nodes)
+        if fit >= self.num_workers:
+            return
+        total = ", ".join(f"{sum(res.get(kind, 0.0) for res in nodes):g} {kind}" for kind in ask)
+        worker = " and ".join(f"{need:g} {kind}" for kind, need in ask.items() if need)
+        if fit == 0:
+            raise InputError(f"a worker asks for {worker} (--cpus-per-worker, --gpus-per-worker) and no node of "
+                             f"{where} has that ({total} in all)")
+        raise InputError(f"{where} has room for {fit} workers of {worker} ({total} in all), not "
+                         f"{self.num_workers}: lower --num-workers to {fit}")
 
     def _spawn(self, remote, factory: Factory):
         actor = remote.remote(factory, self.cpus)

@@ -106,6 +106,8 @@ E = ["explain", "{model}"]
 #: evaluate, its results in {out} (a folder beside {dir}: only the files the user gave are hashed)
 V = ["evaluate", "{model}", "--methods", "random", "--out", "{out}"]
 OK = ["--data", "{dir}/ok.csv"]
+#: explain-dataset, its rows in {out}
+D = ["explain-dataset", "{model}", "--out", "{out}"]
 T = ["-t", "w1 w2 w3"]
 CASES = [
     # the model file
@@ -282,6 +284,26 @@ CASES = [
      "unknown method 'igg'"),
     ("eval-method-fails-everywhere", ["evaluate", "{model}", *OK, "--methods", "random,ig", "-o", "ig.steps=0",
                                       "--out", "{out}", "-q"], "method 'ig' failed on every text (2 of 2)"),
+    # explain-dataset
+    ("dataset-rules-and-method", [*D, *OK, "-r", "gi", "-m", "gi"], "give --rules NAME|PATH or --method NAME"),
+    ("dataset-neither", [*D, *OK], "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)"),
+    ("dataset-option-of-rules", [*D, *OK, "-r", "gi", "-o", "steps=2"], "-o/--option sets options of a --method"),
+    ("dataset-data-missing", [*D, "-m", "gi", "--data", "{dir}/none.csv"], "data file not found"),
+    ("dataset-data-folder", [*D, "-m", "gi", "--data", "{dir}/data.csv"], "is a directory; give a CSV"),
+    ("dataset-out-file", ["explain-dataset", "{model}", "-m", "gi", *OK, "--out", "{dir}/existing.json"],
+     "existing.json is a file, not a folder"),
+    # engines: Ray's options with the local engine, and GPUs on Ray workers (both commands)
+    ("dataset-ray-option-local", [*D, "-m", "gi", *OK, "--num-workers", "3"],
+     "--num-workers is an option of --engine ray"),
+    ("dataset-gpus-on-cpu", [*D, "-m", "gi", *OK, "--engine", "ray", "--gpus-per-worker", "1"],
+     "--gpus-per-worker 1 reserves GPUs that --device cpu leaves idle; add --device cuda"),
+    ("dataset-cuda-without-gpus", [*D, "-m", "gi", *OK, "--engine", "ray", "--device", "cuda"],
+     "--device cuda on Ray workers needs --gpus-per-worker"),
+    ("eval-ray-option-local", [*V, *OK, "--address", "auto"], "--address is an option of --engine ray"),
+    ("eval-gpus-on-cpu", [*V, *OK, "--engine", "ray", "--gpus-per-worker", "0.5"],
+     "--gpus-per-worker 0.5 reserves GPUs that --device cpu leaves idle"),
+    ("eval-cuda-without-gpus", [*V, *OK, "--engine", "ray", "--device", "cuda"],
+     "--device cuda on Ray workers needs --gpus-per-worker"),
 ]
 
 

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from rulegraph.errors import InputError
 from rulegraph.evaluate.listener import Listener
 from rulegraph.evaluate.runner import Config, Evaluation
-from rulegraph.scale import engine
+from rulegraph.scale import Task, engine
 from rulegraph.scale.explain import DatasetConfig, explain_dataset
 
 ray = pytest.importorskip("ray", reason="the ray extra (pip install 'rulegraph[ray]'); `make test` installs it")
@@ -100,6 +101,28 @@ def test_evaluate_on_ray_equals_local_with_a_worker_killed(corpus, cluster, tmp_
     assert len(remote.rows) == len(texts) * 3
     assert untimed(sorted(local.rows, key=key)) == untimed(sorted(remote.rows, key=key))
     assert local.table == remote.table
+
+
+def _never_built():
+    raise AssertionError("no worker may start on a cluster without room for them")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"num_workers": 3}, "the running Ray instance has room for 2 workers of 1 CPU (2 CPU, 0 GPU in all), not 3: "
+                         "lower --num-workers to 2"),
+    ({"num_workers": 1, "cpus_per_worker": 4}, "a worker asks for 4 CPU (--cpus-per-worker, --gpus-per-worker) "
+                                               "and no node of the running Ray instance has that (2 CPU, 0 GPU in all)"),
+    ({"num_workers": 1, "gpus_per_worker": 0.5}, "a worker asks for 1 CPU and 0.5 GPU"),
+])
+def test_a_cluster_without_room_for_the_workers_is_refused_before_any_starts(cluster, options, message):
+    """Ray would wait for the resources without a word: the engine says what does not fit."""
+    if ray.cluster_resources().get("GPU"):
+        pytest.skip("this machine's Ray cluster has GPUs")
+    on_ray = engine("ray", **options)
+    with pytest.raises(InputError) as caught:
+        on_ray.run(_never_built, [Task(0, None)], lambda *_: pytest.fail("no task may run"))
+    assert message in str(caught.value)
+    assert on_ray.pids == []
 
 
 def test_without_ray_the_ray_engine_says_how_to_install_it(corpus, data, tmp_path):
