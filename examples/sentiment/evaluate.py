@@ -37,9 +37,9 @@ import train
 import train_imdb
 from rulegraph.cli.evaluate import TerminalListener, render_table
 from rulegraph.evaluate import metrics as M
-from rulegraph.evaluate.runner import Config, Evaluation, markdown_table
+from rulegraph.evaluate.runner import RESULTS, Config, Evaluation, markdown_table
 from rulegraph.ruleset import shipped_rule_sets
-from rulegraph.scale import Engine, engine as make_engine
+from rulegraph.scale import Engine, Journal, engine as make_engine
 
 #: The papers' comparison: baselines, then the rule sets.
 BASE_METHODS = ["random", "attention", "rollout", "gi", "ig", "loo", "lrp-ah", "lrp-ah-ln"]
@@ -73,9 +73,10 @@ PART_METHODS = {"imdb": ["random", "rollout", "lrp-ah-ln", "attnlrp", *ATTENTION
                 "imdb-rest": ["attention", "gi", "ig", "loo", "lrp-ah", "decomposition"]}
 
 
-def methods(part: str | None = None) -> list[str]:
-    if part in PART_METHODS:
-        return PART_METHODS[part]
+def methods(name: str | None = None) -> list[str]:
+    """The default methods of a results name (a part, or ``--name``)."""
+    if name in PART_METHODS:
+        return PART_METHODS[name]
     shipped = shipped_rule_sets()
     return BASE_METHODS + [m for m in OPTIONAL_METHODS if m in shipped] + ATTENTION_METHODS
 
@@ -132,8 +133,7 @@ def run(part: str, n: int, method_names: list[str], threads: int | None, console
 
 
 def count_rows(out: Path) -> int:
-    path = out / "results.jsonl"
-    return sum(1 for line in path.open("rb") if line.strip()) if path.exists() else 0
+    return len(Journal(out / RESULTS).read())
 
 
 def record_segment(out: Path, segment: dict) -> None:
@@ -203,12 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="results folder and docs prefix (default: the part), for "
                                                      "another set of methods on the same part")
     args = parser.parse_args(argv)
+    if args.name and args.part == "all":
+        parser.error("--name applies to one part")
     engine = make_engine("ray", num_workers=args.num_workers) if args.engine == "ray" else make_engine("local")
     console = Console(stderr=True)
     for part in (["rt", "imdb"] if args.part == "all" else [args.part]):
         chosen = args.methods.split(",") if args.methods else methods(args.name or part)
-        if args.name and args.part == "all":
-            parser.error("--name applies to one part")
         run(part, args.n or PARTS[part], chosen, args.threads, console, not args.report_only, engine, args.name)
         if args.docs:
             copy_to_docs(args.name or part)
