@@ -62,7 +62,7 @@ def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, toke
     name = method or rules
     from ..methods import get
     options = parse_options(method_option, [get(name).name]).get(get(name).name, {}) if method_option else {}
-    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker, device)
+    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker)
     import torch
     from ..scale.explain import DatasetConfig, explain_dataset
     if threads:

@@ -203,7 +203,7 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
         device=device, runtime=runtime, dtype=dtype, batch=batch, batch_tokens=batch_tokens,
         protocol=protocol_name, grid=list(protocol.grid) if protocol.grid is not None else None,
         count=protocol.count, min_count=protocol.min_count, min_length=protocol.min_length, score=protocol.score)
-    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker, device)
+    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker)
     evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet,
                             engine=engine)
     summary = evaluation.run(compute=not report_only)

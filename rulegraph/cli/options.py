@@ -197,11 +197,8 @@ def engine_options(f):
     return f
 
 
-def make_engine(engine_name: str, address, num_workers: int, cpus_per_worker: int, gpus_per_worker: float,
-                device: str = "cpu"):
-    """The engine the options describe. Errors: Ray options given with ``--engine local``; on Ray,
-    ``--device cuda`` without ``--gpus-per-worker`` (Ray hides the GPUs from a worker that asked for
-    none) and ``--gpus-per-worker`` without ``--device cuda`` (the GPU would sit idle)."""
+def make_engine(engine_name: str, address, num_workers: int, cpus_per_worker: int, gpus_per_worker: float):
+    """The engine the options describe (Ray options given with ``--engine local`` are an error)."""
     from ..scale import engine
     if engine_name == "local":
         ctx = click.get_current_context()
@@ -210,11 +207,5 @@ def make_engine(engine_name: str, address, num_workers: int, cpus_per_worker: in
         if given:
             raise InputError(f"--{given[0].replace('_', '-')} is an option of --engine ray")
         return engine("local")
-    if device == "cuda" and not gpus_per_worker:
-        raise InputError("--device cuda on Ray workers needs --gpus-per-worker (1, or e.g. 0.5 for two workers "
-                         "on one GPU): Ray hides the GPUs from a worker that asks for none")
-    if gpus_per_worker and device != "cuda":
-        raise InputError(f"--gpus-per-worker {gpus_per_worker:g} reserves GPUs that --device {device} leaves idle; "
-                         "add --device cuda")
     return engine("ray", address=address, num_workers=num_workers, cpus_per_worker=cpus_per_worker,
                   gpus_per_worker=gpus_per_worker)

@@ -198,6 +198,8 @@ class Evaluation:
         Everything the user gave is read and checked first (model, tokenizer, texts, labels):
         a problem there is an error before any file is written."""
         cfg = self.config
+        if compute:
+            self.engine.check(cfg.device)
         torch.manual_seed(cfg.seed)
         graph = load(cfg.model)
         encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)

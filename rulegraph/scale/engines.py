@@ -41,6 +41,9 @@ class Engine:
         """One line for the summary: the engine and its workers."""
         return self.name
 
+    def check(self, device: str) -> None:
+        """Refuse, before any work, a ``device`` this engine's workers cannot use or leave idle."""
+
 
 ENGINES: Registry[type[Engine]] = Registry("engine", InputError)
 

@@ -151,6 +151,7 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     Everything the user gave is read and checked first (model, method and options, data file,
     labels): a problem there is an error before any file is written."""
     engine = engine or make_engine("local")
+    engine.check(config.device)
     listener = listener or Listener()
     out = Path(out)
     if config.target not in TARGETS:

@@ -65,6 +65,16 @@ class RayEngine(Engine):
         return (f"ray ({self.num_workers} workers × {self.cpus} CPU"
                 + (f", {self.gpus:g} GPU" if self.gpus else "") + f", on {where})")
 
+    def check(self, device: str) -> None:
+        """GPUs and ``device`` agree: Ray hides the GPUs from a worker that asks for none, and a
+        GPU reserved for a worker on the CPU sits idle."""
+        if device == "cuda" and not self.gpus:
+            raise InputError("--device cuda on Ray workers needs --gpus-per-worker (1, or e.g. 0.5 for two workers "
+                             "on one GPU): Ray hides the GPUs from a worker that asks for none")
+        if self.gpus and device != "cuda":
+            raise InputError(f"--gpus-per-worker {self.gpus:g} reserves GPUs that --device {device} leaves idle; "
+                             "add --device cuda")
+
     def run(self, factory: Factory, tasks: list[Task], done: Done) -> None:
         if not tasks:
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,23 @@ def test_a_cluster_without_room_for_the_workers_is_refused_before_any_starts(clu
     with pytest.raises(InputError) as caught:
         on_ray.run(_never_built, [Task(0, None)], lambda *_: pytest.fail("no task may run"))
     assert message in str(caught.value)
+    assert on_ray.pids == []
+
+
+@pytest.mark.parametrize("gpus, device, message", [
+    (0, "cuda", "--device cuda on Ray workers needs --gpus-per-worker"),
+    (0.5, "cpu", "--gpus-per-worker 0.5 reserves GPUs that --device cpu leaves idle; add --device cuda"),
+])
+def test_gpus_and_device_that_disagree_are_refused_before_any_file_is_written(corpus, data, tmp_path, gpus, device,
+                                                                              message):
+    """Through the library as through the CLI: the check belongs to the engine."""
+    model, _, _ = corpus
+    on_ray = engine("ray", num_workers=1, gpus_per_worker=gpus)
+    with pytest.raises(InputError, match=re.escape(message)):
+        explain_dataset(DatasetConfig(str(model), str(data), "gi", device=device), tmp_path / "rows", engine=on_ray)
+    with pytest.raises(InputError, match=re.escape(message)):
+        Evaluation(Config(str(model), str(data), ["gi"], device=device), tmp_path / "eval", engine=on_ray).run()
+    assert not (tmp_path / "rows").exists() and not (tmp_path / "eval").exists()
     assert on_ray.pids == []
 
 
