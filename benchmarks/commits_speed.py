@@ -3,8 +3,8 @@
     git worktree add ../old REV          # the commit to compare against
     python benchmarks/commits_speed.py ../old [--rounds 15] [--out benchmarks/results/commits_speed.md]
 
-One worker process per checkout (its folder first on ``PYTHONPATH``; a checkout from before
-the ``rulesets/`` folder needs ``rulegraph/rulesets`` linked to its ``rules/``) loads the same
+One worker process per checkout (its folder first on ``PYTHONPATH``, with ``rulegraph/rules`` linked to
+the checkout's ``rules/``, or ``rulegraph/rulesets`` to ``rulesets/`` in one from before the move) loads the same
 models and inputs; the parent asks them in turn, case after case, round after round, so a
 busy machine slows both alike, and reports medians and their ratio. The cases are the
 rulegraph rows of ``explain_speed.py`` (``lrp-ah-ln`` on the demo model at 94 and 512 tokens)

@@ -7,7 +7,7 @@ The table PyDec documents for its own decomposition, for rulegraph's: at every n
 decomposition pass checks that the components sum to the forward value; the table gives,
 per layer, the largest |Σ components − value| over the layer's nodes relative to that
 node's largest |value|. The model is the demo MiniLM (``make demo`` builds it) with the
-shipped ``rulesets/decomposition.yaml`` (hybrid α, λ = 0.1, GELU gate as a coefficient), per-token
+shipped ``rules/decomposition.yaml`` (hybrid α, λ = 0.1, GELU gate as a coefficient), per-token
 groups carried as components (``mode="components"``: every one of the T + 1 components
 is checked). Inputs: the first demo sentence, and random token ids of the other lengths.
 """
@@ -53,7 +53,7 @@ def main() -> None:
     encoder = TextEncoder.for_model(graph, model, None)
     lines = ["# Decomposition: reconstruction error per layer", "",
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {platform.processor() or platform.machine()} · "
-             f"torch {torch.__version__} · demo MiniLM, `rulesets/decomposition.yaml` (hybrid α, λ = 0.1), "
+             f"torch {torch.__version__} · demo MiniLM, `rules/decomposition.yaml` (hybrid α, λ = 0.1), "
              "per-token groups, all components carried", "",
              "`python benchmarks/decomposition_exactness.py "
              f"--lengths {' '.join(map(str, args.lengths))}`", "",

@@ -5,12 +5,12 @@
 
 Runs in the peers environment (``bash benchmarks/peers/setup.sh``). Two pairs:
 
-* AttnLRP on a BERT: rulegraph ``rulesets/attnlrp.yaml`` on the ONNX export against LXT 2.1
+* AttnLRP on a BERT: rulegraph ``rules/attnlrp.yaml`` on the ONNX export against LXT 2.1
   (its efficient Gradient×Input AttnLRP, ``lxt.efficient.monkey_patch``) on the HF module.
   The model is the demo MiniLM in ``.cache/sentiment-minilm`` (ONNX + HF weights) when it
   exists, else a BERT-base-shaped model with random weights exported here.
 * EpsilonGammaBox on torchvision ResNet-18 (random weights, 224×224): rulegraph
-  ``rulesets/epsilon-gamma-box.yaml`` (BatchNorm folded by its canonizer) against Zennit's
+  ``rules/epsilon-gamma-box.yaml`` (BatchNorm folded by its canonizer) against Zennit's
   composite with its ResNet canonizer.
 
 float32, batch 1, CPU. Rounds are interleaved (one explanation of each method per round)

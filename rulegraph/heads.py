@@ -4,7 +4,7 @@ An attention block is found by its two nodes: the **Softmax** whose output are t
 probabilities ``[batch, heads, query, key]``, and the **value product**, the MatMul / Einsum
 whose input 0 is that Softmax's output (possibly through Where / Cast / Dropout / Identity,
 as SDPA exports and dropout leave them) and whose input 1 are the values ``[batch, heads,
-key, d_head]`` — the pattern of the ``ah`` entry of ``rulesets/lrp-ah.yaml``. This holds for
+key, d_head]`` — the pattern of the ``ah`` entry of ``rules/lrp-ah.yaml``. This holds for
 BERT-, RoBERTa-, DistilBERT- and GPT-2-style models from the TorchScript and dynamo ONNX
 exporters and from ``torch.export``.
 

@@ -3,7 +3,7 @@
 Preprocessing is the torchvision ImageNet convention: convert to RGB, resize the shorter
 side to ``resize`` pixels (bilinear), center-crop ``size``×``size``, scale to [0, 1], then
 normalise each channel as ``(x − mean) / std``. The result is a ``[1, 3, size, size]``
-float32 tensor. The zB bounds of ``rulesets/epsilon-gamma-box.yaml`` assume these default
+float32 tensor. The zB bounds of ``rules/epsilon-gamma-box.yaml`` assume these default
 ``mean`` / ``std``.
 """
 from __future__ import annotations

@@ -11,8 +11,8 @@ import tiny
 from reference import bert_logits, gradient_x_input
 from rulegraph import RuleSet
 from rulegraph.errors import InputError, NumericalError
-from rulegraph.rules import RULES, Rule, relevance_rule
-from rulegraph.rules.signal import Contribution
+from rulegraph.propagation import RULES, Rule, relevance_rule
+from rulegraph.propagation.signal import Contribution
 
 SHIPPED = sorted(rulegraph.shipped_rule_sets())
 F64 = torch.float64

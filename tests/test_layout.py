@@ -78,14 +78,14 @@ def test_command_line_libraries_stay_in_the_cli_layer(name):
 
 
 def test_no_citation_of_files_outside_the_repository():
-    offenders = [str(p.relative_to(ROOT)) for p in [*PACKAGE.rglob("*.py"), *(ROOT / "rulesets").glob("*.yaml")]
+    offenders = [str(p.relative_to(ROOT)) for p in [*PACKAGE.rglob("*.py"), *(ROOT / "rules").glob("*.yaml")]
                  if "seeds/" in p.read_text() or "DESIGN.md" in p.read_text()]
     assert not offenders
 
 
 def test_every_pass_has_its_rule_registry():
     from rulegraph.passes import PASSES
-    from rulegraph.rules import RULES
+    from rulegraph.propagation import RULES
     assert sorted(PASSES) == sorted(RULES)
 
 

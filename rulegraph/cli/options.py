@@ -8,7 +8,7 @@ import click
 
 from ..errors import InputError
 from ..image import IMAGENET_MEAN, IMAGENET_STD
-from ..rulesets import shipped_rule_sets
+from ..rules import shipped_rule_sets
 
 #: the precisions a run can use (torch dtypes by name)
 DTYPES = ("float32", "float64")

@@ -9,7 +9,7 @@ the nodes the rule set reaches with its own rules:
                    component (:mod:`.decomposition`), audited for Σ components = value.
 
 Adding a pass is one module registering a :class:`~rulegraph.passes.base.Pass` subclass in
-:data:`PASSES`, plus a rule registry of the same name in :data:`rulegraph.rules.RULES`.
+:data:`PASSES`, plus a rule registry of the same name in :data:`rulegraph.propagation.RULES`.
 """
 from . import decomposition, relevance  # noqa: F401  (register on import)
 from .base import PASSES, Forward, Pass, forward, prepared

@@ -135,7 +135,7 @@ class Pass:
         return {**cls.options, **options}
 
 
-#: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.rules.RULES has its rules)
+#: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.propagation.RULES has its rules)
 PASSES: Registry[type[Pass]] = Registry("pass", InputError)
 
 

@@ -8,7 +8,7 @@ encoder–decoder's source tokens followed by its target prefix (the decoder's i
 sequence axis of their own), so a group can be the source or the prefix (Yang et al. 2023,
 Sec. 4.2). Then, in topological order, each node the rule set
 reaches maps the components of its inputs to those of its outputs with its rule
-(:mod:`rulegraph.rules.components`). Values that carry no components — weights,
+(:mod:`rulegraph.propagation.components`). Values that carry no components — weights,
 biases, position embeddings, masks, attention probabilities, LayerNorm statistics —
 are constants or coefficients of the node that reads them.
 
@@ -30,7 +30,7 @@ from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError
 from ..explanation import Explanation
 from ..interpreter import Values
-from ..rules.components import ComponentSite, Parts
+from ..propagation.components import ComponentSite, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
 from .base import PASSES, Forward, Pass, forward, prepared

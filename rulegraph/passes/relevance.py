@@ -1,7 +1,7 @@
 """The relevance pass: a reverse topological walk from the explained output.
 
 Each reached node's rule turns the relevance at its outputs into contributions to
-its inputs (:mod:`rulegraph.rules`, :meth:`propagate`). Contributions to relevance-carrying values are
+its inputs (:mod:`rulegraph.propagation`, :meth:`propagate`). Contributions to relevance-carrying values are
 accumulated for their producers; contributions to the rest (biases, masks, other
 constants) are absorbed. The walk stops at the boundary values, where the
 explanation is read.
@@ -23,8 +23,8 @@ from ..errors import InputError, NumericalError
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ir import Node
-from ..rules import RULES, Rule
-from ..rules.signal import Contribution, Incoming, Site
+from ..propagation import RULES, Rule
+from ..propagation.signal import Contribution, Incoming, Site
 from ..ruleset import Binding
 from ..tolerances import MASS_SCREEN, relative, tolerance
 from .base import PASSES, Forward, Pass, position_scores

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from ..errors import RuleFileError, choices, read_text
 from ..ir import Graph, Node
-from ..rules import Rule
-from ..rulesets import shipped_rule_sets
+from ..propagation import Rule
+from ..rules import shipped_rule_sets
 from .bind import Assignment, Binding
 from .match import Boundary, Entry, Override, Pattern
 from .parse import parse
@@ -50,7 +50,7 @@ __all__ = ["Assignment", "Binding", "Boundary", "Entry", "Override", "Pattern", 
 #: (file, source label, text) → the RuleSet parsed from it (see RuleSet.load)
 _LOADED: dict[tuple[str, str, str], "RuleSet"] = {}
 #: the folder of shipped rule sets, as the source label of their errors
-SHIPPED_FOLDER = "rulesets"
+SHIPPED_FOLDER = "rules"
 
 
 @dataclass

@@ -7,7 +7,7 @@ from functools import cached_property
 from ..errors import RuleMatchError, RulegraphError, UnsupportedOpError
 from ..ir import Graph, Node
 from ..ops import lookup
-from ..rules import Rule
+from ..propagation import Rule
 
 
 @dataclass

@@ -13,7 +13,7 @@ from fnmatch import fnmatchcase
 from ..errors import RuleMatchError
 from ..ir import Graph, Node, block_index
 from ..ops import lookup
-from ..rules import Rule
+from ..propagation import Rule
 
 #: boolean op traits an entry may select by (``trait: routing``), see :mod:`rulegraph.ops`
 TRAITS = ("routing", "elementwise")

@@ -16,7 +16,7 @@ import yaml
 
 from ..canonize import CANONIZERS
 from ..errors import RuleFileError, choices
-from ..rules import RULES, Rule
+from ..propagation import RULES, Rule
 from .match import TRAITS, Boundary, Entry, Override, Pattern
 
 ENTRY_KEYS = ("op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note")

@@ -65,7 +65,7 @@ def test_check_lists_every_gap_of_a_mobilenet_at_once(tmp_path, capsys):
     names the op, the rule that does not fit the first convolution, and every Mul without a rule."""
     import cnn
     import re
-    from rulegraph.rulesets import shipped_rule_sets
+    from rulegraph.rules import shipped_rule_sets
     path = cnn.onnx(cnn.build("mobilenetv3"), tmp_path / "m.onnx", cnn.image(1, 8))
     model = onnx.load(path)
     swish = next(n for n in model.graph.node if n.op_type == "HardSwish")

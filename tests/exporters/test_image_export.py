@@ -152,7 +152,7 @@ def test_export_of_an_efficientnet_directory_covers_and_conserves_under_the_cnn_
     """The same command on a convolutional image classifier (EfficientNet: SiLU as x·σ(x),
     squeeze-and-excitation), explained by every rule set that claims CNNs."""
     import sys
-    sys.path.insert(0, str(Path(__file__).parents[1] / "rulesets"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "rules"))
     from test_cnn_families import efficientnet
     efficientnet().model.float().save_pretrained(tmp_path / "effnet")
     assert main(["export", str(tmp_path / "effnet"), str(tmp_path / "out")]) == 0

@@ -3,7 +3,7 @@
 The rollout is rebuilt independently from its pieces: the attention probabilities and their total
 gradient come from the Hugging Face module itself (autograd, probabilities made leaves by a hook),
 the masked head relevance at each value product from rulegraph's head-mask rule (checked on its own
-against hand sums in tests/rules/test_head_mask.py), and Eq. 10–11 are written out here."""
+against hand sums in tests/propagation/test_head_mask.py), and Eq. 10–11 are written out here."""
 from __future__ import annotations
 
 import copy
@@ -17,7 +17,7 @@ import tiny
 from rulegraph.heads import HeadMasks, find_heads
 from rulegraph.methods import explain_with
 from rulegraph.methods.baselines.masklrp import random_masks, rule_set
-from rulegraph.rules.masked import masked
+from rulegraph.propagation.masked import masked
 
 F64 = torch.float64
 TYPES = {0: ("syntactic", "none", "positional", "none"), 1: ("none", "positional", "none", "syntactic")}

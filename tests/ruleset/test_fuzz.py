@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import rulegraph
 import tiny
 from rulegraph.errors import RuleFileError, RulegraphError
-from rulegraph.rules import RULES
+from rulegraph.propagation import RULES
 
 KEYS = ["op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note", "rulez", "from"]
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8),

@@ -9,7 +9,7 @@ in this order (the order ``rulegraph methods`` lists them):
 * ``loo`` runs perturbed token sequences through :class:`~rulegraph.methods.sequences.TokenModel`.
 * ``mask-lrp`` and ``mask-lrp-random``: Mask-LRP's rollout of masked attention relevance (Eq. 10–11).
 * ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
-  feeding the attention MatMul, found with the ``ah`` pattern of ``rulesets/lrp-ah.yaml``;
+  feeding the attention MatMul, found with the ``ah`` pattern of ``rules/lrp-ah.yaml``;
   ``lat`` traces unit relevance down through them.
 * ``gae`` and ``layer-saliency`` read v ⊙ ∂f/∂v at intermediate values (the attention
   probabilities; a block's output, :func:`rulegraph.ir.hidden_states`) from the ``gi`` pass

@@ -3,7 +3,7 @@ Explain Transformers by Illuminating Important Information", EACL Findings, Sec.
 and its random-mask control (Sec. 5.2 and 5.4: a random mask at the same mask rate).
 
 Per attention block ``b``, with the relevance of the ``mask-lrp`` rule set (heads masked to the
-positional and syntactic heads, the block renormalised; :mod:`rulegraph.rules.masked`)::
+positional and syntactic heads, the block renormalised; :mod:`rulegraph.propagation.masked`)::
 
     Ā^(b) = E_h (∇A^(b) ⊙ (R_synt^(n_b) + R_pos^(n_b)))⁺ + I                                 (Eq. 10)
     R(x)  = Ā^(1) · Ā^(2) · … · Ā^(B)                                                        (Eq. 11)
@@ -28,8 +28,8 @@ from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import prepare
 from ...passes.base import select
-from ...rules.gradient import _divide
-from ...rules.masked import masked
+from ...propagation.gradient import _divide
+from ...propagation.masked import masked
 from ...ruleset import RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
@@ -48,9 +48,9 @@ def rule_set(masks: HeadMasks | None) -> RuleSet:
         text = shipped_rule_sets()["mask-lrp"].read_text(encoding="utf-8")
         old = 'params: {masks: ""}'
         if old not in text:
-            raise InputError("rulesets/mask-lrp.yaml no longer has `params: {masks: \"\"}` on its head-mask entry")
+            raise InputError("rules/mask-lrp.yaml no longer has `params: {masks: \"\"}` on its head-mask entry")
         _RULES[key] = RuleSet.from_yaml(text.replace(old, f"params: {{inline: {inline}}}") if inline else text,
-                                        source="rulesets/mask-lrp.yaml")
+                                        source="rules/mask-lrp.yaml")
     return _RULES[key]
 
 

@@ -8,7 +8,7 @@ moves any node to another rule shows up as a readable diff of one of these files
 
 Regenerate after an intended change (then review the diff and commit it)::
 
-    RULEGRAPH_REGOLD=1 .venv/bin/python -m pytest -q tests/rulesets/test_golden.py
+    RULEGRAPH_REGOLD=1 .venv/bin/python -m pytest -q tests/rules/test_golden.py
 
 With the switch set the tests rewrite the files and skip, saying so; without it they compare.
 """
@@ -92,7 +92,7 @@ def test_rule_assignments_match_the_golden_file(graphs, model, rules):
         path.write_text(dump(got))
         pytest.skip(f"RULEGRAPH_REGOLD set: rewrote {path.relative_to(Path(__file__).parents[2])}")
     assert path.exists(), (f"no golden file {path}; generate it with "
-                           "RULEGRAPH_REGOLD=1 .venv/bin/python -m pytest tests/rulesets/test_golden.py")
+                           "RULEGRAPH_REGOLD=1 .venv/bin/python -m pytest tests/rules/test_golden.py")
     expected = json.loads(path.read_text())
     assert got["unmatched"] == [] and expected["unmatched"] == []
     assert got["reached"] == expected["reached"] == len(expected["nodes"])

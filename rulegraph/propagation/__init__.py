@@ -1,7 +1,7 @@
 """Rules: how one node hands relevance (or components) from its outputs to its inputs.
 
-Every rule derives from :class:`~rulegraph.rules.base.Rule` and is registered by name in
-its pass's registry (:data:`~rulegraph.rules.base.RULES`); its dataclass fields are the
+Every rule derives from :class:`~rulegraph.propagation.base.Rule` and is registered by name in
+its pass's registry (:data:`~rulegraph.propagation.base.RULES`); its dataclass fields are the
 ``params`` a rule file may set. By family:
 
 ``gradient``    Gradient×Input, LRP-0 / ε, the AH and LN rules (Ali et al. 2022)

@@ -10,8 +10,8 @@ import torch
 
 from rulegraph.ir import Node
 from rulegraph.ops import lookup
-from rulegraph.rules import RULES
-from rulegraph.rules.signal import Contribution, Incoming, Site
+from rulegraph.propagation import RULES
+from rulegraph.propagation.signal import Contribution, Incoming, Site
 
 F64 = torch.float64
 torch.manual_seed(0)
@@ -192,7 +192,7 @@ def test_pass_through_concat_absorbs_the_constant_piece():
 
 
 def test_detaching_every_input_is_a_break_not_conservation():
-    from rulegraph.rules.gradient import Gradient
+    from rulegraph.propagation.gradient import Gradient
     node = Node("n", "Mul", ("a", "b"), ("o",))
     assert Gradient(detach=[1]).conserves(node, lookup("Mul"), [True, True])
     assert not Gradient(detach=[0, 1]).conserves(node, lookup("Mul"), [True, True])
@@ -387,7 +387,7 @@ def test_gate_hands_all_relevance_to_the_signal(signal, order):
 
 
 def test_gate_check_names_what_is_wrong():
-    from rulegraph.rules.gradient import Gate
+    from rulegraph.propagation.gradient import Gate
     node, spec = Node("n", "Mul", ("a", "b"), ("o",)), lookup("Mul")
     assert Gate(gate=1).check(node, spec, [True, True]) is None
     assert Gate(gate=1).conserves(node, spec, [True, True])

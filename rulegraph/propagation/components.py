@@ -5,7 +5,7 @@ decomposition", ACL, Sec. 2) carries, for every value it reaches, G
 group components and one bias component ``B``, with Σ_g D_g + B = the value. A rule
 gets the forward values and the :class:`Parts` of the inputs that carry components,
 and returns the :class:`Parts` of the outputs. Rules are registered by name with
-:func:`~rulegraph.rules.base.decomposition_rule` in the decomposition pass's registry, and
+:func:`~rulegraph.propagation.base.decomposition_rule` in the decomposition pass's registry, and
 rule files with ``pass: decomposition`` name them; a rule's dataclass fields are its
 YAML ``params``.
 
