@@ -2,9 +2,10 @@
 
 An attention block is found by its two nodes: the **Softmax** whose output are the attention
 probabilities ``[batch, heads, query, key]``, and the **value product**, the MatMul / Einsum
-whose input 0 is that Softmax's output (possibly through Where / Cast / Dropout / Identity,
-as SDPA exports and dropout leave them) and whose input 1 are the values ``[batch, heads,
-key, d_head]`` — the pattern of the ``ah`` entry of ``rules/lrp-ah.yaml``. This holds for
+whose input 0 is that Softmax's output (possibly through routing ops: the Where of an SDPA
+export's NaN guard, a Cast, Dropout) and whose input 1 are the values ``[batch, heads,
+key, d_head]`` — :data:`rulegraph.patterns.PROBABILITIES`, the pattern of the ``ah`` entry of
+``rules/lrp-ah.yaml``. This holds for
 BERT-, RoBERTa-, DistilBERT- and GPT-2-style models from the TorchScript and dynamo ONNX
 exporters and from ``torch.export``.
 
@@ -27,9 +28,8 @@ import torch
 
 from .errors import InputError
 from .ir import Graph, Node, block_index
+from .patterns import PROBABILITIES
 
-#: ops that may sit between the Softmax and the value product
-THROUGH = ("Where", "Cast", "Dropout", "Identity")
 #: ops computing the value product
 PRODUCTS = ("MatMul", "Einsum")
 
@@ -45,30 +45,13 @@ class AttentionBlock:
     probs: str                 # the value holding the probabilities fed to the product
 
 
-def _softmax_of(graph: Graph, value: str) -> Node | None:
-    """The Softmax producing ``value``, looking back through :data:`THROUGH` ops."""
-    for _ in range(64):
-        producer = graph.producer.get(value)
-        if producer is None:
-            return None
-        if producer.op == "Softmax":
-            return producer
-        if producer.op not in THROUGH:
-            return None
-        candidates = producer.inputs[1:] if producer.op == "Where" else producer.inputs
-        value = next((v for v in candidates if v and v not in graph.constant_values), None)
-        if value is None:
-            return None
-    return None
-
-
 def attention_nodes(graph: Graph) -> list[tuple[Node, Node]]:
     """(Softmax, value product) pairs in graph order, without running anything."""
     found = []
     for node in graph.nodes:
         if node.op in PRODUCTS and node.inputs and node.inputs[0]:
-            softmax = _softmax_of(graph, node.inputs[0])
-            if softmax is not None:
+            softmax = PROBABILITIES.source(graph, node.inputs[0])
+            if isinstance(softmax, Node):
                 found.append((softmax, node))
     return found
 

@@ -86,7 +86,7 @@ def classify(graph: Graph) -> dict[str, Kind]:
     for node in graph.nodes:
         spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
         ins = [kind[v] for v in node.inputs]
-        if node.op in ("Shape", "Size") and ins and ins[0] != Kind.CONST:
+        if spec.shape_only and ins and ins[0] != Kind.CONST:
             k = Kind.VALUE if node.inputs[0] in dynamic_shape else Kind.SHAPE
         else:
             k = max(ins, default=Kind.CONST)

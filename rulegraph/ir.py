@@ -250,9 +250,6 @@ def layer_names(graph: Graph) -> dict[str, str]:
     return out
 
 
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
-
-
 def hidden_states(graph: Graph) -> list[str]:
     """The residual stream between the blocks, as Hugging Face's ``output_hidden_states`` lists it:
     ``[h_0, h_1, …, h_L]`` with ``h_0`` what the embeddings hand to block 0 and ``h_l`` the value
@@ -274,7 +271,7 @@ def hidden_states(graph: Graph) -> list[str]:
     reached = set(token.outputs)
     readers: dict[str, set[str]] = {}
     for n in graph.nodes:
-        if n.op not in _SHAPE_ONLY and any(v in reached for v in n.inputs if v):
+        if not _shape_only(n) and any(v in reached for v in n.inputs if v):
             reached.update(v for v in n.outputs if v)
         for v in n.inputs:
             readers.setdefault(v, set()).add(layers[n.name])
@@ -289,3 +286,10 @@ def hidden_states(graph: Graph) -> list[str]:
     if not blocks or "embeddings" not in handed:
         raise ModelError("no transformer blocks found: the node scopes and names carry no block numbers")
     return [handed["embeddings"], *(handed[f"block {b}"] for b in blocks)]
+
+
+def _shape_only(node: Node) -> bool:
+    """Whether the node reads only its input's shape (Shape, Size: the op's ``shape_only`` trait)."""
+    from .ops import find
+    spec = find(node.op, node.domain)
+    return spec is not None and spec.shape_only

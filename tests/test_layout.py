@@ -26,11 +26,40 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+#: modules that import by a computed name, and the tables that name what they import (read here,
+#: so the cycle check follows those imports too)
+DYNAMIC = {
+    "rulegraph": lambda: [f"rulegraph.{module}" for module in rulegraph._PUBLIC.values()],
+    "rulegraph.cli": lambda: [f"rulegraph.cli.{module}" for module, _, _ in _commands().values()],
+}
+
+
+def _commands():
+    from rulegraph.cli import COMMANDS
+    return COMMANDS
+
+
+def _is_import_module(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (
+        isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+        or isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+
+
 def _imports(name: str, path: Path, known: set[str]) -> list[str]:
-    """The rulegraph modules ``name`` imports anywhere in its text (function bodies too)."""
+    """The rulegraph modules ``name`` imports anywhere in its text (function bodies too), by
+    import statements and by ``importlib.import_module`` (a literal name, or a table in :data:`DYNAMIC`)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
+        if _is_import_module(node):
+            target = node.args[0] if node.args else None
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                literal = target.value
+                found += [f"{package}{literal}" if literal.startswith(".") else literal]
+            else:
+                assert name in DYNAMIC, f"{name} imports a computed module name; list what it imports in DYNAMIC"
+                found += DYNAMIC[name]()
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -42,7 +71,7 @@ def _imports(name: str, path: Path, known: set[str]) -> list[str]:
         else:
             continue
         found += [t for t in targets if t in known and t != name]
-    return found
+    return [t for t in found if t in known and t != name]
 
 
 def _external(path: Path) -> set[str]:
@@ -66,10 +95,15 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_the_cycle_check_sees_lazy_imports(tmp_path):
-    """The check above would catch a cycle made of a function-level import."""
+    """The check above would catch a cycle made of a function-level import, or of importlib."""
     (tmp_path / "a.py").write_text("def f():\n    from .b import g\n")
-    known = {"pkg.a", "pkg.b"}
+    (tmp_path / "c.py").write_text("import importlib\nimportlib.import_module('.b', __package__)\n")
+    known = {"pkg.a", "pkg.b", "pkg.c"}
     assert _imports("pkg.a", tmp_path / "a.py", known) == ["pkg.b"]
+    assert _imports("pkg.c", tmp_path / "c.py", known) == ["pkg.b"]
+    (tmp_path / "d.py").write_text("import importlib\nname = 'b'\nimportlib.import_module(name)\n")
+    with pytest.raises(AssertionError, match="computed module name"):
+        _imports("pkg.d", tmp_path / "d.py", known)
 
 
 @pytest.mark.parametrize("name", [n for n in _modules() if not n.startswith("rulegraph.cli")])

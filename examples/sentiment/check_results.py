@@ -24,7 +24,8 @@ from pathlib import Path
 import data
 import evaluate as example
 import train
-from rulegraph.evaluate.runner import Config, Evaluation, _digest
+from rulegraph.evaluate.runner import Config, Evaluation
+from rulegraph.scale.job import digest
 
 DOCS = train.REPO / "docs" / "evaluation"
 

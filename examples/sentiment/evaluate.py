@@ -37,7 +37,8 @@ import train
 import train_imdb
 from rulegraph.cli.evaluate import TerminalListener, render_table
 from rulegraph.evaluate import metrics as M
-from rulegraph.evaluate.runner import RESULTS, Config, Evaluation, markdown_table
+from rulegraph.evaluate.runner import RESULTS, Config, Evaluation
+from rulegraph.evaluate.summary import markdown_table
 from rulegraph.ruleset import shipped_rule_sets
 from rulegraph.scale import Engine, Journal, engine as make_engine
 

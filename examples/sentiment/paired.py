@@ -20,7 +20,7 @@ import gzip
 import json
 from pathlib import Path
 
-from rulegraph.evaluate.runner import bootstrap
+from rulegraph.evaluate.summary import bootstrap
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evaluation"
 #: (A, B): the table reports A − B

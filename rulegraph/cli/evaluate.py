@@ -13,7 +13,7 @@ from rich.table import Table
 from ..errors import InputError
 from ..evaluate import metrics as M
 from ..evaluate import protocols as P
-from ..evaluate.listener import Listener
+from ..scale.listener import Listener
 from ..tokens import RUNTIMES, REMOVALS
 from .options import Bounded, check_folder, engine_options, make_engine
 
@@ -79,7 +79,7 @@ class TerminalListener(Listener):
 
 def render_table(summary, metrics: list[M.Metric], title: str = "") -> Table:
     """Methods × metrics, mean ± half the 95% interval; the best mean per metric in bold."""
-    from ..evaluate.runner import TIMING, header, table_rows
+    from ..evaluate.summary import TIMING, header, table_rows
     t = Table(title=title or f"faithfulness on {summary.n_examples} examples (mean ± 95% CI half-width)",
               caption=TIMING + (f"; {summary.skipped} texts skipped, under the protocol's minimum length"
                                 if getattr(summary, "skipped", 0) else ""))

@@ -39,7 +39,7 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
     than max(λ_k) + ξ_synt, Eq. 7; needs `pip install 'rulegraph[heads]'`) over the texts of --data;
     write the mask file (--out) and the picture (--png)."""
     from ..calibrate import calibrate, header, load_parser, plot
-    from ..evaluate.data import read_rows
+    from ..scale.data import read_rows
     from ..heads import mask_text
     from ..text import TextEncoder
     from .inputs import load_model

@@ -9,6 +9,7 @@ import click
 from ..errors import InputError
 from ..image import IMAGENET_MEAN, IMAGENET_STD
 from ..rules import shipped_rule_sets
+from ..scale import ENGINES
 
 #: the precisions a run can use (torch dtypes by name)
 DTYPES = ("float32", "float64")
@@ -174,14 +175,10 @@ def check_folder(path: Path, option: str) -> None:
                          f"(permission denied in {existing})")
 
 
-#: where dataset-scale work runs (rulegraph.scale.ENGINES; named here so --help loads no torch)
-ENGINE_NAMES = ("local", "ray")
-
-
 def engine_options(f):
     """``--engine local|ray`` and the Ray cluster's options (``explain-dataset``, ``evaluate``)."""
     for decorator in reversed([
-        click.option("--engine", "engine_name", type=click.Choice(ENGINE_NAMES), default="local", show_default=True,
+        click.option("--engine", "engine_name", type=click.Choice(ENGINES.names()), default="local", show_default=True,
                      help="where the examples run: this process, or Ray workers (pip install 'rulegraph[ray]')"),
         click.option("--address", default=None, metavar="ADDRESS",
                      help="ray: an existing cluster (auto, ray://host:10001, …); default: a local cluster of "

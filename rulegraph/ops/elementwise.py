@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import always, at_most_one, only, op, unbroadcast
+from .spec import always, at_most_one, only, op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -24,7 +24,7 @@ def _add_vjp(grads, inputs, outputs, wants, **_):
     return [unbroadcast(g, x.shape) if w else None for x, w in zip(inputs, wants)]
 
 
-@op("Add", affine=always, additive="all", vjp=_add_vjp)
+@op("Add", affine=always, additive="all", arithmetic=True, vjp=_add_vjp)
 def add(a, b):
     return a + b
 
@@ -35,7 +35,7 @@ def _sub_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g, inputs[1].shape) if wants[1] else None]
 
 
-@op("Sub", affine=always, additive="all", vjp=_sub_vjp)
+@op("Sub", affine=always, additive="all", arithmetic=True, vjp=_sub_vjp)
 def sub(a, b):
     return a - b
 
@@ -47,7 +47,7 @@ def _mul_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(g * a, b.shape) if wants[1] else None]
 
 
-@op("Mul", affine=at_most_one(0, 1), vjp=_mul_vjp)
+@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp)
 def mul(a, b):
     return a * b
 
@@ -59,7 +59,7 @@ def _div_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g * outputs[0] / b, b.shape) if wants[1] else None]
 
 
-@op("Div", affine=only(0), vjp=_div_vjp)
+@op("Div", affine=only(0), arithmetic=True, vjp=_div_vjp)
 def div(a, b):
     if not a.is_floating_point() and not b.is_floating_point():
         return torch.div(a, b, rounding_mode="trunc")
@@ -197,50 +197,50 @@ def _erf_vjp(grads, inputs, outputs, wants, **_):
     return [d.mul_(grads[0]).mul_(_TWO_OVER_SQRT_PI)]
 
 
-@op("Erf", elementwise=True, vjp=_erf_vjp)
+@op("Erf", elementwise=True, activation=True, sigmoidal=True, vjp=_erf_vjp)
 def erf(x):
     return torch.erf(x)
 
 
-@op("Tanh", elementwise=True,
+@op("Tanh", elementwise=True, activation=True, sigmoidal=True,
     vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * (1 - outputs[0] * outputs[0]) if wants[0] else None])
 def tanh(x):
     return torch.tanh(x)
 
 
-@op("Sigmoid", elementwise=True,
+@op("Sigmoid", elementwise=True, activation=True, sigmoidal=True,
     vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] * (1 - outputs[0]) if wants[0] else None])
 def sigmoid(x):
     return torch.sigmoid(x)
 
 
-@op("Relu", elementwise=True,
+@op("Relu", elementwise=True, activation=True,
     vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * (inputs[0] > 0) if wants[0] else None])
 def relu(x):
     return torch.relu(x)
 
 
-@op("LeakyRelu", elementwise=True)
+@op("LeakyRelu", elementwise=True, activation=True)
 def leaky_relu(x, *, alpha=f32(0.01)):
     return F.leaky_relu(x, alpha)
 
 
-@op("Elu", elementwise=True)
+@op("Elu", elementwise=True, activation=True)
 def elu(x, *, alpha=1.0):
     return F.elu(x, alpha)
 
 
-@op("Softplus", elementwise=True)
+@op("Softplus", elementwise=True, activation=True)
 def softplus(x):
     return F.softplus(x)
 
 
-@op("Gelu", elementwise=True)
+@op("Gelu", elementwise=True, activation=True)
 def gelu(x, *, approximate="none"):
     return F.gelu(x, approximate=approximate)
 
 
-@op("Clip", elementwise=True)
+@op("Clip", elementwise=True, activation=True)
 def clip(x, lo=None, hi=None, *, min=None, max=None):
     """Bounds are inputs from opset 11, attributes before; either may be absent."""
     lo = min if lo is None else lo
@@ -320,12 +320,18 @@ def _cast_vjp(grads, inputs, outputs, wants, **_):
     return [grads[0].to(inputs[0].dtype) if wants[0] and grads[0] is not None else None]
 
 
-@op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp)
+def _casts_to_float(node) -> bool:
+    """Cast's output is floating point when its ``to`` is (CastLike's: taken as floating point)."""
+    to = node.attrs.get("to")
+    return to is None or to.is_floating_point
+
+
+@op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp, float_output=_casts_to_float)
 def cast(x, *, to, saturate=1):
     return x.to(to)
 
 
-@op("CastLike", affine=always, additive=(0,), routing=True, elementwise=True,
+@op("CastLike", affine=always, additive=(0,), routing=True, elementwise=True, float_output=_casts_to_float,
     vjp=lambda grads, inputs, outputs, wants, **_: [
         grads[0].to(inputs[0].dtype) if wants[0] and grads[0] is not None else None, None])
 def cast_like(x, like, *, saturate=1):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import at_most_one, op, unbroadcast
+from .spec import at_most_one, op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -56,7 +56,7 @@ def _gemm_affine(tainted):
     return bool(tainted[0]) != bool(tainted[1])
 
 
-@op("Gemm", affine=_gemm_affine, additive=(2,), vjp=_gemm_vjp)
+@op("Gemm", affine=_gemm_affine, additive=(2,), vjp=_gemm_vjp, bias=lambda c, output, attrs: attrs["beta"] * c)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     """General matrix product ``alpha·A'B' + beta·C`` (batched A is accepted too)."""
     a2, b2 = _gemm_operands(a, b, transA, transB)

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import op, unbroadcast
+from .spec import op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -107,7 +107,7 @@ def _layer_norm_affine(tainted):
     return not tainted[0] and len(tainted) > 1 and bool(tainted[1])
 
 
-@op("LayerNormalization", affine=_layer_norm_affine, additive=(2,), vjp=_layer_norm_vjp)
+@op("LayerNormalization", affine=_layer_norm_affine, normalization=True, additive=(2,), vjp=_layer_norm_vjp)
 def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=_EPS, stash_type=1):
     dims = norm_dims(x, axis)
     shape = x.shape[dims[0]:]
@@ -119,14 +119,14 @@ def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=_EPS, stash_typ
     return (y if bias is None else y + bias), mean, rstd
 
 
-@op("RMSNormalization", affine=_layer_norm_affine)
+@op("RMSNormalization", affine=_layer_norm_affine, normalization=True)
 def rms_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
     dims = norm_dims(x, axis)
     rms = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + epsilon)
     return x * rms * scale
 
 
-@op("SimplifiedLayerNormalization", affine=_layer_norm_affine)
+@op("SimplifiedLayerNormalization", affine=_layer_norm_affine, normalization=True)
 def simplified_layer_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
     return rms_normalization(x, scale, axis=axis, epsilon=epsilon)
 

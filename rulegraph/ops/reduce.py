@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import always, op
+from .spec import always, op
 
 Tensor = torch.Tensor
 

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import always, op, unbroadcast
+from .spec import always, op, unbroadcast
 
 Tensor = torch.Tensor
 INT64 = torch.int64
@@ -28,12 +28,12 @@ def _axes(axes, rank):
 
 # -- shapes -------------------------------------------------------------------------
 
-@op("Shape", float_output=False)
+@op("Shape", float_output=False, shape_only=True)
 def shape(x, *, start=0, end=None):
     return torch.tensor(x.shape[start:end], dtype=INT64, device=x.device)
 
 
-@op("Size", float_output=False)
+@op("Size", float_output=False, shape_only=True)
 def size(x):
     return torch.tensor(x.numel(), dtype=INT64, device=x.device)
 

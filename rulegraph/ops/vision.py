@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import always, op
+from .spec import always, op
 from .elementwise import f32
 
 Tensor = torch.Tensor
@@ -58,7 +58,12 @@ def _pad_input(x: Tensor, pads: list[int], value: float = 0.0) -> tuple[Tensor, 
     return F.pad(x, flat, value=value), [0] * n
 
 
-@op("Conv", affine=_one_factor, additive=(2,))
+def _channel_bias(b, output, attrs):
+    """A convolution's bias, one per output channel (axis 1)."""
+    return b.reshape(1, -1, *([1] * (output.dim() - 2)))
+
+
+@op("Conv", affine=_one_factor, additive=(2,), bias=_channel_bias)
 def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """ONNX Conv (1d/2d/3d, groups, strides, pads, dilations, auto_pad)."""
     n = _spatial(x)
@@ -69,7 +74,7 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     return _CONV[n](x, w, b, stride=strides, padding=padding, dilation=dilations, groups=group)
 
 
-@op("ConvTranspose", affine=_one_factor, additive=(2,))
+@op("ConvTranspose", affine=_one_factor, additive=(2,), bias=_channel_bias)
 def conv_transpose(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):
     """ONNX ConvTranspose (explicit ``pads``; ``output_shape`` / ``auto_pad`` are not supported)."""
@@ -151,12 +156,12 @@ def batch_normalization(x, scale, bias, mean, var, *, epsilon=f32(1e-5), momentu
     return (x - _channel(mean, x)) / torch.sqrt(_channel(var, x) + epsilon) * _channel(scale, x) + _channel(bias, x)
 
 
-@op("HardSigmoid", elementwise=True)
+@op("HardSigmoid", elementwise=True, activation=True, sigmoidal=True)
 def hard_sigmoid(x, *, alpha=f32(0.2), beta=f32(0.5)):
     return (alpha * x + beta).clamp(0, 1)
 
 
-@op("HardSwish", elementwise=True)
+@op("HardSwish", elementwise=True, activation=True)
 def hard_swish(x):
     return x * (f32(1 / 6) * x + 0.5).clamp(0, 1)
 

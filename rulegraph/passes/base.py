@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import torch
 
 from ..canonize import canonize
-from ..errors import InputError, NumericalError
+from ..errors import InputError, ModelError, NumericalError
 from ..explanation import Explanation
 from ..objective import Objective
 from ..interpreter import Plan, Values, prepare
@@ -300,12 +300,16 @@ def position_scores(r: Tensor) -> Tensor:
 
 
 def labels(graph: Graph) -> list[str] | None:
-    """The class labels an export recorded in its metadata (``rulegraph.labels``), if any."""
+    """The class labels an export recorded in its metadata (``rulegraph.labels``, a JSON list of
+    strings), if any; metadata that is not such a list is an error naming the model."""
     raw = graph.metadata.get("rulegraph.labels")
     if not raw:
         return None
     try:
         found = json.loads(raw)
     except json.JSONDecodeError:
-        return None
-    return [str(x) for x in found] if isinstance(found, list) else None
+        found = None
+    if not isinstance(found, list) or not all(isinstance(x, str) for x in found) or len(set(found)) != len(found):
+        raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels must be a JSON list of distinct "
+                         f"class names, got {raw[:80]!r}")
+    return found

@@ -306,14 +306,14 @@ class Product(Rule):
 
     def check(self, node, spec, tainted):
         why = super().check(node, spec, tainted)
-        factors = [t for i, t in enumerate(tainted) if not (node.op == "Gemm" and i == 2)]
+        factors = [t for i, t in enumerate(tainted) if not spec.is_additive(i)]
         if why is None and sum(map(bool, factors)) > 2:
             return "it splits a product of at most two decomposed tensors"
         return why
 
     def decompose(self, site: ComponentSite) -> list[Parts | None]:
         carried = [i for i, p in enumerate(site.parts) if p is not None]
-        factors = [i for i in carried if not (site.node.op == "Gemm" and i == 2)]
+        factors = [i for i in carried if not site.spec.is_additive(i)]
         if len(factors) < 2:
             return Linear().decompose(site)
         i, j = factors[:2]

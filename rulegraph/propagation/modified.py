@@ -120,11 +120,8 @@ class _ModifiedWeights(Rule):
 
 def _bias_term(site: Site, biases: list[int], term: _Term, forward) -> Tensor:
     """``f(0; W', b')``, the part of a term's output its (modified) bias makes."""
-    b = term.bias(site.inputs[biases[0]])
-    if site.node.op in ("Conv", "ConvTranspose"):
-        return b.reshape(1, -1, *([1] * (site.outputs[0].dim() - 2)))
-    if site.node.op == "Gemm":
-        return site.attrs["beta"] * b
+    if site.spec.bias is not None:
+        return site.spec.bias(term.bias(site.inputs[biases[0]]), site.outputs[0], site.attrs)
     return forward(torch.zeros_like(term.x), term)
 
 

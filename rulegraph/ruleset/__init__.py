@@ -9,7 +9,7 @@ the first entry that matches gives its rule::
     rules:
       - op: MatMul                # op type(s); "*" matches any
         inputs:                   # producer patterns, by input position
-          0: {from: Softmax, through: [Where, Cast, Dropout]}
+          0: {from: Softmax, through: routing}   # op types or op traits
         rule: ah
       - op: LayerNormalization
         rule: ln
@@ -42,7 +42,8 @@ from ..ir import Graph, Node
 from ..propagation import Rule
 from ..rules import shipped_rule_sets
 from .bind import Assignment, Binding
-from .match import Boundary, Entry, Override, Pattern
+from ..patterns import Pattern
+from .match import Boundary, Entry, Override
 from .parse import parse
 
 __all__ = ["Assignment", "Binding", "Boundary", "Entry", "Override", "Pattern", "RuleSet", "shipped_rule_sets"]

@@ -116,11 +116,8 @@ def _taint(graph: Graph, boundary: set[str]) -> set[str]:
 
 
 def _float_output(graph: Graph, node: Node) -> bool:
-    if node.op in ("Cast", "CastLike"):
-        to = node.attrs.get("to")
-        return to is None or to.is_floating_point
     try:
-        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).float_output
+        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).outputs_float(node)
     except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
         return True
 

@@ -1,5 +1,5 @@
 """What a rule-file entry matches: op types, op traits, node names, module scopes, producer
-patterns; and where the relevance boundary lies.
+patterns (:mod:`rulegraph.patterns`); and where the relevance boundary lies.
 
 An :class:`Entry` matches a node when every key it sets matches (``op``, ``trait``, ``name``,
 ``scope``, ``inputs``); the first matching entry of a rule set gives the node its rule, and
@@ -13,44 +13,8 @@ from fnmatch import fnmatchcase
 from ..errors import RuleMatchError
 from ..ir import Graph, Node, block_index
 from ..ops import lookup
+from ..patterns import Pattern
 from ..propagation import Rule
-
-#: boolean op traits an entry may select by (``trait: routing``), see :mod:`rulegraph.ops`
-TRAITS = ("routing", "elementwise")
-#: how far a pattern looks through ``through`` ops
-PATTERN_DEPTH = 64
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """``from``: op types (or ``input`` / ``constant``) of the producer, looking through ``through`` ops."""
-
-    sources: tuple[str, ...]
-    through: tuple[str, ...] = ()
-
-    def matches(self, graph: Graph, value: str) -> bool:
-        for _ in range(PATTERN_DEPTH):
-            if value in graph.constant_values:
-                return "constant" in self.sources
-            if value in graph.input_names:
-                return "input" in self.sources
-            producer = graph.producer.get(value)
-            if producer is None:
-                return False
-            if producer.op in self.sources or "*" in self.sources:
-                return True
-            if producer.op not in self.through:
-                return False
-            value = _data_input(graph, producer)
-            if value is None:
-                return False
-        return False
-
-
-def _data_input(graph: Graph, node: Node) -> str | None:
-    """The input a pattern looks through to: the first data input that is not a constant."""
-    candidates = node.inputs[1:] if node.op == "Where" else node.inputs
-    return next((v for v in candidates if v and v not in graph.constant_values), None)
 
 
 @dataclass

@@ -17,7 +17,9 @@ import yaml
 from ..canonize import CANONIZERS
 from ..errors import RuleFileError, choices
 from ..propagation import RULES, Rule
-from .match import TRAITS, Boundary, Entry, Override, Pattern
+from ..ops import REGISTRY, TRAITS
+from ..patterns import SPECIAL_SOURCES, Pattern
+from .match import Boundary, Entry, Override
 
 ENTRY_KEYS = ("op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note")
 OVERRIDE_KEYS = ("blocks", "name", "scope", "params")
@@ -196,7 +198,7 @@ class Parser:
         if "per_layer" in fields:
             entry.overrides = self.per_layer(cls, params, fields["per_layer"][1])
         if "op" in fields:
-            entry.ops = self.strings(fields["op"][1], "op")
+            entry.ops = self.ops(fields["op"][1], "op", ("*",))
         if "trait" in fields:
             entry.traits = self.strings(fields["trait"][1], "trait")
             for trait in entry.traits:
@@ -265,9 +267,20 @@ class Parser:
             fields = self.mapping(v, f"the pattern for input {index}", PATTERN_KEYS)
             if "from" not in fields:
                 raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`)")
-            out[index] = Pattern(self.strings(fields["from"][1], "from"),
-                                 self.strings(fields["through"][1], "through") if "through" in fields else ())
+            out[index] = Pattern(self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS)),
+                                 self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
         return out
+
+    def ops(self, node, what: str, words: tuple[str, ...]) -> tuple[str, ...]:
+        """Op types (as registered, e.g. ``Softmax``), or the lowercase ``words`` this key also takes
+        (op traits, ``input``, ``constant``, ``*``): a misspelt op is an error, not a silent non-match."""
+        names = self.strings(node, what)
+        known = {op for _, op in REGISTRY}
+        for name in names:
+            if name not in known and name not in words:
+                raise self.fail(node, f"{what}: {name!r} is neither an op rulegraph implements nor one of "
+                                      f"{', '.join(words)}; {choices([*known, *words], name)}")
+        return names
 
     def params(self, cls: type[Rule], node) -> dict[str, Any]:
         declared = cls.params()

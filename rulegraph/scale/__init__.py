@@ -8,11 +8,13 @@ task's rows back to the driver, which alone writes them: to an append-only journ
 the tasks are the same, and the driver orders the rows by example before anything is
 aggregated or written.
 
-``rulegraph evaluate`` (:mod:`rulegraph.evaluate.runner`) and ``rulegraph explain-dataset``
-(:mod:`rulegraph.scale.explain`) run on it.
+``rulegraph explain-dataset`` (:mod:`.explain`) and ``rulegraph evaluate``
+(:mod:`rulegraph.evaluate.runner`) are two jobs on one driver (:mod:`.job`); the data files
+they read are :mod:`.data`. Importing this package loads neither torch nor Ray.
 """
 from __future__ import annotations
 
+from . import ray_engine  # noqa: F401  (registers the ray engine; Ray itself is imported when one is made)
 from .batches import batches
 from .engines import ENGINES, Engine, Task, engine
 from .journal import Journal

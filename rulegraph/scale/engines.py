@@ -1,6 +1,7 @@
 """Engines: what runs the tasks. ``local`` runs them in this process, in order; ``ray`` on a
 pool of Ray actors (:mod:`rulegraph.scale.ray_engine`, the optional ``rulegraph[ray]`` extra).
 
+Engines register themselves in :data:`ENGINES`; :func:`engine` builds one by name.
 An engine is given a **factory** (picklable, called once per worker: loads the graph, builds
 what the tasks share) and the tasks; the worker the factory returns maps a task's payload to
 its rows. Each finished task reaches ``done(task, rows, error)`` in the driver, exactly once:
@@ -10,7 +11,6 @@ failed rows). A worker catches what one example does wrong itself; ``error`` is 
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
@@ -67,6 +67,4 @@ def engine(name: str, **options: Any) -> Engine:
     """The engine called ``name`` with its options (``ray``: ``address``, ``num_workers``,
     ``gpus_per_worker``, ``cpus_per_worker``); ``ray`` without the extra installed is an error
     saying how to install it."""
-    if name == "ray" and "ray" not in ENGINES:
-        importlib.import_module(".ray_engine", __package__)     # registers itself
     return ENGINES.get(name)(**options)

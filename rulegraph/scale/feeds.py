@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputError
-from ..evaluate.data import Example
+from .data import Example
 from ..explanation import Explanation
 from ..methods.sequences import token_input
 from ..passes.base import position_scores

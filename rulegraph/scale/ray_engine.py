@@ -23,13 +23,16 @@ from typing import Any
 from ..errors import InputError
 from .engines import ENGINES, Done, Engine, Factory, Task
 
-try:
-    import ray
-    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
-except ImportError:          # the optional extra; engine("ray") says how to install it
-    ray = None
-
 INSTALL = "the ray engine needs Ray: pip install 'rulegraph[ray]' (or pip install ray)"
+
+
+def _ray():
+    """Ray, imported when a Ray engine is made (the optional extra: an error saying how to install it)."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(INSTALL) from None
+    return ray
 
 
 class _Actor:
@@ -51,8 +54,7 @@ class _Actor:
 class RayEngine(Engine):
     def __init__(self, address: str | None = None, num_workers: int = 2, cpus_per_worker: int = 1,
                  gpus_per_worker: float = 0, depth: int = 2, retries: int = 2):
-        if ray is None:
-            raise InputError(INSTALL)
+        _ray()
         if num_workers < 1 or cpus_per_worker < 1 or gpus_per_worker < 0 or depth < 1 or retries < 0:
             raise InputError(f"ray engine: num_workers ({num_workers}) and cpus_per_worker ({cpus_per_worker}) "
                              f"must be ≥ 1, gpus_per_worker ({gpus_per_worker}) ≥ 0")
@@ -78,6 +80,7 @@ class RayEngine(Engine):
     def run(self, factory: Factory, tasks: list[Task], done: Done) -> None:
         if not tasks:
             return
+        ray = _ray()
         started = not ray.is_initialized()
         if started:
             if self.address:
@@ -97,7 +100,7 @@ class RayEngine(Engine):
         """Refuse a cluster whose nodes have room for fewer than ``num_workers`` workers, each on
         one node with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs."""
         ask = {"CPU": self.cpus, "GPU": self.gpus}
-        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+        nodes = [node["Resources"] for node in _ray().nodes() if node.get("Alive")]
         fit = sum(min(math.floor(res.get(kind, 0.0) / need + 1e-9) for kind, need in ask.items() if need)
                   for res in nodes)
         if fit >= self.num_workers:
@@ -112,9 +115,11 @@ class RayEngine(Engine):
 
     def _spawn(self, remote, factory: Factory):
         actor = remote.remote(factory, self.cpus)
-        return actor, ray.get(actor.pid.remote())       # waits until the worker is built
+        return actor, _ray().get(actor.pid.remote())       # waits until the worker is built
 
     def _run(self, factory: Factory, tasks: list[Task], done: Done) -> None:
+        ray = _ray()
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
         remote = ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0)(_Actor)
         actors = [self._spawn(remote, factory) for _ in range(min(self.num_workers, len(tasks)))]
         self.pids = [pid for _, pid in actors]
@@ -141,7 +146,7 @@ class RayEngine(Engine):
                 else:
                     done(task, None, f"worker died {attempt + 1} times on this task ({type(exc).__name__})")
                 continue
-            except ray.exceptions.RayTaskError as exc:
+            except RayTaskError as exc:
                 done(task, None, str(exc.cause if exc.cause is not None else exc).splitlines()[0])
                 continue
             done(task, rows, None)

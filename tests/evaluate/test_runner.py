@@ -14,6 +14,8 @@ import tiny
 from rulegraph.errors import InputError
 from rulegraph.evaluate import metrics as M
 from rulegraph.evaluate import runner
+from rulegraph.evaluate.summary import bootstrap
+from rulegraph.scale import job
 from rulegraph.evaluate.runner import Config, Evaluation
 
 TEXTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9", "w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w20 w21 w22 w23",
@@ -94,7 +96,7 @@ def test_rerun_appends_nothing_and_a_larger_n_only_the_rest(model, data, tmp_pat
 def test_an_interrupted_run_continues_where_it_stopped(model, data, tmp_path, monkeypatch):
     out = tmp_path / "out"
     calls = {"n": 0}
-    real = runner.registry.explain_with
+    real = job.registry.explain_with
 
     def flaky(*args, **kw):
         calls["n"] += 1
@@ -155,8 +157,8 @@ def test_bad_input_is_an_input_error(model, data, tmp_path):
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
     values = list(np.random.default_rng(0).normal(size=50))
-    assert runner.bootstrap(values, 0) == runner.bootstrap(values, 0)
-    mean, low, high = runner.bootstrap(values, 0)
+    assert bootstrap(values, 0) == bootstrap(values, 0)
+    mean, low, high = bootstrap(values, 0)
     assert low < mean < high and mean == pytest.approx(np.mean(values))
 
 

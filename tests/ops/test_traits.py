@@ -14,7 +14,10 @@ What the relevance rules rely on:
                 selection: each output element is one input element (or a fill with no
                 source), and VJP(e_j) is one-hot on that element.
 ``elementwise`` the ``identity`` rule: output i depends on input i only (same shape).
-``float_output=False``  outputs are never floating point.
+``activation``, ``sigmoidal``, ``normalization``, ``arithmetic``, ``shape_only``: what rule files
+                select by (``trait:``, ``from:``, ``through:``); each checked below for what it claims.
+``bias``        the additive constant as the op adds it: f(0; W, b) for a linear layer.
+``float_output=False``  outputs are never floating point (a function of the node for Cast).
 """
 from __future__ import annotations
 
@@ -82,7 +85,8 @@ def test_every_trait_is_sampled():
         if spec.affine is not never and any(_float(o) for s in SAMPLES if s.op == name for o in s.call()):
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
-    for trait in ("routing", "elementwise", "additive"):
+    for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
+                  "bias"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
@@ -233,3 +237,69 @@ def test_float_ops_keep_float_outputs(s: Sample):
     """Ops left at float_output=True give a float output 0 on float inputs (relevance can flow)."""
     assert s.spec.float_output
     assert s.call()[0].is_floating_point(), f"{s.id}: float inputs but a {s.call()[0].dtype} output"
+
+
+def _declared(trait: str) -> list:
+    return [pytest.param(s, id=s.id) for s in SAMPLES if getattr(s.spec, trait)]
+
+
+@pytest.mark.parametrize("op", sorted({s.op for s in SAMPLES if s.spec.activation}))
+def test_an_activation_is_an_elementwise_nonlinearity(op: str):
+    """Elementwise, and bent somewhere on [-4, 4] in at least one sample (Clip without bounds is the identity)."""
+    bends = []
+    for s in (s for s in SAMPLES if s.op == op):
+        assert s.spec.elementwise, f"{s.id}: an activation must be elementwise"
+        x = torch.linspace(-4, 4, 81, dtype=torch.float64)
+        y = s.call([x, *s.inputs[1:]])[0]
+        line = y[0] + (y[-1] - y[0]) * (x - x[0]) / (x[-1] - x[0])
+        bends.append(float((y - line).abs().max()))
+    assert max(bends) > 1e-3, f"{op} is declared an activation but is linear on [-4, 4] in every sample"
+
+
+@pytest.mark.parametrize("s", _declared("sigmoidal"))
+def test_a_sigmoidal_op_is_bounded_and_monotone(s: Sample):
+    x = torch.linspace(-50, 50, 2001, dtype=torch.float64)
+    y = s.call([x, *s.inputs[1:]])[0]
+    assert bool((y[1:] >= y[:-1]).all()), f"{s.id} is declared sigmoidal but is not monotone"
+    assert float(y.abs().max()) <= 1.0, f"{s.id} is declared sigmoidal but leaves [-1, 1]"
+    assert float(y[-1] - y[0]) >= 0.99, f"{s.id} is declared sigmoidal but does not squash onto a range"
+
+
+@pytest.mark.parametrize("s", _declared("normalization"))
+def test_a_normalization_is_invariant_to_the_scale_of_its_input(s: Sample):
+    attrs = {**s.attrs, "epsilon": 0.0}
+    out = s.spec.forward(*s.inputs, **attrs)
+    scaled = s.spec.forward(7.5 * s.inputs[0], *s.inputs[1:], **attrs)
+    first = (lambda o: o[0] if isinstance(o, (tuple, list)) else o)
+    _close(first(scaled), first(out), f"{s.id}: declared a normalization, but scaling its input changes its output")
+
+
+@pytest.mark.parametrize("s", _declared("arithmetic"))
+def test_arithmetic_is_the_four_operations(s: Sample):
+    a, b = s.inputs[:2]
+    expected = {"Add": a + b, "Sub": a - b, "Mul": a * b, "Div": a / b}[s.op]
+    _close(s.call()[0], expected, f"{s.id}")
+
+
+@pytest.mark.parametrize("op", [name for (_, name), spec in REGISTRY.items() if spec.shape_only])
+def test_a_shape_only_op_ignores_the_values(op: str):
+    forward = REGISTRY[("", op)].forward
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    assert torch.equal(forward(x), forward(torch.randn_like(x))), f"{op} is declared shape_only but reads values"
+
+
+@pytest.mark.parametrize("s", [p for p in _declared("bias") if len(p.values[0].inputs) > 2
+                               and p.values[0].inputs[2] is not None])
+def test_the_declared_bias_is_what_the_bias_adds(s: Sample):
+    inputs = list(s.inputs)
+    inputs[0] = torch.zeros_like(inputs[0])
+    out = s.call(inputs)[0]
+    _close(torch.broadcast_to(s.spec.bias(s.inputs[2], out, {**s.spec.defaults, **s.attrs}), out.shape), out, f"{s.id}: f(0; W, b)")
+
+
+def test_cast_outputs_float_exactly_when_its_target_is():
+    from rulegraph.ir import Node
+    spec = REGISTRY[("", "Cast")]
+    for to in (torch.float32, torch.float64, torch.int64, torch.bool):
+        node = Node("c", "Cast", ("x",), ("y",), {"to": to})
+        assert spec.outputs_float(node) == spec.forward(torch.randn(3), to=to).is_floating_point()

@@ -38,6 +38,15 @@ def error(text: str) -> str:
     ("rules:\n  - op: MatMul\n    inputs:\n      0: {form: Softmax}\n    rule: ah\n",
      "my.yaml:4: unknown key 'form' in the pattern for input 0; did you mean 'from'?"),
     ("rules:\n  - op: {a: 1}\n    rule: ah\n", "my.yaml:2: op must be a string or a list of strings"),
+    ("rules:\n  - op: [MatMul, Sofmax]\n    rule: ah\n",
+     "my.yaml:2: op: 'Sofmax' is neither an op rulegraph implements nor one of *; did you mean 'Softmax'"),
+    ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: Softmx}\n    rule: ah\n",
+     "my.yaml:4: from: 'Softmx' is neither an op rulegraph implements nor one of input, constant, *, routing"),
+    ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: Softmax, through: routin}\n    rule: ah\n",
+     "my.yaml:4: through: 'routin' is neither an op rulegraph implements nor one of routing, elementwise, "
+     "activation, sigmoidal, normalization, arithmetic; did you mean 'routing'"),
+    ("rules:\n  - trait: activations\n    rule: identity\n",
+     "my.yaml:2: unknown op trait 'activations'; did you mean 'activation'"),
 ])
 def test_rule_file_errors_name_line_and_choices(text, expected):
     assert error(text).startswith(expected)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rulegraph.errors import InputError
-from rulegraph.evaluate.listener import Listener
+from rulegraph.scale.listener import Listener
 from rulegraph.evaluate.runner import Config, Evaluation
 from rulegraph.scale import Task, engine
 from rulegraph.scale.explain import DatasetConfig, explain_dataset

@@ -1,11 +1,11 @@
-"""What a running evaluation reports (notes, progress), apart from the runner so that the
+"""What a running dataset job reports (notes, progress), apart from the driver so that the
 command line declares its terminal listener without importing torch."""
 from __future__ import annotations
 
 
 class Listener:
-    """What a running evaluation reports, to whoever shows it; this one shows nothing.
-    ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
+    """What a running dataset job (explain-dataset, evaluate) reports, to whoever shows it; this one
+    shows nothing. ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
 
     def note(self, text: str, level: str = "info") -> None:
         """A line for the user; ``level``: ``info`` or ``error``."""

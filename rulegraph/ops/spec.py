@@ -1,0 +1,163 @@
+"""The op registry: :class:`OpSpec` (an op's forward and its traits), :func:`op` to register one,
+:func:`lookup`, and the VJP helpers the families share. See :mod:`rulegraph.ops` for the traits."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import UnsupportedOpError, choices
+
+Tensor = torch.Tensor
+
+
+def never(tainted: Sequence[bool]) -> bool:
+    return False
+
+
+def always(tainted: Sequence[bool]) -> bool:
+    return True
+
+
+def at_most_one(*indices: int) -> Callable[[Sequence[bool]], bool]:
+    """Affine when at most one of ``indices`` is tainted (a product of two tainted inputs is not)."""
+    def affine(tainted: Sequence[bool]) -> bool:
+        return sum(bool(tainted[i]) for i in indices if i < len(tainted)) <= 1
+    return affine
+
+
+def only(*indices: int) -> Callable[[Sequence[bool]], bool]:
+    """Affine when no input outside ``indices`` is tainted (e.g. Div: numerator only)."""
+    def affine(tainted: Sequence[bool]) -> bool:
+        return not any(t for i, t in enumerate(tainted) if i not in indices)
+    return affine
+
+
+#: the boolean traits a rule file selects ops by (``trait: routing``, ``through: routing``), see :mod:`rulegraph.ops`
+TRAITS = ("routing", "elementwise", "activation", "sigmoidal", "normalization", "arithmetic")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    forward: Callable[..., Any]
+    vjp: Callable[..., list] | None = None
+    static: tuple[int, ...] = ()
+    affine: Callable[[Sequence[bool]], bool] = never
+    additive: tuple[int, ...] | str = ()
+    routing: bool = False
+    elementwise: bool = False
+    activation: bool = False
+    sigmoidal: bool = False
+    normalization: bool = False
+    arithmetic: bool = False
+    shape_only: bool = False
+    data_dependent_shape: bool = False
+    #: ``False`` for shapes, indices, comparisons (they never carry relevance); a function of the node where it
+    #: depends on an attribute (Cast's ``to``)
+    float_output: bool | Callable[[Any], bool] = True
+    #: ``bias(b, output, attrs)``: the additive constant input as the op adds it to its output (broadcastable)
+    bias: Callable[..., Any] | None = None
+    domain: str = ""
+    doc: str = field(default="", compare=False)
+    defaults: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def is_additive(self, index: int) -> bool:
+        return self.additive == "all" or index in self.additive
+
+    def data_inputs(self, node) -> list[int]:
+        """The inputs whose values flow into the output: the additive ones where the op declares
+        them (Where's two branches, Gather's table, Reshape's data), else all."""
+        return [i for i in range(len(node.inputs)) if not self.additive or self.is_additive(i)]
+
+    def outputs_float(self, node) -> bool:
+        """Whether ``node``'s outputs are floating point (only those can carry relevance)."""
+        return self.float_output(node) if callable(self.float_output) else self.float_output
+
+
+REGISTRY: dict[tuple[str, str], OpSpec] = {}
+
+
+def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
+    """Register the decorated torch function as the forward of ONNX op ``name``."""
+    def register(fn: Callable) -> Callable:
+        key = (domain, name)
+        if key in REGISTRY:
+            raise RuntimeError(f"op {name!r} (domain {domain!r}) is registered twice")
+        defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                    if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+        REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(),
+                               defaults=defaults, **traits)
+        return fn
+    return register
+
+
+def find(op_type: str, domain: str = "") -> OpSpec | None:
+    """The spec for ``op_type``, or ``None`` where rulegraph has no implementation."""
+    return REGISTRY.get((_canonical_domain(domain), op_type))
+
+
+def lookup(op_type: str, domain: str = "", *, node: str = "", opset: int | None = None) -> OpSpec:
+    """The spec for ``op_type``, or a one-line error naming the node, op and opset."""
+    spec = find(op_type, domain)
+    if spec is None:
+        where = f"node {node!r}: " if node else ""
+        dom = f", domain {domain!r}" if domain not in ("", "ai.onnx") else ""
+        ops = f"opset {opset}" if opset else "any opset"
+        known = [k[1] for k in REGISTRY if k[0] == _canonical_domain(domain)]
+        valid = choices(known, op_type) if known else (
+            f"rulegraph implements no op of domain {domain!r}; ops of the default ONNX domain: "
+            f"{choices(k[1] for k in REGISTRY if not k[0])}")
+        raise UnsupportedOpError(f"{where}op {op_type!r}{dom} ({ops}) has no implementation in rulegraph; {valid}")
+    return spec
+
+
+def unsupported(nodes) -> dict[tuple[str, str], list[str]]:
+    """(domain, op) → the names of the nodes whose op has no implementation, in graph order."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for node in nodes:
+        if (_canonical_domain(node.domain), node.op) not in REGISTRY:
+            missing.setdefault((node.domain, node.op), []).append(node.name)
+    return missing
+
+
+def _canonical_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+# -- shared helpers for VJPs -------------------------------------------------------
+
+def unbroadcast(grad: Tensor, shape: torch.Size | Sequence[int]) -> Tensor:
+    """Sum ``grad`` over the dimensions numpy broadcasting added or stretched to reach ``shape``."""
+    shape = tuple(shape)
+    if tuple(grad.shape) == shape:
+        return grad
+    lead = grad.dim() - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1]
+    if dims:
+        grad = grad.sum(dim=dims, keepdim=True)
+    return grad.reshape(shape)
+
+
+def autograd_vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool], attrs: dict) -> list:
+    """VJP by recomputing the forward under autograd; for ops without an explicit one."""
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(True) if w else x for x, w in zip(inputs, wants)]
+        out = spec.forward(*leaves, **attrs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        wanted = [x for x, w in zip(leaves, wants) if w]
+        if not pairs:
+            return [None] * len(inputs)
+        got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+    it = iter(got)
+    return [(next(it) if w else None) for w in wants]
+
+
+def vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool], attrs: dict) -> list:
+    if spec.vjp is not None:
+        return spec.vjp(grads, inputs, outputs, wants, **attrs)
+    return autograd_vjp(spec, grads, inputs, outputs, wants, attrs)
+

@@ -1,0 +1,71 @@
+"""Producer patterns: what feeds a node's input, looking back through some ops.
+
+A :class:`Pattern` is what a rule-file entry's ``inputs:`` says of one input::
+
+    inputs:
+      0: {from: Softmax, through: routing}                      # attention probabilities
+      1: {from: sigmoidal, through: [arithmetic, routing]}      # the gate of x · ½(1 + erf(x/√2))
+
+Names are op types (``Softmax``) or op traits (``routing``, ``sigmoidal``…: the lowercase names
+of :data:`rulegraph.ops.TRAITS`, declared once per op in :mod:`rulegraph.ops`); ``from`` also
+takes ``input`` (a graph input), ``constant`` (an initializer, or a value computed from
+initializers only) and ``*`` (any producer). Looking through an op means following its first
+data input (:meth:`~rulegraph.ops.OpSpec.data_inputs`: Where's branches, not its condition)
+that is not a constant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Graph, Node
+from .ops import TRAITS, OpSpec, find
+
+#: what ``from`` takes besides op types and traits
+SPECIAL_SOURCES = ("input", "constant", "*")
+#: how many ops a pattern looks through at most
+DEPTH = 64
+
+
+def names_op(node: Node, spec: OpSpec | None, names: tuple[str, ...]) -> bool:
+    """Whether ``names`` (op types, traits, ``*``) include ``node``."""
+    return "*" in names or node.op in names or \
+        spec is not None and any(getattr(spec, n) for n in names if n in TRAITS)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """``from``: what produces the value (op types, traits, ``input``, ``constant``, ``*``),
+    looking back through ``through`` ops (op types or traits)."""
+
+    sources: tuple[str, ...]
+    through: tuple[str, ...] = ()
+
+    def source(self, graph: Graph, value: str) -> Node | str | None:
+        """What the pattern found feeding ``value``: the producing node, ``"input"`` or
+        ``"constant"``; ``None`` when it does not match."""
+        for _ in range(DEPTH):
+            if value in graph.constant_values:
+                return "constant" if "constant" in self.sources else None
+            if value in graph.input_names:
+                return "input" if "input" in self.sources else None
+            producer = graph.producer.get(value)
+            if producer is None:
+                return None
+            spec = find(producer.op, producer.domain)
+            if names_op(producer, spec, self.sources):
+                return producer
+            if not names_op(producer, spec, self.through) or spec is None:
+                return None
+            value = next((producer.inputs[i] for i in spec.data_inputs(producer)
+                          if producer.inputs[i] and producer.inputs[i] not in graph.constant_values), None)
+            if value is None:
+                return None
+        return None
+
+    def matches(self, graph: Graph, value: str) -> bool:
+        return self.source(graph, value) is not None
+
+
+#: the attention probabilities: a Softmax's output, moved or guarded by routing ops (the Where of an
+#: SDPA export's NaN guard, a Cast, Dropout, a Reshape)
+PROBABILITIES = Pattern(("Softmax",), ("routing",))
