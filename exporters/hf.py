@@ -52,6 +52,8 @@ TASK_KEY = "rulegraph.task"
 IMAGE_SIZE_KEY = "rulegraph.image_size"
 IMAGE_MEAN_KEY = "rulegraph.image_mean"
 IMAGE_STD_KEY = "rulegraph.image_std"
+DECODER_START_KEY = "rulegraph.decoder_start_token_id"
+EOS_KEY = "rulegraph.eos_token_id"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class HFInfo:
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
+        decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
+        eos_token_id: the end-of-sequence token of a language model, if the config names one.
     """
 
     model_type: str
@@ -87,6 +91,8 @@ class HFInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    decoder_start: int | None = None
+    eos_token_id: int | None = None
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -94,7 +100,8 @@ class HFInfo:
         if self.labels:
             props[LABELS_KEY] = json.dumps(list(self.labels))
         optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
-                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std}
+                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std,
+                    DECODER_START_KEY: self.decoder_start, EOS_KEY: self.eos_token_id}
         props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
                       for k, v in optional.items() if v is not None})
         return props
@@ -468,7 +475,16 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         source=str(model_dir),
         task=task,
         outputs=spec.outputs,
+        decoder_start=_token_id(config, "decoder_start_token_id") if "decoder_input_ids" in inputs else None,
+        eos_token_id=_token_id(config, "eos_token_id") if not spec.labelled else None,
     )
+
+
+def _token_id(config: object, name: str) -> int | None:
+    """A token id the config names (the first, where it lists several), or ``None``."""
+    value = getattr(config, name, None)
+    value = value[0] if isinstance(value, (list, tuple)) and value else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _labels(config: object) -> tuple[str, ...]:

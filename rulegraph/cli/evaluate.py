@@ -108,7 +108,7 @@ def given_settings(settings: dict) -> dict:
 def metric_options(command):
     """The metrics' declared options as click options (``aopc_k`` → ``--aopc-k``), in registration order."""
     for o in reversed(list(M.all_options().values())):
-        command = click.option(o.flag, o.key, type=Bounded(o.type, o.low, o.high), default=o.default,
+        command = click.option(o.flag, o.name, type=Bounded(o.type, o.low, o.high), default=o.default,
                                show_default=True,  # given or not: see given_settings (a protocol may set it)
                                help=f"{o.help} ({o.range()})")(command)
     return command

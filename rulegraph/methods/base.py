@@ -10,41 +10,14 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import InputError, choices
+from ..errors import InputError
 from ..explanation import Explanation
+from ..options import Option, resolve
 from ..registry import Registry
 from .sequences import Vocab
 
 #: The scores of every rule set: contributions to the explained output.
 RELEVANCE = "relevance (logit units)"
-
-
-@dataclass(frozen=True)
-class Option:
-    """A declared method option: its type, default and (optionally) the valid choices."""
-
-    name: str
-    type: type
-    default: Any
-    help: str = ""
-    choices: tuple = ()
-
-    def parse(self, method: str, value: Any) -> Any:
-        if value is None and self.default is None:      # an option that is unset by default
-            return None
-        if isinstance(value, str) and self.type is not str:
-            try:
-                value = self.type(value)
-            except ValueError:
-                raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}") from None
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or isinstance(value, bool) != (self.type is bool):
-            raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}")
-        if self.choices and value not in self.choices:
-            raise InputError(f"option {method}.{self.name}: {value!r} is not valid; "
-                             f"{choices([str(c) for c in self.choices], str(value))}")
-        return value
 
 
 @dataclass
@@ -90,13 +63,7 @@ class Method:
 
     def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, with the defaults filled in."""
-        declared = {o.name: o for o in self.options}
-        unknown = [k for k in options if k not in declared]
-        if unknown:
-            valid = choices(list(declared), unknown[0]) if declared else "it takes no options"
-            raise InputError(f"method {self.name!r} has no option {unknown[0]!r}; {valid}")
-        return {name: o.parse(self.name, options[name]) if name in options else o.default
-                for name, o in declared.items()}
+        return resolve(self.options, options, self.name)
 
     def quantity(self, options: dict[str, Any] | None = None) -> str:
         """What this method's scores are, under ``options`` (the defaults when not given)."""

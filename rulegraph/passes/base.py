@@ -43,6 +43,7 @@ from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError
 from ..explanation import Explanation
 from ..objective import Objective
+from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -114,11 +115,11 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
 class Pass:
     """Base class of a pass; registered in :data:`rulegraph.passes.PASSES` under the name a rule
     file's ``pass:`` gives. A pass's extra arguments (``explain(..., groups=…)``) are its
-    :attr:`options`; :meth:`run` walks the reached nodes and returns the explanation."""
+    options, declared in :data:`rulegraph.options.PASS_OPTIONS` under its name (the command line
+    and the methods read the same declaration); :meth:`run` walks the reached nodes and returns
+    the explanation."""
 
     name: ClassVar[str] = ""
-    #: keyword arguments of ``explain`` this pass takes, with their defaults
-    options: ClassVar[dict[str, Any]] = {}
     #: what becomes of relevance (or components) at a node without a rule under ``on_unmatched: warn``
     unmatched: ClassVar[str] = "relevance reaching them is dropped"
 
@@ -126,17 +127,22 @@ class Pass:
         raise NotImplementedError
 
     @classmethod
+    def options(cls) -> tuple[Option, ...]:
+        return PASS_OPTIONS.get(cls.name, ())
+
+    @classmethod
     def resolve(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, defaults filled in."""
-        unknown = [k for k in options if k not in cls.options]
-        if unknown:
-            valid = ", ".join(cls.options) or "none"
-            raise InputError(f"the {cls.name} pass takes no argument {unknown[0]!r}; its arguments: {valid}")
-        return {**cls.options, **options}
+        return resolve(cls.options(), options, cls.name, kind="pass")
 
 
 #: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.propagation.RULES has its rules)
 PASSES: Registry[type[Pass]] = Registry("pass", InputError)
+
+
+def pass_of(ruleset: RuleSet) -> type[Pass]:
+    """The pass that runs ``ruleset`` (its ``pass:``; the one place this is decided)."""
+    return PASSES.get(ruleset.pass_name)
 
 
 def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:

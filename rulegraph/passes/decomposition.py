@@ -40,7 +40,6 @@ Tensor = torch.Tensor
 
 #: elements per chunk of group components in elementwise rules (bounds temporaries)
 CHUNK_ELEMENTS = 1 << 25
-MODES = ("auto", "components", "linearized")
 
 
 @dataclass
@@ -298,14 +297,10 @@ class DecompositionPass(Pass):
     :class:`DecompositionAudit`.
     """
 
-    options: ClassVar[dict[str, Any]] = dict(groups="token", word_ids=None, tokens=None, alpha=None,
-                                             threshold=None, variant=None, mode="auto")
     unmatched: ClassVar[str] = "their outputs are taken as constants"
 
     def run(self, forward: Forward, *, audit: bool, groups: Any, word_ids, tokens, alpha: str | None,
             threshold: float | None, variant: str | None, mode: str) -> Explanation:
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode == "auto":
             rules = effective_rules(forward.binding, options_of(alpha, threshold, variant))
             mode = "linearized" if linear_in_groups(rules) else "components"

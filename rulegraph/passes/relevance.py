@@ -297,8 +297,6 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
 class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
 
-    options: ClassVar[dict[str, Any]] = dict(record=())
-
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]

@@ -218,10 +218,10 @@ CASES = [
     ("generate-two-prompts", [*E, "-r", "gi", *T, *T, "--generate", "2"], "takes one prompt"),
     ("generate-png-exists", [*E, "-r", "gi", *T, "--generate", "2", "--png", "{dir}/existing.json"],
      "exists; pass --force"),
-    ("generate-alpha", [*E, "-r", "decomposition", *T, "--generate", "2", "--alpha", "signed"],
-     "--alpha does not apply with --generate"),
+    ("generate-alpha-relevance", [*E, "-r", "gi", *T, "--generate", "2", "--alpha", "signed"],
+     "--alpha applies to rule sets with `pass: decomposition` only"),
     ("batch-without-continuation", [*E, "-r", "gi", *T, "--batch", "4"], "--batch applies to --continuation"),
-    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image, --steps and --question do not apply"),
+    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image and --question do not apply"),
     ("audit-json-exists", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}/existing.json"], "exists; pass --force"),
     ("audit-json-directory", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}"], "is a directory"),
     # options

@@ -9,8 +9,8 @@ from ...tokens import Tokens
 from .base import Case, Metric, ModelFn, Option, Removal, Result, area, compute, logp, metric
 
 #: The curve resolution, shared by AUAC, AU-MSE and the hiding / revealing games.
-STEPS = Option("steps", "steps", int, 20, "curve points − 1 for AUAC, AU-MSE, hiding and revealing "
-               "(fractions 0, 1/steps, …, 1)", 1, 1000)
+STEPS = Option("steps", int, 20, "curve points − 1 for AUAC, AU-MSE, hiding and revealing "
+               "(fractions 0, 1/steps, …, 1)", low=1, high=1000)
 
 
 @dataclass
