@@ -192,7 +192,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     from .loaders import load
     from .methods import explain_with, get
     from .passes import prepared
-    from .passes.base import SCORES
+    from .objective import QUANTITIES
     from .text import TextEncoder
 
     if (steps is None) == (continuation is None) and not _has_prefix(inputs):
@@ -202,13 +202,13 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         raise InputError(f"the number of tokens to generate must be an integer ≥ 1, got {steps!r}")
     if not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or batch < 1:
         raise InputError(f"batch must be an integer ≥ 1, got {batch!r}")
-    if score not in SCORES:
-        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
+    if score not in QUANTITIES:
+        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
     chosen = get(method)
-    if chosen.kind != "rules" and score != "logit":
+    if not chosen.rule_set and score != "logit":
         raise InputError(f"score='logprob' is supported by rule sets; {chosen.name} is a baseline")
     resolved = chosen.resolve(options or {})
-    graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.kind == "rules" \
+    graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.rule_set \
         else load(model)
 
     # the prompt (or source), the decoder's start, the continuation, as ids
@@ -275,7 +275,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                 progress(1)
     else:
         sequence += given
-        chunk = batch if chosen.kind == "rules" else 1
+        chunk = batch if chosen.rule_set else 1
         first = len(context) - 1
         for begin in range(0, n, chunk):
             positions = [first + t for t in range(begin, min(n, begin + chunk))]

@@ -75,15 +75,15 @@ class Option:
         return value
 
 
-def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, kind: str = "method") -> dict[str, Any]:
+def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, noun: str = "method") -> dict[str, Any]:
     """``given`` checked against ``declared`` (an unknown name is an error naming the valid ones),
-    every declared option filled in: the value given, else its default. ``kind`` and ``owner``
+    every declared option filled in: the value given, else its default. ``noun`` and ``owner``
     name what takes them in messages (``method 'ig' has no option …``, ``option ig.steps must …``)."""
     names = {o.name: o for o in declared}
     unknown = [k for k in given if k not in names]
     if unknown:
         hint = valid(list(names), unknown[0]) if names else "it takes no options"
-        raise InputError(f"{kind} {owner!r} has no option {unknown[0]!r}; {hint}")
+        raise InputError(f"{noun} {owner!r} has no option {unknown[0]!r}; {hint}")
     return {name: o.parse(given[name], f"option {owner}.{name}") if name in given else o.default
             for name, o in names.items()}
 

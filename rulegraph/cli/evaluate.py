@@ -147,7 +147,7 @@ def metric_options(command):
 @click.option("--min-length", type=Bounded(int, 0), default=None,
               help="skip texts of fewer tokens ([CLS]/[SEP] included), counted in the output "
                    "(default: the protocol's; default protocol: 0)")
-@click.option("--score", "score", type=click.Choice(P.SCORES), default=None,
+@click.option("--score", "score", type=click.Choice(P.MEASURES), default=None,
               help="AOPC's drops of the explained class's probability, logit or log-odds "
                    "(default: the protocol's; default protocol: probability)")
 @click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",

@@ -68,7 +68,7 @@ def _rules_method(rules: str | RuleSet) -> Method:
         return explain(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
                        request.target, **kwargs, **given)
     declared = tuple(o for o in PASS_OPTIONS.get(pass_name, ()) if o.cli)
-    return Method(name, description.strip() or f"rule set {name}", run, declared, "rules", True, RELEVANCE)
+    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, RELEVANCE)
 
 
 def names() -> list[str]:
@@ -117,7 +117,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     option); rule sets only (baselines refuse them).
     """
     m = method if isinstance(method, Method) else get(method)
-    if (contrast is not None or target_score != "logit" or objective is not None) and m.kind != "rules":
+    if (contrast is not None or target_score != "logit" or objective is not None) and not m.rule_set:
         raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
     graph = load(model)

@@ -35,7 +35,7 @@ class Request:
     vocab: Vocab | None = None
     audit: bool = True
     contrast: int | list[int] | None = None  # subtracted class (rulegraph.passes.base.select)
-    score: str = "logit"                     # "logit" or "logprob"
+    score: str = "logit"                     # the explained quantity: "logit" or "logprob"
     objective: Any = None                    # a rulegraph.objective.Objective explained instead
 
 
@@ -44,7 +44,7 @@ class Method:
     """A named explanation method and what its scores are, as the evaluation and the plots read it.
 
     ``additive``: its scores are contributions that should add up to the explained logit
-    (plotted in the conservation scatter). ``score``: the quantity a score is ("relevance
+    (plotted in the conservation scatter). ``unit``: the quantity a score is ("relevance
     (logit units)", "probability drop", "attention weight"), or a function of the resolved
     options giving it. ``seeded``: it has an int option ``seed``, which ``rulegraph evaluate``
     fills from ``--seed`` unless given. ``reference``: a reference point rather than an
@@ -55,9 +55,9 @@ class Method:
     description: str
     run: Callable[..., Explanation]
     options: tuple[Option, ...] = ()
-    kind: str = "baseline"              # "baseline" or "rules"
+    rule_set: bool = False              # a rule set (rulegraph.explain); otherwise a baseline
     additive: bool = False
-    score: str | Callable[[dict[str, Any]], str] = RELEVANCE
+    unit: str | Callable[[dict[str, Any]], str] = RELEVANCE
     seeded: bool = False
     reference: bool = False
 
@@ -65,11 +65,11 @@ class Method:
         """``options`` checked against the declared ones, with the defaults filled in."""
         return resolve(self.options, options, self.name)
 
-    def quantity(self, options: dict[str, Any] | None = None) -> str:
+    def units(self, options: dict[str, Any] | None = None) -> str:
         """What this method's scores are, under ``options`` (the defaults when not given)."""
-        if callable(self.score):
-            return self.score(self.resolve(options or {}))
-        return self.score
+        if callable(self.unit):
+            return self.unit(self.resolve(options or {}))
+        return self.unit
 
 
 #: The baselines by name, in registration order (the import order of ``methods/baselines/``).
@@ -77,12 +77,12 @@ BASELINES: Registry[Method] = Registry("method", InputError)
 
 
 def baseline(name: str, description: str, *options: Option, additive: bool = False,
-             score: str | Callable[[dict[str, Any]], str] = RELEVANCE, reference: bool = False):
+             unit: str | Callable[[dict[str, Any]], str] = RELEVANCE, reference: bool = False):
     """Register a baseline: a function ``(request, **options) -> Explanation``."""
     seeded = any(o.name == "seed" and o.type is int for o in options)
 
     def register(fn):
-        BASELINES.add(name, Method(name, description, fn, tuple(options), "baseline", additive, score, seeded,
+        BASELINES.add(name, Method(name, description, fn, tuple(options), False, additive, unit, seeded,
                                    reference))
         return fn
     return register

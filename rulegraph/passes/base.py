@@ -42,7 +42,7 @@ import torch
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError
 from ..explanation import Explanation
-from ..objective import Objective
+from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, prepare
 from ..ir import Graph
@@ -133,7 +133,7 @@ class Pass:
     @classmethod
     def resolve(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, defaults filled in."""
-        return resolve(cls.options(), options, cls.name, kind="pass")
+        return resolve(cls.options(), options, cls.name, noun="pass")
 
 
 #: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.propagation.RULES has its rules)
@@ -179,8 +179,6 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)
 
 
-#: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)
-SCORES = ("logit", "logprob")
 
 
 def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit",
@@ -207,8 +205,8 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
     if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
         raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
-    if not isinstance(score, str) or score not in SCORES:
-        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
+    if not isinstance(score, str) or score not in QUANTITIES:
+        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
 
 
 def _per_item(index: Any, batch: int) -> list[int]:

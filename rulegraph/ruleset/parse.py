@@ -9,6 +9,7 @@ valid: …``.
 from __future__ import annotations
 
 import typing
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -86,6 +87,15 @@ class Parser:
         """A composed node as a Python value (safe tags only, already checked)."""
         return yaml.safe_load(yaml.serialize(node))
 
+    def current(self, node, name: str) -> str:
+        """A rule's name now: a renamed one is taken, with a warning naming the rule file's line."""
+        new = self.rules.renamed.get(name)
+        if new is None:
+            return name
+        warnings.warn(f"{self.source}:{node.start_mark.line + 1}: rule {name!r} is now {new!r}; the old name will be "
+                      "removed", stacklevel=2)
+        return new
+
     def fail(self, node: yaml.Node | None, message: str) -> RuleFileError:
         line = node.start_mark.line + 1 if node is not None else 1
         return RuleFileError(f"{self.source}:{line}: {message}")
@@ -145,7 +155,7 @@ class Parser:
                     raise self.fail(top["canonize"][1], f"unknown canonizer {name!r}; {choices(CANONIZERS, name)}")
         if "on_unmatched" in top:
             node = top["on_unmatched"][1]
-            value = str(self.scalar(node, "on_unmatched"))
+            value = self.current(node, str(self.scalar(node, "on_unmatched")))
             if value not in ("error", "warn") and value not in rules:
                 raise self.fail(node, f"on_unmatched must be error, warn or a rule name; "
                                       f"{choices(['error', 'warn', *rules], value)}")
@@ -188,7 +198,7 @@ class Parser:
         if "rule" not in fields:
             raise self.fail(node, f"rule entry has no `rule:`; {choices(rules)}")
         rule_node = fields["rule"][1]
-        rule_name = str(self.scalar(rule_node, "rule"))
+        rule_name = self.current(rule_node, str(self.scalar(rule_node, "rule")))
         if rule_name not in rules:
             raise self.fail(rule_node, f"unknown rule {rule_name!r}; {choices(rules, rule_name)}")
         cls = rules.get(rule_name)
