@@ -149,10 +149,7 @@ class Parser:
         if "boundary" in top:
             rs.boundary = self.boundary(top["boundary"][1])
         if "canonize" in top:
-            rs.canonize = self.strings(top["canonize"][1], "canonize")
-            for name in rs.canonize:
-                if name not in CANONIZERS:
-                    raise self.fail(top["canonize"][1], f"unknown canonizer {name!r}; {choices(CANONIZERS, name)}")
+            rs.canonize = self.known(top["canonize"][1], "canonize", "canonizer", CANONIZERS)
         if "on_unmatched" in top:
             node = top["on_unmatched"][1]
             value = self.current(node, str(self.scalar(node, "on_unmatched")))
@@ -210,10 +207,7 @@ class Parser:
         if "op" in fields:
             entry.ops = self.ops(fields["op"][1], "op", ("*",))
         if "trait" in fields:
-            entry.traits = self.strings(fields["trait"][1], "trait")
-            for trait in entry.traits:
-                if trait not in TRAITS:
-                    raise self.fail(fields["trait"][1], f"unknown op trait {trait!r}; {choices(TRAITS, trait)}")
+            entry.traits = self.known(fields["trait"][1], "trait", "op trait", TRAITS)
         if "name" in fields:
             entry.names = self.strings(fields["name"][1], "name")
         if "scope" in fields:
@@ -280,6 +274,14 @@ class Parser:
             out[index] = Pattern(self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS)),
                                  self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
         return out
+
+    def known(self, node, what: str, noun: str, valid) -> tuple[str, ...]:
+        """Names from a closed set (``valid``): an unknown one is an error naming the valid ones."""
+        names = self.strings(node, what)
+        for name in names:
+            if name not in valid:
+                raise self.fail(node, f"unknown {noun} {name!r}; {choices(valid, name)}")
+        return names
 
     def ops(self, node, what: str, words: tuple[str, ...]) -> tuple[str, ...]:
         """Op types (as registered, e.g. ``Softmax``), or the lowercase ``words`` this key also takes
