@@ -27,9 +27,8 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from ..errors import InputError
-from ..loaders import FX_METADATA
 from ..registry import Registry
-from .to_fx import export_fx
+from .to_fx import FX_METADATA, export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
@@ -414,6 +413,25 @@ def export_hf_fx(
     """
     module, info = load_hf(model_dir, attention=attention, task=task)
     return export_fx(module, info.example_inputs(), dynamic=dynamic), info
+
+
+def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torch.export.ExportedProgram, HFInfo]:
+    """A Hugging Face model already in memory captured as :func:`export_hf_fx` captures a directory's:
+    its task's wrapper, eager attention, in eval mode. The model is left as it was (its attention
+    implementation and training mode restored)."""
+    name = task or task_of(model.config)
+    chosen = TASKS.get(name)
+    source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    training, attention = model.training, getattr(model.config, "_attn_implementation", None)
+    try:
+        if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        info = chosen.describe(model, Path(source), name)
+        return export_fx(chosen.wrapper(model).eval(), info.example_inputs()), info
+    finally:
+        if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(attention)
+        model.train(training)
 
 
 def save_hf_fx(

@@ -117,6 +117,33 @@ class Generation:
         safe = torch.where(undefined, torch.ones_like(whole), whole)
         return {g: torch.where(undefined, torch.full_like(t, math.nan), t / safe) for g, t in totals.items()}
 
+    def __repr__(self) -> str:
+        """One screen: the method, the generated tokens with their probabilities, the rows."""
+        shown = ", ".join(f"{s.text!r} p={s.probability:.2f}" for s in self.steps[:8])
+        more = f", … ({len(self.steps)} in all)" if len(self.steps) > 8 else ""
+        return (f"Generation({self.method}, {self.mode}: {len(self.steps)} token(s), {len(self.rows)} rows "
+                f"({', '.join(f'{g} {self.groups.count(g)}' for g in dict.fromkeys(self.groups))}))\n"
+                f"  tokens: {shown}{more}")
+
+    def _repr_html_(self) -> str:
+        from .render.page import generation_fragment
+        return generation_fragment(self)
+
+    def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
+        """The matrix as a self-contained page; written to ``path`` when given (an existing file only
+        with ``overwrite``)."""
+        from .explanation import _write
+        from .render.page import generation_page
+        page = generation_page(self)
+        if path is not None:
+            _write(Path(path), page, overwrite)
+        return page
+
+    def plot(self, title: str = ""):
+        """The matrix as a heatmap (matplotlib); returns the figure."""
+        from .render.figure import generation_figure
+        return generation_figure(self, title)
+
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "mode": self.mode, "prompt": self.prompt, "continuation": self.continuation,
                 "rows": self.rows, "groups": self.groups, "columns": self.columns,
@@ -285,10 +312,10 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                 progress(len(positions))
     shown = sequence[:-1]
     if encoder_decoder:
-        rows = [_token(encoder, i) for i in prompt + shown]
+        rows = _texts(encoder, prompt) + _texts(encoder, shown)
         groups = ["source"] * len(prompt) + ["target"] * len(shown)
     else:
-        rows = [_token(encoder, i) for i in shown]
+        rows = _texts(encoder, shown)
         groups = ["prompt"] * len(prompt) + ["generated" if given is None else "continuation"] * (len(shown) - len(prompt))
     return Generation(
         rows=rows, groups=groups, steps=found, method=chosen.name,
@@ -387,6 +414,10 @@ def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, a
 
 
 def _token(encoder, i: int) -> str:
-    if encoder is None:
-        return str(i)
-    return encoder.tokenizer.id_to_token(i) or str(i)
+    """A generated token as a reader sees it (its id without a tokenizer)."""
+    return str(i) if encoder is None else encoder.name(i)
+
+
+def _texts(encoder, ids: list[int]) -> list[str]:
+    """Row tokens as a reader sees them (their ids without a tokenizer)."""
+    return [str(i) for i in ids] if encoder is None else encoder.texts(ids)

@@ -145,12 +145,18 @@ def token_inputs(names=("input_ids", "attention_mask", "token_type_ids"), *, bat
 
 def onnx(module: torch.nn.Module, path: Path, *, names=("input_ids", "attention_mask", "token_type_ids"),
          exporter: str = "torchscript") -> Path:
-    """Export a tiny HF classifier with the project's exporter."""
+    """Export a tiny HF classifier (or causal LM) with the project's exporter; a sequence classifier's
+    labels recorded as ``rulegraph export`` records them."""
+    import json
+
     from rulegraph.exporters import HFClassifier, export_onnx
     wrapped = HFClassifier(module)
     example = token_inputs(names, batch=2, length=8, pad=2)
-    return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True,
-                       metadata={"rulegraph.labels": '["negative", "positive"]', "rulegraph.max_length": "64"})
+    metadata = {"rulegraph.max_length": "64"}
+    if type(module).__name__.endswith("ForSequenceClassification"):
+        config = module.config
+        metadata["rulegraph.labels"] = json.dumps([str(config.id2label[i]) for i in range(config.num_labels)])
+    return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True, metadata=metadata)
 
 
 def _bart():

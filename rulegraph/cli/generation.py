@@ -38,6 +38,8 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     import torch
 
     from ..generation import generate
+    from ..render.figure import generation_figure, save
+    from ..render.page import generation_page
     from ..ruleset import RuleSet
     from . import matrix
     from .inputs import check_output, parse_inputs, write
@@ -81,7 +83,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     if json_path is not None:
         write(json_path, json.dumps(g.to_dict(), indent=2), force, "JSON")
     if html_path is not None:
-        write(html_path, matrix.html_page(g, str(model)), force, "HTML")
+        write(html_path, generation_page(g, str(model)), force, "HTML")
     if png_path is not None:
-        matrix.write_png(g, png_path)
+        save(generation_figure(g), png_path)
         err.print(f"[dim]wrote heatmap to {png_path}[/]")

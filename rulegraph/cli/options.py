@@ -34,8 +34,8 @@ OUTPUT = OutputPath()
 
 
 class TokenOrId(click.ParamType):
-    """A class / vocabulary id (an integer), or text naming one token (tokenized with the
-    model's tokenizer later, in ``cli/inputs.resolve_targets``)."""
+    """A class / vocabulary id (an integer), or text: a class name, or one token's text (resolved by
+    :func:`rulegraph.explain` from the model's labels or tokenizer)."""
 
     name = "id|text"
 
@@ -161,9 +161,9 @@ def pass_options(f):
     return f
 
 
-def pass_arguments(ruleset, opts: dict, encoded=None) -> dict:
+def pass_arguments(ruleset, opts: dict) -> dict:
     """The pass's own :func:`~rulegraph.explain` arguments from the command's flags, checked against
-    the declaration: only those the rule set's pass takes; a text's words go to a pass that takes them."""
+    the declaration: only those the rule set's pass takes."""
     import warnings
     flags = _pass_flags()
     given = {name: opts[name] for name in flags if opts.get(name) is not None}
@@ -181,11 +181,7 @@ def pass_arguments(ruleset, opts: dict, encoded=None) -> dict:
         option, owner = flags[refused[0]]
         raise InputError(f"{option.flag} applies to rule sets with `pass: {owner}` only; "
                          f"{ruleset.name or ruleset.source} runs the {ruleset.pass_name} pass")
-    arguments = {name: declared[name].parse(value) for name, value in given.items()}
-    if encoded is not None:       # the words of the text, for a pass that takes them
-        from ..api import with_words
-        arguments = with_words({**{k: None for k in ("word_ids", "tokens") if k in declared}, **arguments}, [encoded])
-    return arguments
+    return {name: declared[name].parse(value) for name, value in given.items()}
 
 
 class Bounded(click.ParamType):

@@ -10,7 +10,7 @@ options and declared properties (:class:`~rulegraph.methods.base.Method`: ``addi
     random     seeded random scores
     gs         gradient sensitivity ‖∂f/∂x‖₂ per token (Li et al. 2016; Wu & Ong 2021 Eq. 1)
     ig         integrated gradients (Sundararajan et al. 2017): steps, baseline
-    loo        leave-one-out occlusion: mode (mask | unk | delete), score (logit | prob)
+    loo        leave-one-out occlusion: mode (mask | unk | delete), drop (logit | prob)
     attention  raw attention of one block (default the last), head-averaged row of the
                explained position
     rollout    attention rollout (Abnar & Zuidema 2020)
@@ -33,9 +33,10 @@ from typing import Any
 import torch
 
 from ..errors import InputError, choices
-from ..api import Explanation, explain
+from ..explanation import Explanation
 from ..loaders import load
 from ..options import PASS_OPTIONS
+from ..passes import apply
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
 from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
@@ -65,21 +66,21 @@ def _rules_method(rules: str | RuleSet) -> Method:
         if request.objective is not None:
             kwargs.update(objective=request.objective)
         given = {k: v for k, v in options.items() if v is not None}
-        return explain(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
-                       request.target, **kwargs, **given)
-    declared = tuple(o for o in PASS_OPTIONS.get(pass_name, ()) if o.cli)
+        return apply(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
+                     request.target, **kwargs, **given)
+    declared = PASS_OPTIONS.get(pass_name, ())
     return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, RELEVANCE)
 
 
 def names() -> list[str]:
     """Every method name: the baselines, then the shipped rule sets."""
-    return [*BASELINES, *sorted(n for n in shipped_rule_sets() if n not in BASELINES)]
+    return [*BASELINES, *sorted(n for n in shipped_rule_sets(None) if n not in BASELINES)]
 
 
 def methods() -> dict[str, Method]:
     """Name → :class:`Method` for the baselines and every shipped rule set (read now, so rule
     sets added later appear)."""
-    return {**dict(BASELINES.items()), **{n: _rules_method(n) for n in sorted(shipped_rule_sets()) if n not in BASELINES}}
+    return {**dict(BASELINES.items()), **{n: _rules_method(n) for n in sorted(shipped_rule_sets(None)) if n not in BASELINES}}
 
 
 def get(name: str | RuleSet) -> Method:
@@ -93,7 +94,7 @@ def get(name: str | RuleSet) -> Method:
     name = str(name)
     if name in BASELINES:
         return BASELINES.get(name)
-    if name in shipped_rule_sets():
+    if name in shipped_rule_sets(None):
         return _rules_method(name)
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
@@ -127,6 +128,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     e = m.run(request, **resolved)
     e.rules = m.name
     e.extra.setdefault("method", m.name)
-    if resolved:
-        e.extra.setdefault("options", resolved)
+    shown = {o.name: resolved[o.name] for o in m.options if o.cli}     # not the API's inputs (word ids…)
+    if shown:
+        e.extra.setdefault("options", shown)
     return e

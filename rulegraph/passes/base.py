@@ -151,6 +151,21 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
     return canonize(load(model), ruleset.canonize), ruleset
 
 
+def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
+          output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
+          dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
+          score: str = "logit", objective: Objective | None = None, **options: Any) -> Explanation:
+    """``rules`` applied to ``model``'s output for ``inputs``: the prologue (:func:`forward`), then
+    the pass the rule set names with its ``options`` (see :func:`rulegraph.explain`, which takes
+    text, token and class names, and any method, and calls this for rule sets)."""
+    graph, ruleset = prepared(model, rules)
+    chosen = pass_of(ruleset)
+    options = chosen.resolve(options)
+    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective)
+    return chosen().run(start, audit=audit, **options)
+
+
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
@@ -174,6 +189,10 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     out = values[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
+    names = labels(graph)
+    if names and output == graph.outputs[0] and out.shape[-1] != len(names):
+        raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels names {len(names)} classes, but "
+                         f"the output {output!r} has {out.shape[-1]} per item")
     seed, targets, position = select(out, target, position, contrast, score, objective)
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)

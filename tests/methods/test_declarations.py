@@ -18,7 +18,7 @@ def test_each_method_declares_what_its_scores_are():
         assert m.units(), name
         assert m.additive == (m.units() == RELEVANCE), name     # additive scores are relevance, and only they
     assert get("loo").units() == "logit drop"
-    assert get("loo").units({"score": "prob"}) == "probability drop"
+    assert get("loo").units({"drop": "prob"}) == "probability drop"
     assert [n for n, m in methods().items() if m.seeded] == ["random", "mask-lrp-random"]
     assert {n for n, m in methods().items() if m.reference} == {"random", "attention", "rollout", "lat"}
     assert get("lat").units() == "attention share (sums to 1)"

@@ -27,9 +27,10 @@ from ...errors import InputError
 from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import prepare
+from ...passes import apply
 from ...passes.base import select
-from ...propagation.numerics import divide
 from ...propagation.masked import masked
+from ...propagation.numerics import divide
 from ...ruleset import RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
@@ -90,8 +91,7 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
         raise InputError("mask-lrp needs attention blocks (a Softmax feeding the value product); none found")
     rules = rule_set(masks)
     nodes = [req.graph.node(b.product) for b in blocks]
-    from ...api import explain
-    e = explain(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+    e = apply(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
                 device=req.device, dtype=req.dtype, audit=req.audit, record=[n.outputs[0] for n in nodes])
     binding = rules.bind(req.graph)
     plan = prepare(req.graph, req.device, req.dtype)
