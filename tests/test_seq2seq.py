@@ -125,7 +125,7 @@ def test_decomposition_groups_the_source_and_the_prefix(exported):
 def test_greedy_generation_equals_the_module_decoding_step_by_step(exported):
     name, module, path = exported
     source = tiny.seq2seq_inputs(7, 4)["input_ids"]
-    g = rulegraph.generate(path, "lrp-ah-ln", inputs={"input_ids": source}, steps=4)
+    g = rulegraph.generate(path, "lrp-ah-ln", inputs={"input_ids": source}, max_new_tokens=4)
     start = module.config.decoder_start_token_id
     with torch.no_grad():                                      # the module, decoded step by step
         ids = torch.tensor([[start]])
@@ -170,7 +170,7 @@ def test_bad_inputs_are_one_line_errors(exported, tmp_path):
     with pytest.raises(InputError, match="must start with the decoder start token"):
         rulegraph.generate(path, "gi", inputs={**feeds, "decoder_input_ids": feeds["decoder_input_ids"][:, 1:] + 1})
     with pytest.raises(InputError, match="not both"):
-        rulegraph.generate(path, "gi", inputs=feeds, steps=2)
+        rulegraph.generate(path, "gi", inputs=feeds, max_new_tokens=2)
     unrecorded = tmp_path / "unrecorded.onnx"
     import onnx
     model = onnx.load(str(path)) if path.suffix == ".onnx" else None
@@ -180,7 +180,7 @@ def test_bad_inputs_are_one_line_errors(exported, tmp_path):
         model.metadata_props.extend(keep)
         onnx.save(model, str(unrecorded))
         with pytest.raises(ModelError, match="does not record its decoder start token"):
-            rulegraph.generate(unrecorded, "gi", inputs={"input_ids": feeds["input_ids"]}, steps=2)
+            rulegraph.generate(unrecorded, "gi", inputs={"input_ids": feeds["input_ids"]}, max_new_tokens=2)
     classifier = tiny.onnx(tiny.build("gpt2"), tmp_path / "gpt2.onnx", names=("input_ids", "attention_mask"))
     with pytest.raises(InputError, match="encoder–decoder's input"):
         rulegraph.generate(classifier, "gi", inputs=feeds)

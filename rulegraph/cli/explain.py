@@ -13,10 +13,11 @@ from rich.text import Text
 from ..errors import InputError
 from .console import err, out
 from .generation import generation_options
-from .options import OUTPUT, image_options, input_options, method_options, model_argument, pass_options, rules_option
+from .options import (OUTPUT, Grouped, image_options, input_options, method_options, model_argument, pass_options,
+                      rules_option)
 
 
-@click.command("explain")
+@click.command("explain", cls=Grouped)
 @model_argument
 @method_options
 @input_options
@@ -28,7 +29,7 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
-                batch, **opts):
+                batch, ignore_eos, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
@@ -61,7 +62,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                              "do not apply")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
-                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
+                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
+                                  ignore_eos)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
@@ -77,16 +79,22 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
-    if png_path is not None and image_path is None:
-        raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
-                         "(give --generate N or --continuation TEXT)")
+    if png_path is not None and len(requests) > 1:
+        raise InputError(f"--png draws one explanation; got {len(requests)} texts")
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
     if png_path is not None:
-        from ..image import write_heatmap
+        from ..render.figure import explanation_figure, image_figure, save
         e = results[0]
-        write_heatmap(e.boundary[pixels], png_path, image=requests[0]["inputs"][pixels], mean=pre["mean"],
-                      std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
-        err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")
+        images = [k for k, v in e.boundary.items() if v.dim() == 4]          # [batch, channels, height, width]
+        if images:
+            from ..image import preprocessing
+            pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+            figure = image_figure(e.boundary[images[0]], requests[0].get("inputs", {}).get(images[0]), mean=pre["mean"],
+                                  std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
+        else:
+            figure = explanation_figure(e)
+        save(figure, png_path)
+        err.print(f"[dim]wrote {'heatmap' if images else 'figure'} to {escape(str(png_path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"
     for i, e in enumerate(results):
         if quiet:
@@ -105,7 +113,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         write(html_path, explanations_page(results, str(model)), force, "HTML")
 
 
-@click.command("audit")
+@click.command("audit", cls=Grouped)
 @model_argument
 @rules_option
 @input_options
