@@ -112,6 +112,12 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
             e.texts = [encoder.texts(row) for row in ids.tolist()]
     if encoder is not None and not names:
         name_tokens(e, encoder)
+    images = {k: torch.as_tensor(v).detach().cpu() for k, v in (inputs or {}).items()
+              if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4}
+    if images:
+        from .image import preprocessing
+        pre = preprocessing(graph.metadata)
+        e.pixels, e.normalization = images, (pre["mean"], pre["std"])
     return e
 
 

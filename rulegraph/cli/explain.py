@@ -82,6 +82,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if png_path is not None and len(requests) > 1:
         raise InputError(f"--png draws one explanation; got {len(requests)} texts")
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
+    if image_path is not None:
+        results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
     if png_path is not None:
         from ..render.figure import explanation_figure, image_figure, save
         e = results[0]
