@@ -54,6 +54,8 @@ class GraphCache:
     attention: list | None = None                        # the attention probabilities' values, in block order
     heads: list | None = None                            # heads.AttentionBlock per attention block
     sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
+    boundary: Any = None                                 # boundary.Walk: the embedding lookups and their index paths
+    folded: dict = field(default_factory=dict)           # constant values computed from initializers (boundary.constant_value)
 
 
 @dataclass(frozen=True)
@@ -141,29 +143,12 @@ class Graph:
                 known.update(v for v in n.outputs if v)
         return frozenset(known)
 
-    def integer_input(self, value: str) -> str | None:
-        """The integer graph input ``value`` is, through index-preserving ops (Cast, Reshape…), if any."""
-        for _ in range(ID_ROUTE_DEPTH):
-            if value in self.input_names:
-                info = next(i for i in self.inputs if i.name == value)
-                return None if info.is_float else value
-            producer = self.producer.get(value)
-            if producer is None or producer.op not in ID_ROUTES:
-                return None
-            value = producer.inputs[0]
-        return None
-
     def embeddings(self) -> list[tuple[Node, str]]:
-        """The embedding lookups: ``Gather`` nodes of a constant float table indexed by an integer
-        graph input, with that input's name, in graph order."""
-        found = []
-        for n in self.nodes:
-            if n.op == "Gather" and len(n.inputs) > 1 and n.inputs[0] in self.constants \
-                    and self.constants[n.inputs[0]].is_floating_point():
-                source = self.integer_input(n.inputs[1])
-                if source is not None:
-                    found.append((n, source))
-        return found
+        """The embedding lookups (a Gather of a constant float table at indices computed from an
+        integer graph input by index arithmetic; see :mod:`rulegraph.boundary`), with that input's
+        name, in graph order."""
+        from .boundary import lookups
+        return [(lk.node, lk.source) for lk in lookups(self)]
 
     @cached_property
     def layers(self) -> dict[str, str]:
@@ -201,10 +186,6 @@ def _topological(nodes: list[Node], constants: dict, inputs: list[ValueInfo]) ->
 def _ready(node: Node, available: set[str]) -> bool:
     return all(v in available for v in node.inputs)
 
-
-#: index-preserving ops that may sit between an integer input and the embedding Gather, and how many
-ID_ROUTES = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"})
-ID_ROUTE_DEPTH = 16
 
 _BLOCK = re.compile(r"(?:^|[./_])(?:layers?|h|blocks?|encoder_layers?|decoder_layers?|transformer_blocks?)[._](\d+)(?=$|[./_])")
 _EMBED = re.compile(r"embed|wte|wpe|patch", re.IGNORECASE)
@@ -266,7 +247,8 @@ def hidden_states(graph: Graph) -> list[str]:
     tables = graph.embeddings()
     if not tables:
         raise ModelError("the model has no embedding lookup (a Gather of a float table by an integer input)")
-    token = max(tables, key=lambda t: graph.constants[t[0].inputs[0]].shape[0])[0]
+    from .boundary import constant_value
+    token = max(tables, key=lambda t: constant_value(graph, t[0].inputs[0]).shape[0])[0]
     layers = graph.layers
     reached = set(token.outputs)
     readers: dict[str, set[str]] = {}

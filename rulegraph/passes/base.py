@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
+from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError
 from ..explanation import Explanation
@@ -68,6 +69,7 @@ class Forward:
     contrast: list[int] | None = None   # subtracted index per batch item (``contrast=``)
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
+    mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
 
     @property
     def out(self) -> Tensor:
@@ -168,9 +170,21 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     out = values[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
+    mapping = boundary_map(binding, plan, values)
     seed, targets, position = select(out, target, position, contrast, score, objective)
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
-    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)
+    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
+                   mapping)
+
+
+def boundary_map(binding: Binding, plan: Plan, values: Values) -> BoundaryMap:
+    """The run's :class:`~rulegraph.boundary.BoundaryMap`, after refusing a float value that depends on a
+    lookup's input by index arithmetic and would absorb relevance (:func:`rulegraph.boundary.absorbing`)."""
+    lines = absorbing(binding, values)
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        raise ModelError(f"{lines[0]}{more}")
+    return origins(binding, plan, values)
 
 
 #: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)

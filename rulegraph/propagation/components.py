@@ -118,7 +118,7 @@ class Linear(Rule):
 
     def check(self, node, spec, tainted):
         carried = self.carries(node, spec, tainted)
-        if any(carried) and not spec.affine(carried):
+        if any(carried) and not spec.is_affine(node, carried):
             which = ", ".join(str(i) for i, c in enumerate(carried) if c)
             return (f"op {node.op} is not linear in its decomposed input(s) {which}; use `activation` for an "
                     f"elementwise nonlinearity, `product` for a product of two decomposed tensors, or hold an "

@@ -54,7 +54,7 @@ class _GradientFamily(Rule):
 
     def conserves(self, node, spec, tainted):
         carried = self.carries(node, spec, tainted)
-        return any(carried) and spec.affine(carried)
+        return any(carried) and spec.is_affine(node, carried)
 
 
 @relevance_rule("gradient")
