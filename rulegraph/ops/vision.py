@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .spec import always, op
+from .spec import always, only, op
 from .elementwise import f32
 
 Tensor = torch.Tensor
@@ -148,9 +148,11 @@ def batch_norm_affine(scale, bias, mean, var, epsilon):
     return a, bias - a * mean
 
 
-@op("BatchNormalization")
+@op("BatchNormalization", affine=only(0), additive=(2, 3))
 def batch_normalization(x, scale, bias, mean, var, *, epsilon=f32(1e-5), momentum=0.9, training_mode=0):
-    """ONNX BatchNormalization in inference mode: ``(x − mean)/√(var+ε)·scale + bias``."""
+    """ONNX BatchNormalization in inference mode: ``(x − mean)/√(var+ε)·scale + bias``, affine in x
+    (a BatchNorm the canonizer cannot fold, LeViT's before its classifier); the bias and the mean
+    enter additively."""
     if training_mode:
         raise ValueError("BatchNormalization with training_mode=1 is not supported (export in eval mode)")
     return (x - _channel(mean, x)) / torch.sqrt(_channel(var, x) + epsilon) * _channel(scale, x) + _channel(bias, x)

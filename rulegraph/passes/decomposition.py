@@ -28,7 +28,7 @@ import torch
 
 from ..boundary import BoundaryMap, Mapped
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
-from ..errors import InputError, NumericalError
+from ..errors import InputError, NumericalError, RuleMatchError
 from ..explanation import Explanation
 from ..interpreter import Values
 from ..propagation.components import ComponentSite, Parts
@@ -344,7 +344,12 @@ class DecompositionPass(Pass):
                             threshold=threshold, variant=variant, audit=audit, linearized=mode == "linearized")
         output, seed = forward.output, forward.seed
         out = forward.out
-        p = result.parts[output]
+        p = result.parts.get(output)
+        if p is None:
+            node = forward.graph.producer.get(output)
+            what = f"its producer {node.name!r} ({node.op}) got no components" if node is not None else "none reach it"
+            raise RuleMatchError(f"{forward.ruleset.source}: the decomposition carries no components to the output "
+                                 f"{output!r}: {what}; every rule on the way held its inputs as coefficients")
         if result.leaves:
             scores = _scores_by_gradient(result, p, seed)
         else:
