@@ -38,6 +38,8 @@ ATTENTIONS = ("eager", "sdpa")
 PADDING_OFFSET_MODEL_TYPES = frozenset(
     {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "data2vec-text", "longformer", "mpnet"}
 )
+#: The id range of a model that reads Unicode code points and has no vocabulary (CANINE).
+CODE_POINTS = 0x110000
 #: ONNX file and tokenizer file names in an export directory.
 MODEL_FILE = "model.onnx"
 FX_FILE = "model.pt2"
@@ -66,13 +68,16 @@ class HFInfo:
         input_names: the inputs the model takes: ``input_ids``, ``attention_mask`` and,
             for models with more than one token type (BERT), ``token_type_ids``; or
             ``pixel_values`` for an image classifier.
-        vocab_size: the size of the token vocabulary (0 for an image classifier).
+        vocab_size: the size of the token vocabulary (0 for an image classifier; :data:`CODE_POINTS`
+            for a model that reads characters and has no vocabulary, CANINE).
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
         task: the :data:`TASKS` entry the model was loaded as.
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
+        eos_token_id: the end-of-sequence id from the config, or ``None``.
+        encoder_decoder: the model is an encoder–decoder (BART, T5…).
     """
 
     model_type: str
@@ -87,6 +92,8 @@ class HFInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    eos_token_id: int | None = None
+    encoder_decoder: bool = False
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -107,7 +114,8 @@ class HFInfo:
 
 
 def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
-    """Token ids and a mask whose last row is right-padded.
+    """Token ids and a mask whose last row is right-padded; an encoder–decoder classifier's rows each
+    end in one eos token (the classification head's check).
 
     The padding matters: traced code that takes a shortcut for an all-ones mask
     would otherwise bake that shortcut into the export.
@@ -120,6 +128,12 @@ def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     mask[-1, length // 2 + 1 :] = 0
     if info.pad_token_id is not None:
         ids = ids.masked_fill(mask == 0, info.pad_token_id)
+    if info.encoder_decoder and info.task == "sequence-classification" and info.eos_token_id is not None:
+        # an encoder–decoder classifier (BART, T5) reads the hidden state at each row's last eos token
+        # and checks that every row holds as many eos tokens: one, at the end of each row's tokens
+        other = first if first != info.eos_token_id else first + 1
+        ids = ids.masked_fill(ids == info.eos_token_id, other)
+        ids[torch.arange(batch), mask.sum(1) - 1] = info.eos_token_id
     inputs = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in info.input_names:
         inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
@@ -463,11 +477,14 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         labels=_labels(config) if spec.labelled else (),
         max_length=_max_length(config),
         input_names=inputs,
-        vocab_size=config.vocab_size,
+        vocab_size=getattr(config, "vocab_size", None) or CODE_POINTS,
         pad_token_id=config.pad_token_id,
         source=str(model_dir),
         task=task,
         outputs=spec.outputs,
+        eos_token_id=getattr(config, "eos_token_id", None) if isinstance(getattr(config, "eos_token_id", None), int)
+        else None,
+        encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
     )
 
 
