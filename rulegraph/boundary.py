@@ -8,8 +8,8 @@ only, such as a dequantized table — whose indices are computed from the input 
 arithmetic*:
 
 * the ``routing`` ops, through their data inputs (Reshape, Transpose, Slice, Concat, Squeeze,
-  Expand, Pad, Tile, Gather with fixed indices, Where's branches…): each output element is one
-  input element, or a fill with no source;
+  Expand, Pad, Tile, Gather with fixed indices, Where's branches, a scatter that writes…): each
+  output element is one input element, or a fill with no source;
 * the ``pointwise`` ops (Cast, Add, Sub, Mul, Div, Mod, Neg, Min, Max…): each output element is
   a number computed from the elements at its own (broadcast) position;
 * a ``Gather`` of a constant *integer* table by the data (a vocabulary remapping).
@@ -39,9 +39,10 @@ input are summed in that layout when their rows ``F`` agree, else laid side by s
 feature axis. Float graph inputs and ``boundary: {nodes: …}`` values map as they are.
 
 **Guard.** Relevance must never be absorbed on a path that depends on the input: a float value
-computed from an input's ids by index arithmetic but not read by a lookup (a table indexed along
-another axis, ids cast to float and used as a feature) would take relevance the explanation
-cannot show. :func:`absorbing` finds such values among what a pass reads, from the run's dtypes.
+computed from an input's ids but not through a lookup (a table indexed along another axis, ids
+cast to float and used as a feature, a lookup at indices the walk could not follow) would take
+relevance the explanation cannot show. :func:`absorbing` finds such values among what a pass
+reads; dependence through a mask (``ids == pad``) does not count.
 """
 from __future__ import annotations
 
@@ -163,7 +164,7 @@ def _walk(graph: Graph) -> Walk:
                 _extend(node, known, order)           # an integer table: a remapping of the ids, or quantized rows
                 rows.update({v: (table, features, bounds) for v in node.outputs if v and features >= 0})
                 continue
-            if spec.routing and set(reads) <= set(spec.data_inputs(node)):
+            if spec.is_routing(node) and set(reads) <= set(spec.data_inputs(node)):
                 _extend(node, known, order)
                 if any(node.inputs[i] in preserved for i in reads):      # moved, not computed
                     preserved.update(v for v in node.outputs if v)
@@ -439,19 +440,43 @@ def _agree(origin: Tensor, dim: int, node: Node) -> Tensor:
     return first
 
 
+def dependent(graph: Graph) -> dict[str, str]:
+    """Values that depend on the *values* of an input an embedding lookup reads (value → that input):
+    through any op but those reading only shapes, and not through a mask (a ``boolean`` op: what is
+    computed from ``ids == eos`` depends on where the eos is, not on the ids). The lookups' outputs are
+    the boundary itself and are not listed."""
+    w = walk(graph)
+    terminal = {lk.node.name for lk in w.lookups}
+    found: dict[str, str] = {}
+    for source in dict.fromkeys(lk.source for lk in w.lookups):
+        reached = {source}
+        for node in graph.nodes:
+            if node.name in terminal or not any(v in reached for v in node.inputs):
+                continue
+            spec = find(node.op, node.domain)
+            if spec is None or spec.shape_only or spec.boolean or (
+                    node.op == "Cast" and node.attrs.get("to") == torch.bool):
+                continue
+            for v in node.outputs:
+                if v:
+                    reached.add(v)
+                    found.setdefault(v, source)
+    return found
+
+
 def absorbing(binding, values: "Values") -> list[str]:
-    """Float values computed from a lookup's input by index arithmetic that a reached node reads but
-    that carry no relevance (they are not derived from the boundary): relevance reaching them would
-    be absorbed on a path that depends on the input. One line per value."""
-    w = walk(binding.graph)
-    sources = {lk.source for lk in w.lookups}
-    derived = {v: s for s in sources for v in w.derived.get(s, ())}
+    """Float values that depend on a lookup's input (:func:`dependent`) and that a reached node reads but
+    that carry no relevance (they do not depend on the boundary): relevance reaching them would be
+    absorbed on a path that depends on the input. One line per value."""
+    if binding.graph.cache.dependent is None:
+        binding.graph.cache.dependent = dependent(binding.graph)
+    depends = binding.graph.cache.dependent
     lines = []
     for node in binding.reached:
         for v in node.inputs:
-            if v in derived and v not in binding.tainted and isinstance(values.get(v), Tensor) \
+            if v in depends and v not in binding.tainted and isinstance(values.get(v), Tensor) \
                     and values[v].is_floating_point():
                 lines.append(f"node {node.name!r} ({node.op}) reads {v!r}, a float computed from input "
-                             f"{derived[v]} by index arithmetic but not through an embedding lookup: relevance "
-                             "would be absorbed on a path that depends on the input")
+                             f"{depends[v]} but not through an embedding lookup: relevance would be absorbed on a "
+                             "path that depends on the input")
     return lines

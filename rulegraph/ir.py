@@ -56,6 +56,7 @@ class GraphCache:
     sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
     boundary: Any = None                                 # boundary.Walk: the embedding lookups and their index paths
     folded: dict = field(default_factory=dict)           # constant values computed from initializers (boundary.constant_value)
+    dependent: dict | None = None                        # values depending on a lookup's input (boundary.dependent)
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,43 @@ def test_relevance_is_never_absorbed_on_a_path_that_depends_on_the_input():
         rulegraph.explain(model, "gi", {"ids": _ids()})
 
 
+def test_a_lookup_the_walk_cannot_follow_is_refused_beside_one_it_can():
+    """Token embeddings found, plus a second table read at CumSum(ids): that summand depends on the ids'
+    values, is no lookup the boundary maps, so relevance reaching it would be absorbed — refused."""
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["x"]),
+             helper.make_node("CumSum", ["ids", "axis"], ["running"]),
+             helper.make_node("Mod", ["running", "buckets"], ["slot"]),
+             helper.make_node("Gather", ["F", "slot"], ["extra"], name="running_lookup"),
+             helper.make_node("Add", ["x", "extra"], ["y"], name="sum"),
+             helper.make_node("MatMul", ["y", "W"], ["z"]),
+             helper.make_node("ReduceMean", ["z", "axes"], ["logits"], keepdims=0)]
+    model = _graph(nodes, [_init("E", E), _init("F", F), _init("W", W), _init("axis", np.array(1, np.int64)),
+                           _init("buckets", np.array(BUCKETS, np.int64)), _init("axes", np.array([1], np.int64))])
+    with pytest.raises(ModelError, match=r"node 'sum' \(Add\) reads 'extra', a float computed from input ids but not "
+                                         r"through an embedding lookup"):
+        rulegraph.explain(model, "gi", {"ids": _ids()})
+
+
+def test_a_mask_of_the_ids_is_not_a_dependence():
+    """RoBERTa-style: positions computed from ids ≠ pad (a mask) index a position table; that table's share
+    is absorbed like any position embedding's, not refused."""
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["x"]),
+             helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+             helper.make_node("Not", ["is_pad"], ["real"]),
+             helper.make_node("Cast", ["real"], ["real_i"], to=TensorProto.INT64),
+             helper.make_node("CumSum", ["real_i", "axis"], ["positions"]),
+             helper.make_node("Gather", ["P", "positions"], ["p"]),
+             helper.make_node("Add", ["x", "p"], ["y"]),
+             helper.make_node("MatMul", ["y", "W"], ["z"]),
+             helper.make_node("ReduceMean", ["z", "axes"], ["logits"], keepdims=0)]
+    positions = RNG.standard_normal((T + 1, H))
+    model = _graph(nodes, [_init("E", E), _init("P", positions), _init("W", W), _init("axis", np.array(1, np.int64)),
+                           _init("pad", np.array(0, np.int64)), _init("axes", np.array([1], np.int64))])
+    ids = torch.tensor([[3, 4, 1, 2, 0, 0], [5, 6, 7, 8, 9, 1]])
+    e = rulegraph.explain(model, "gi", {"ids": ids}, dtype=torch.float64)
+    assert e.audit.conservation.relative_error < 1e-12 and e.audit.conservation.absorbed != 0
+
+
 def test_a_lookup_indexed_from_two_inputs_is_refused():
     nodes = [helper.make_node("Add", ["ids", "types"], ["both"]),
              helper.make_node("Gather", ["E", "both"], ["x"], name="joint"),

@@ -38,6 +38,12 @@ What the relevance rules read from an :class:`OpSpec`:
     Normalises its input by the input's own statistics (LayerNorm, RMSNorm): the LN rule.
 ``arithmetic``
     Add, Sub, Mul, Div: what a gate pattern looks through (``through: [arithmetic, routing]``).
+``routing_if``
+    Routing for some attribute values only (ScatterND / ScatterElements with reduction ``none``: each
+    output element is data's or one update's); the input boundary follows ids through them.
+``boolean``
+    Outputs a mask (comparisons, logic): a value computed from it depends on where the input holds
+    something, not on the input's values.
 ``pointwise``
     Each output element is a number computed from the inputs' elements at the same position under
     numpy broadcasting: the elementwise and arithmetic ops (implied by those traits), Pow, Mod,

@@ -253,7 +253,7 @@ def clip(x, lo=None, hi=None, *, min=None, max=None):
 # -- comparisons and logic (never relevance-carrying) ---------------------------------
 
 def _compare(name, fn):
-    op(name, float_output=False)(lambda a, b: fn(a, b))
+    op(name, float_output=False, boolean=name not in ("BitwiseAnd", "BitwiseOr"))(lambda a, b: fn(a, b))
 
 
 for _name, _fn in {
@@ -264,17 +264,17 @@ for _name, _fn in {
     _compare(_name, _fn)
 
 
-@op("Not", float_output=False)
+@op("Not", float_output=False, boolean=True)
 def not_(x):
     return torch.logical_not(x)
 
 
-@op("IsNaN", float_output=False)
+@op("IsNaN", float_output=False, boolean=True)
 def isnan(x):
     return torch.isnan(x)
 
 
-@op("IsInf", float_output=False)
+@op("IsInf", float_output=False, boolean=True)
 def isinf(x, *, detect_negative=1, detect_positive=1):
     if detect_negative and detect_positive:
         return torch.isinf(x)

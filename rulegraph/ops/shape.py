@@ -419,7 +419,12 @@ def _sums(attrs: dict) -> bool:
     return attrs.get("reduction", "none") in ("none", "add")
 
 
-@op("ScatterND", affine=only(0, 2), additive=(0, 2), affine_if=_sums)
+def _writes(attrs: dict) -> bool:
+    """A scatter that writes (each output element is data's or one update's) routes its data."""
+    return attrs.get("reduction", "none") == "none"
+
+
+@op("ScatterND", affine=only(0, 2), additive=(0, 2), affine_if=_sums, routing_if=_writes)
 def scatter_nd(data, indices, updates, *, reduction="none"):
     k = indices.shape[-1]
     sizes = torch.tensor(data.shape[:k], dtype=torch.int64, device=indices.device)
@@ -444,7 +449,7 @@ def scatter_nd(data, indices, updates, *, reduction="none"):
     return out
 
 
-@op("ScatterElements", affine=only(0, 2), additive=(0, 2), affine_if=_sums)
+@op("ScatterElements", affine=only(0, 2), additive=(0, 2), affine_if=_sums, routing_if=_writes)
 def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
     """``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``; the dynamo
     export of ``shift_tokens_right`` (BART, T5) uses it."""

@@ -52,12 +52,17 @@ class OpSpec:
     affine_if: Callable[[dict], bool] | None = None
     additive: tuple[int, ...] | str = ()
     routing: bool = False
+    #: ``routing_if(attrs)``: routing for these attribute values only (a scatter that writes, not one that
+    #: adds): read by the input boundary; rule files' ``trait: routing`` selects :attr:`routing` ops only
+    routing_if: Callable[[dict], bool] | None = None
     elementwise: bool = False
     activation: bool = False
     sigmoidal: bool = False
     normalization: bool = False
     arithmetic: bool = False
     pointwise: bool = False
+    #: outputs a mask (comparisons, logic): what depends on it depends on where, not on the values
+    boolean: bool = False
     shape_only: bool = False
     data_dependent_shape: bool = False
     #: takes or returns tensor sequences (lists), which no relevance rule reads
@@ -75,6 +80,11 @@ class OpSpec:
         """Whether ``node`` is affine in its ``tainted`` inputs (:attr:`affine`, and :attr:`affine_if` of
         its attributes)."""
         return self.affine(tainted) and (self.affine_if is None or self.affine_if({**self.defaults, **node.attrs}))
+
+    def is_routing(self, node) -> bool:
+        """Whether ``node`` only moves or selects elements of its data inputs (:attr:`routing`, or
+        :attr:`routing_if` of its attributes)."""
+        return self.routing or (self.routing_if is not None and self.routing_if({**self.defaults, **node.attrs}))
 
     def is_additive(self, index: int) -> bool:
         return self.additive == "all" or index in self.additive

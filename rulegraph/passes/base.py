@@ -41,7 +41,7 @@ import torch
 
 from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
-from ..errors import InputError, ModelError, NumericalError
+from ..errors import InputError, ModelError, NumericalError, RulegraphError
 from ..explanation import Explanation
 from ..objective import Objective
 from ..interpreter import Plan, Values, prepare
@@ -175,6 +175,19 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
                    mapping)
+
+
+def rule_failed(apply, site, node, where: str):
+    """``apply(site)``, with an error that is not a :class:`~rulegraph.errors.RulegraphError` turned into
+    one naming the node, its op and the rule's ``file:line``."""
+    try:
+        return apply(site)
+    except RulegraphError:
+        raise
+    except Exception as exc:       # noqa: BLE001 — a rule failing on these values: say where
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"{where}: the rule of node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
+                         f"{reason}") from exc
 
 
 def boundary_map(binding: Binding, plan: Plan, values: Values) -> BoundaryMap:

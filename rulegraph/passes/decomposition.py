@@ -34,7 +34,7 @@ from ..interpreter import Values
 from ..propagation.components import ComponentSite, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
-from .base import PASSES, Forward, Pass, forward, prepared
+from .base import PASSES, Forward, Pass, forward, prepared, rule_failed
 from .partition import Partition, assign
 
 Tensor = torch.Tensor
@@ -209,7 +209,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
                     linearized=linearized)
-        result = rule.decompose(site)
+        result = rule_failed(rule.decompose, site, node, assignment.where)
         for v, value, p in zip(node.outputs, outputs, result):
             if p is None or v not in wanted:
                 continue

@@ -27,7 +27,7 @@ from ..propagation import RULES, Rule
 from ..propagation.signal import Contribution, Incoming, Site
 from ..ruleset import Binding
 from ..tolerances import MASS_SCREEN, relative, tolerance
-from .base import PASSES, Forward, Pass, position_scores
+from .base import PASSES, Forward, Pass, position_scores, rule_failed
 
 Tensor = torch.Tensor
 
@@ -190,7 +190,7 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
                     tainted=visit.tainted, incoming=arriving, audit=audit)
-        contributions = visit.rule.propagate(site)
+        contributions = rule_failed(visit.rule.propagate, site, node, visit.where)
         if not audit:
             for v, c, t in zip(node.inputs, contributions, visit.tainted):
                 if c is not None and t:

@@ -10,7 +10,8 @@ What the relevance rules rely on:
                 — ``_gradient_contributions`` hands ``x ⊙ VJP(s)`` to both kinds.
 ``additive``    an additive input's absorbed share ``x_k ⊙ VJP_k(s)`` must be the part of the
                 output it contributes: ⟨s, f(x) − f(x | x_k = 0)⟩ = ⟨x_k, VJP_k(s)⟩.
-``routing``     the ``pass`` rule sends relevance back along the VJP, so it must be a 0/1
+``routing``     (and ``routing_if`` for the attributes it holds for: a scatter that writes)
+                the ``pass`` rule sends relevance back along the VJP, so it must be a 0/1
                 selection: each output element is one input element (or a fill with no
                 source), and VJP(e_j) is one-hot on that element.
 ``elementwise`` the ``identity`` rule: output i depends on input i only (same shape).
@@ -166,7 +167,8 @@ def _with_distinct_values(s: Sample) -> list:
     return out
 
 
-ROUTING = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.routing]
+ROUTING = [pytest.param(s, id=s.id) for s in SAMPLES
+           if s.spec.routing or (s.spec.routing_if is not None and s.spec.routing_if({**s.spec.defaults, **s.attrs}))]
 
 
 @pytest.mark.parametrize("s", ROUTING)
@@ -230,6 +232,16 @@ NON_FLOAT = [
     ("NonZero", [torch.randn(2, 3)], {}),
     ("SequenceLength", [TensorSequence([torch.randn(2), torch.randn(3)])], {}),
 ]
+
+
+def test_boolean_ops_output_masks():
+    declared = {name for (_, name), spec in REGISTRY.items() if spec.boolean}
+    assert declared == {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+                        "IsNaN", "IsInf"}
+    for op, inputs, attrs in NON_FLOAT:
+        if op in declared:
+            out = REGISTRY[("", op)].forward(*inputs, **attrs)
+            assert out.dtype == torch.bool, f"{op} is declared boolean but returns {out.dtype}"
 
 
 def test_float_output_false_ops_never_output_floats():
