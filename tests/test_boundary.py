@@ -254,3 +254,15 @@ def _hooked_gi(model, feeds, target: int, modules) -> list[torch.Tensor]:
         for h in handles:
             h.remove()
     return [(caught[id(m)] * caught[id(m)].grad).sum(-1).detach() for m in modules]
+
+
+def test_baselines_read_the_mapping():
+    """gs reads ∂f/∂x at every lookup mapped back to the positions; ig, which interpolates each batch
+    item's lookups, refuses a lookup whose batch is not its dim 0 (the transposed ids)."""
+    from rulegraph.errors import InputError
+    from rulegraph.methods import explain_with
+    ids = _ids()
+    e = explain_with(_three_lookups(), "gs", {"ids": ids}, dtype=torch.float64)
+    assert e.relevance["ids"].shape == (B, T)
+    with pytest.raises(InputError, match="ig interpolates .* 'a_t' does not hold the batch in dim 0"):
+        explain_with(_three_lookups(), "ig", {"ids": ids}, dtype=torch.float64)
