@@ -48,6 +48,9 @@ class Family:
     #: ``autograd``, or ``differences`` where the Hugging Face module's own autograd disagrees with its
     #: finite differences (LeViT's does): central differences of the module at a few pixels
     reference: str = "autograd"
+    #: ops the export must hold for the family to exercise what it is here for (``Op.attr=value``: with
+    #: that attribute)
+    ops: tuple[str, ...] = ()
     note: str = ""
 
 
@@ -90,7 +93,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("xlnet", "XLNet", _text("XLNetConfig", "XLNetForSequenceClassification", vocab_size=V, d_model=16, n_layer=1,
                                    n_head=2, d_inner=32, pad_token_id=0, bos_token_id=2, eos_token_id=3, **LABELS),
            "ids transposed to [positions, batch] before the lookup; EyeLike; relative attention",
-           placement="transposed"),
+           placement="transposed", ops=("Transpose", "EyeLike")),
     Family("canine", "CANINE", _text("CanineConfig", "CanineForSequenceClassification", **SMALL,
                                      max_position_embeddings=64, num_hash_functions=4, num_hash_buckets=64,
                                      downsampling_rate=2, upsampling_kernel_size=2, local_transformer_stride=4,
@@ -99,69 +102,71 @@ FAMILIES: tuple[Family, ...] = (
            lookups=lambda m: [m.canine.char_embeddings.get_submodule(f"HashBucketCodepointEmbedder_{k}")
                               for k in range(4)],
            # Hugging Face's CANINE gives NaN in float64 (a float32 mask minimum): the reference runs in float32
-           reference_dtype=torch.float32),
+           reference_dtype=torch.float32, ops=("Mod",)),
+    # two layers: the global-attention indices are computed once and shared through a tensor sequence
     Family("longformer", "Longformer", _text("LongformerConfig", "LongformerForSequenceClassification", vocab_size=V,
-                                             **SMALL, max_position_embeddings=66, attention_window=4, pad_token_id=0,
-                                             bos_token_id=2, eos_token_id=3, **LABELS),
+                                             **{**SMALL, "num_hidden_layers": 2}, max_position_embeddings=66,
+                                             attention_window=4, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+                                             **LABELS),
            "SplitToSequence / SequenceAt (global-attention indices), ScatterND, sliding-window chunks",
            batch=2, note="Longformer: the TorchScript export bakes in the traced batch (2) and lengths that are a "
                          "multiple of the attention window, so the rule sets conserve on such inputs; on others (the "
                          "one-item inputs `check` makes up) its Reshapes fail, and `check` says so; the dynamo "
-                         "exporter cannot export it"),
+                         "exporter cannot export it", ops=("SplitToSequence", "SequenceAt", "ScatterND")),
     Family("bloom", "Bloom", _text("BloomConfig", "BloomForSequenceClassification", vocab_size=V, hidden_size=16,
                                    n_layer=1, n_head=2, pad_token_id=0, bos_token_id=2, eos_token_id=3, **LABELS),
            "ALiBi position biases added to the attention scores"),
     Family("convbert", "ConvBERT", _text("ConvBertConfig", "ConvBertForSequenceClassification", vocab_size=V,
                                          **SMALL, max_position_embeddings=64, embedding_size=16, head_ratio=2,
                                          conv_kernel_size=3, pad_token_id=0, **LABELS),
-           "dynamic-convolution attention: softmax(W·x) as the second factor of a product"),
+           "dynamic-convolution attention: softmax(W·x) as the second factor of a product", ops=("Conv",)),
     Family("gemma2", "Gemma 2", _text("Gemma2Config", "Gemma2ForCausalLM", vocab_size=V, hidden_size=16,
                                       intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
                                       num_key_value_heads=1, head_dim=8, max_position_embeddings=64, pad_token_id=0,
                                       bos_token_id=None, eos_token_id=None, sliding_window=4,
                                       final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
                                       attn_implementation="eager"),
-           "tanh soft-capping of the logits and of the attention scores, sliding-window layers"),
+           "tanh soft-capping of the logits and of the attention scores, sliding-window layers", ops=("Tanh",)),
     Family("bart-cls", "BART sequence classifier", _text(
         "BartConfig", "BartForSequenceClassification", vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1,
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
         max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=3,
         forced_eos_token_id=None, **LABELS),
            "the decoder's ids shifted right from input_ids behind a start token; the eos-count check",
-           lookups=lambda m: [m.model.encoder.embed_tokens, m.model.decoder.embed_tokens], placement="shifted"),
+           lookups=lambda m: [m.model.encoder.embed_tokens, m.model.decoder.embed_tokens], placement="shifted", ops=("ScatterND", "NonZero", "GatherND")),
     Family("t5-cls", "T5 sequence classifier", _text(
         "T5Config", "T5ForSequenceClassification", vocab_size=V, d_model=16, d_kv=8, d_ff=32, num_layers=1,
         num_decoder_layers=1, num_heads=2, pad_token_id=0, eos_token_id=3, decoder_start_token_id=0, **LABELS),
            "as BART's, with relative position buckets and RMSNorm", placement="shifted",
-           lookups=lambda m: [m.transformer.encoder.embed_tokens, m.transformer.decoder.embed_tokens]),
+           lookups=lambda m: [m.transformer.encoder.embed_tokens, m.transformer.decoder.embed_tokens], ops=("ScatterND", "NonZero", "GatherND")),
     Family("dinov2", "DINOv2", _image("Dinov2Config", "Dinov2ForImageClassification", hidden_size=16,
                                       num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2, image_size=16,
                                       patch_size=4, **IMAGE_LABELS),
            "bicubic interpolation of the position embeddings (Resize cubic), layer scale", kind="image",
-           rule_sets=TRANSFORMER_SETS + CNN_SETS),
+           rule_sets=TRANSFORMER_SETS + CNN_SETS, ops=("Resize.mode=cubic",)),
     Family("convnext", "ConvNeXt", _image("ConvNextConfig", "ConvNextForImageClassification", num_channels=3,
                                           num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=16,
                                           patch_size=2, **IMAGE_LABELS),
            "channels-last LayerNormalization, Erf GELU, layer-scale Mul", kind="image",
-           rule_sets=TRANSFORMER_SETS + CNN_SETS),
+           rule_sets=TRANSFORMER_SETS + CNN_SETS, ops=("LayerNormalization", "Erf")),
     Family("poolformer", "PoolFormer", _image("PoolFormerConfig", "PoolFormerForImageClassification", num_channels=3,
                                               hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2,
                                               patch_sizes=[3, 3], strides=[2, 2], padding=[1, 1], image_size=16,
                                               mlp_ratio=2.0, **IMAGE_LABELS),
            "GroupNorm exported as InstanceNormalization, pool(x) − x, layer scale", kind="image",
-           rule_sets=TRANSFORMER_SETS + CNN_SETS),
+           rule_sets=TRANSFORMER_SETS + CNN_SETS, ops=("InstanceNormalization", "AveragePool")),
     Family("mobilevit", "MobileViT", _image("MobileViTConfig", "MobileViTForImageClassification", num_channels=3,
-                                            image_size=32, patch_size=2, hidden_sizes=[16, 16, 16],
-                                            neck_hidden_sizes=[8, 8, 16, 16, 16, 24, 32], num_attention_heads=2,
+                                            image_size=32, patch_size=2, hidden_sizes=[8, 8, 8], expand_ratio=2.0,
+                                            neck_hidden_sizes=[4, 4, 8, 8, 8, 8, 16], num_attention_heads=2,
                                             mlp_ratio=2.0, **IMAGE_LABELS),
            "attention blocks inside a CNN, SiLU as x·σ(x), Resize", kind="image",
-           rule_sets=TRANSFORMER_SETS + CNN_SETS),
+           rule_sets=TRANSFORMER_SETS + CNN_SETS, ops=("Softmax", "Sigmoid")),
     Family("levit", "LeViT", _image("LevitConfig", "LevitForImageClassification", image_size=32, num_channels=3,
                                     patch_size=16, hidden_sizes=[16, 24], num_attention_heads=[2, 2], depths=[1, 1],
                                     key_dim=[8, 8], drop_path_rate=0, mlp_ratio=[2, 2], attention_ratio=[2, 2],
                                     down_ops=[["Subsample", 8, 2, 2, 2, 2]], **IMAGE_LABELS),
            "attention with a learned bias inside a CNN, HardSwish, an unfolded BatchNorm before the head", kind="image",
-           rule_sets=TRANSFORMER_SETS + CNN_SETS, reference="differences"),
+           rule_sets=TRANSFORMER_SETS + CNN_SETS, reference="differences", ops=("Softmax", "HardSwish", "BatchNormalization")),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 

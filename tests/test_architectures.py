@@ -29,6 +29,13 @@ def exported(request, tmp_path_factory):
     return family, module, rulegraph.load(str(path)), feeds(family, path)
 
 
+def test_the_export_holds_what_the_family_exercises(exported):
+    family, _, graph, _ = exported
+    held = {n.op for n in graph.nodes} | {f"{n.op}.{k}={v}" for n in graph.nodes for k, v in n.attrs.items()
+                                         if isinstance(v, (str, int))}
+    assert set(family.ops) <= held, f"{family.name}: {sorted(set(family.ops) - held)} missing"
+
+
 def test_forward_equals_onnxruntime(exported):
     family, _, graph, inputs = exported
     session = ort.InferenceSession(graph.source.partition(":")[2], providers=["CPUExecutionProvider"])
