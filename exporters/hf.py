@@ -51,6 +51,7 @@ MAX_LENGTH_KEY = "rulegraph.max_length"
 MODEL_TYPE_KEY = "rulegraph.model_type"
 SOURCE_KEY = "rulegraph.source"
 TASK_KEY = "rulegraph.task"
+EOS_KEY = "rulegraph.eos_token_id"       # written for encoder–decoder classifiers: each row must end in it
 IMAGE_SIZE_KEY = "rulegraph.image_size"
 IMAGE_MEAN_KEY = "rulegraph.image_mean"
 IMAGE_STD_KEY = "rulegraph.image_std"
@@ -101,10 +102,16 @@ class HFInfo:
         if self.labels:
             props[LABELS_KEY] = json.dumps(list(self.labels))
         optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
-                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std}
+                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std,
+                    EOS_KEY: self.eos_token_id if self._eos_rows else None}
         props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
                       for k, v in optional.items() if v is not None})
         return props
+
+    @property
+    def _eos_rows(self) -> bool:
+        """An encoder–decoder classifier reads each row's last eos token (BART, T5)."""
+        return self.encoder_decoder and self.task == "sequence-classification" and self.eos_token_id is not None
 
     def example_inputs(self, batch: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
         """Deterministic example inputs for tracing (see the task's ``example``)."""
@@ -128,7 +135,7 @@ def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     mask[-1, length // 2 + 1 :] = 0
     if info.pad_token_id is not None:
         ids = ids.masked_fill(mask == 0, info.pad_token_id)
-    if info.encoder_decoder and info.task == "sequence-classification" and info.eos_token_id is not None:
+    if info._eos_rows:
         # an encoder–decoder classifier (BART, T5) reads the hidden state at each row's last eos token
         # and checks that every row holds as many eos tokens: one, at the end of each row's tokens
         other = first if first != info.eos_token_id else first + 1
@@ -370,7 +377,8 @@ def export_hf(
     the outputs of the ``task`` (:data:`TASKS`: ``logits``, or ``start_logits`` and ``end_logits``
     for span QA), and metadata
     ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
-    ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text) or
+    ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text; an encoder–decoder
+    classifier also ``rulegraph.eos_token_id``, which ends every row) or
     ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
     ``metadata`` are added and take precedence.
 

@@ -146,7 +146,8 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``.
     Token inputs come from a made-up text of plain vocabulary words when a tokenizer is given or lies
     beside the model (so special tokens are where the model expects them: an eos at the end for an
-    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows; masks are ones,
+    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (each row ending in
+    the ``rulegraph.eos_token_id`` an encoder–decoder classifier's export records); masks are ones,
     token types zeros, float inputs seeded normal values."""
     text = _text_inputs(graph, length, tokenizer, model_path)
     g = torch.Generator().manual_seed(length)
@@ -169,6 +170,12 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
                 dims).to(info.dtype)
     if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
         feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
+    eos = graph.metadata.get("rulegraph.eos_token_id", "")
+    if text is None and eos.isdigit() and "input_ids" in feeds:     # an encoder–decoder classifier's rows end in eos
+        ids = feeds["input_ids"]
+        ids = ids.masked_fill(ids == int(eos), 5 if int(eos) != 5 else 6)
+        ids[..., -1] = int(eos)
+        feeds["input_ids"] = ids
     return feeds
 
 

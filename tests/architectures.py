@@ -37,7 +37,7 @@ class Family:
     exercises: str
     kind: str = "text"                        # "text" (token ids) or "image" (pixel values)
     rule_sets: tuple[str, ...] = TRANSFORMER_SETS
-    exporter: str = "torchscript"
+    exporters: tuple[str, ...] = ("torchscript",)
     batch: int = 1
     length: int = 8                           # tokens, special tokens included
     #: where ``gi``'s reference reads Gradient×Input: the module(s) whose outputs are the lookups, and how
@@ -147,7 +147,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("convnext", "ConvNeXt", _image("ConvNextConfig", "ConvNextForImageClassification", num_channels=3,
                                           num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=16,
                                           patch_size=2, **IMAGE_LABELS),
-           "channels-last LayerNormalization, Erf GELU, layer-scale Mul", kind="image",
+           "channels-last LayerNormalization, Erf GELU, layer-scale Mul", kind="image", exporters=("torchscript", "dynamo"),
            rule_sets=TRANSFORMER_SETS + CNN_SETS, ops=("LayerNormalization", "Erf")),
     Family("poolformer", "PoolFormer", _image("PoolFormerConfig", "PoolFormerForImageClassification", num_channels=3,
                                               hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2,
@@ -171,15 +171,15 @@ FAMILIES: tuple[Family, ...] = (
 BY_NAME = {f.name: f for f in FAMILIES}
 
 
-def export(family: Family, folder: Path) -> tuple[torch.nn.Module, Path]:
+def export(family: Family, folder: Path, exporter: str = "torchscript") -> tuple[torch.nn.Module, Path]:
     """The family's model saved with ``save_pretrained`` (and a tokenizer for text) and exported as
-    ``rulegraph export`` does; returns the module and the ONNX path."""
+    ``rulegraph export --exporter EXPORTER`` does; returns the module and the ONNX path."""
     from rulegraph.exporters import export_hf
     module = family.build()
     module.save_pretrained(folder / "hf")
     if family.kind == "text":
         tiny.tokenizer().save(str(folder / "hf" / "tokenizer.json"))
-    return module, export_hf(folder / "hf", folder / family.exporter, exporter=family.exporter)
+    return module, export_hf(folder / "hf", folder / exporter, exporter=exporter)
 
 
 def feeds(family: Family, path: Path) -> dict[str, torch.Tensor]:
@@ -267,7 +267,7 @@ def render() -> str:
         "Generated from `tests/architectures.py` by the test suite: `RULEGRAPH_REGOLD=1 pytest",
         "tests/test_architectures.py` rewrites it, and a test fails when it is out of date. Each family is a",
         "tiny random-weight model built from its `transformers` config, saved with `save_pretrained` and",
-        "exported by `rulegraph export` with the exporter shown. For every family the tests check that the",
+        "exported by `rulegraph export` with each exporter shown. For every export the tests check that the",
         "forward equals onnxruntime's, that `gi` equals autograd Gradient×Input (mapped back to the input's",
         "positions), that `rulegraph check` agrees with `explain`, and, under each rule set marked ✓, that",
         "relevance is conserved in float64 (relative error ≤ 1e-10, no unexpected break). Under a rule set",
@@ -285,6 +285,6 @@ def render() -> str:
         if f.note:
             notes.append(f.note)
             mark = f" [{len(notes)}]"
-        lines.append(f"| {f.title}{mark} | {f.exporter} | " + " | ".join(marks) + f" | {f.exercises} |")
+        lines.append(f"| {f.title}{mark} | {', '.join(f.exporters)} | " + " | ".join(marks) + f" | {f.exercises} |")
     lines += ["", *(f"[{i}] {note}." for i, note in enumerate(notes, 1))] if notes else []
     return "\n".join(lines) + "\n"

@@ -21,11 +21,12 @@ from rulegraph.errors import RulegraphError
 F64 = torch.float64
 
 
-@pytest.fixture(scope="module", params=[f.name for f in FAMILIES])
+@pytest.fixture(scope="module", params=[f"{f.name}-{e}" for f in FAMILIES for e in f.exporters])
 def exported(request, tmp_path_factory):
     pytest.importorskip("transformers")
-    family = BY_NAME[request.param]
-    module, path = export(family, tmp_path_factory.mktemp(family.name))
+    name, _, exporter = request.param.rpartition("-")
+    family = BY_NAME[name]
+    module, path = export(family, tmp_path_factory.mktemp(family.name), exporter)
     return family, module, rulegraph.load(str(path)), feeds(family, path)
 
 
@@ -84,6 +85,20 @@ def test_rule_set_conserves_or_check_fails_with_explain(exported, rules):
             failed[n] = str(exc)
     assert failed, f"check failed ({run.gaps[0]}) but explain ran"
     assert any(g.node is None or g.node in " ".join(failed.values()) for g in run.gaps)
+
+
+def test_check_makes_up_rows_an_encoder_decoder_classifier_accepts(exported, tmp_path):
+    """Without a tokenizer beside the model, check's made-up ids end in the eos id the export records
+    (BART and T5 classifiers read each row's last eos token)."""
+    import shutil
+    family, _, graph, _ = exported
+    if family.placement != "shifted":
+        pytest.skip("not an encoder–decoder classifier")
+    alone = tmp_path / "model.onnx"
+    shutil.copyfile(graph.source.partition(":")[2], alone)
+    assert graph.metadata["rulegraph.eos_token_id"] == "3"
+    run = dry_run(str(alone), "lrp-ah", lengths=(6, 9))
+    assert run.ok, [str(g) for g in run.gaps]
 
 
 def test_the_registry_page_is_current():

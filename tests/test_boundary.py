@@ -120,6 +120,31 @@ def test_decomposition_reads_the_same_mapping():
         assert d.audit.conservation.relative_error < 1e-12
 
 
+def test_ids_shifted_by_a_scatter_reach_their_lookup():
+    """The dynamo export of shift_tokens_right: zeros, the ids written one place right (ScatterElements),
+    the start token written at 0 — a scatter that writes is routing for the boundary."""
+    positions = np.tile(np.arange(1, T, dtype=np.int64), (B, 1))
+    nodes = [helper.make_node("Slice", ["ids", "zero1", "minus1", "one1"], ["head"]),
+             helper.make_node("ScatterElements", ["zeros", "positions", "head"], ["moved"], axis=1),
+             helper.make_node("ScatterElements", ["moved", "first", "start"], ["shifted"], axis=1),
+             helper.make_node("Gather", ["E", "shifted"], ["c"], name="lookup_shifted"),
+             helper.make_node("MatMul", ["c", "W"], ["z"]),
+             helper.make_node("ReduceMean", ["z", "one1"], ["logits"], keepdims=0)]
+    model = _graph(nodes, [_init("E", E), _init("W", W), _init("zeros", np.zeros((B, T), np.int64)),
+                           _init("positions", positions), _init("first", np.zeros((B, 1), np.int64)),
+                           _init("start", np.full((B, 1), START, np.int64)), _init("zero1", np.array([0], np.int64)),
+                           _init("minus1", np.array([-1], np.int64)), _init("one1", np.array([1], np.int64))])
+    ids = _ids()
+    e = rulegraph.explain(model, "gi", {"ids": ids}, dtype=torch.float64)
+    c = torch.tensor(E)[torch.cat([torch.full((B, 1), START), ids[:, :-1]], 1)].requires_grad_(True)
+    (c @ torch.tensor(W)).mean(1)[torch.arange(B), e.target].sum().backward()
+    gc = (c * c.grad).sum(-1).detach()
+    expected = torch.zeros(B, T, dtype=torch.float64)
+    expected[:, :-1] = gc[:, 1:]
+    torch.testing.assert_close(e.relevance["ids"], expected, rtol=1e-12, atol=1e-14)
+    assert [n.absorbed for n in e.audit.nodes if n.rule == "boundary"] == pytest.approx([float(gc[:, 0].sum())])
+
+
 def test_an_input_that_reaches_no_lookup_is_named():
     nodes = [helper.make_node("CumSum", ["ids", "axis"], ["positions"], name="running"),
              helper.make_node("Gather", ["E", "positions"], ["x"]),
