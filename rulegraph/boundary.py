@@ -49,16 +49,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from .errors import InputError, ModelError
 from .ir import Graph, Node
 from .ops import find, lookup as lookup_spec
-
-if TYPE_CHECKING:
-    from .interpreter import Plan, Values
 
 Tensor = torch.Tensor
 
@@ -334,7 +331,7 @@ class BoundaryMap:
         return bool(((o < 0) | (o // max(inner, 1) == batch)).all()) and o.shape[0] == m.shape[0]
 
 
-def origins(binding, plan: "Plan", values: "Values") -> BoundaryMap:
+def origins(binding, plan: Any, values: Any) -> BoundaryMap:
     """The :class:`BoundaryMap` of one run (``values`` must hold the lookups' index paths:
     :attr:`Binding.needed_values` includes them)."""
     graph = binding.graph
@@ -367,7 +364,7 @@ def origins(binding, plan: "Plan", values: "Values") -> BoundaryMap:
     return out
 
 
-def _origins_of(graph: Graph, plan: "Plan", values: "Values", source: str, order: tuple[str, ...]) -> dict[str, Tensor]:
+def _origins_of(graph: Graph, plan: Any, values: Any, source: str, order: tuple[str, ...]) -> dict[str, Tensor]:
     """Origin of every element of every value derived from ``source`` (see the module docstring)."""
     src = values[source]
     known: dict[str, Tensor] = {source: torch.arange(src.numel(), device=src.device).reshape(src.shape)}
@@ -415,7 +412,7 @@ def _broadcast_origins(node: Node, parts: list[Tensor], out: Tensor | None) -> T
     return merged.contiguous()
 
 
-def _read_origins(node: Node, index_origin: Tensor, values: "Values", out: Tensor) -> Tensor:
+def _read_origins(node: Node, index_origin: Tensor, values: Any, out: Tensor) -> Tensor:
     """Origins of a Gather-family read of a table at derived indices: each output element takes its
     index element's origin."""
     if node.op == "GatherElements":
@@ -464,7 +461,7 @@ def dependent(graph: Graph) -> dict[str, str]:
     return found
 
 
-def absorbing(binding, values: "Values") -> list[str]:
+def absorbing(binding, values: Any) -> list[str]:
     """Float values that depend on a lookup's input (:func:`dependent`) and that a reached node reads but
     that carry no relevance (they do not depend on the boundary): relevance reaching them would be
     absorbed on a path that depends on the input. One line per value."""

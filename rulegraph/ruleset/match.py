@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from ..boundary import unreached
+from ..boundary import lookups, unreached
 from ..errors import RuleMatchError
 from ..ir import Graph, Node, block_index
 from ..ops import lookup
@@ -104,7 +104,7 @@ class Boundary:
             return found
         found.update({i.name: i.name for i in graph.inputs if i.is_float})
         if self.kind == "embeddings":
-            found.update({n.outputs[0]: source for n, source in graph.embeddings()})
+            found.update({lk.node.outputs[0]: lk.source for lk in lookups(graph)})
         if not found:
             why = unreached(graph) if any(not i.is_float for i in graph.inputs) else "the model has no inputs"
             raise RuleMatchError(
