@@ -130,14 +130,15 @@ def _describe(inputs: dict[str, torch.Tensor]) -> str:
 
 
 def _lengths(graph: Graph, lengths: tuple[int, ...]) -> tuple[int, ...]:
-    """``lengths`` within the model's limit (``rulegraph.max_length``); one length when no input has a
-    free sequence axis (an image model)."""
+    """``lengths`` within the model's limit (``rulegraph.max_length``, else its position table); one
+    length when no input has a free sequence axis (an image model)."""
     free = any(i.shape is not None and len(i.shape) > 1 and not isinstance(i.shape[1], int) for i in graph.inputs)
     if not free:
         return lengths[:1]
-    limit = graph.metadata.get("rulegraph.max_length", "")
-    if limit.isdigit():
-        lengths = tuple(min(n, int(limit)) for n in lengths)
+    from .interpreter import prepare
+    bound = prepare(graph).limits.positions          # rulegraph.max_length, else a position table's rows
+    if bound is not None:
+        lengths = tuple(min(n, bound[0]) for n in lengths)
     return tuple(dict.fromkeys(lengths))
 
 
