@@ -51,10 +51,11 @@ MAX_LENGTH_KEY = "rulegraph.max_length"
 MODEL_TYPE_KEY = "rulegraph.model_type"
 SOURCE_KEY = "rulegraph.source"
 TASK_KEY = "rulegraph.task"
-EOS_KEY = "rulegraph.eos_token_id"       # written for encoder–decoder classifiers: each row must end in it
 IMAGE_SIZE_KEY = "rulegraph.image_size"
 IMAGE_MEAN_KEY = "rulegraph.image_mean"
 IMAGE_STD_KEY = "rulegraph.image_std"
+DECODER_START_KEY = "rulegraph.decoder_start_token_id"
+EOS_KEY = "rulegraph.eos_token_id"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,9 @@ class HFInfo:
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
-        eos_token_id: the end-of-sequence id from the config, or ``None``.
+        decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
+        eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
+            (whose rows must each end in it), if the config names one.
         encoder_decoder: the model is an encoder–decoder (BART, T5…).
     """
 
@@ -93,6 +96,7 @@ class HFInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    decoder_start: int | None = None
     eos_token_id: int | None = None
     encoder_decoder: bool = False
 
@@ -103,7 +107,7 @@ class HFInfo:
             props[LABELS_KEY] = json.dumps(list(self.labels))
         optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
                     IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std,
-                    EOS_KEY: self.eos_token_id if self._eos_rows else None}
+                    DECODER_START_KEY: self.decoder_start, EOS_KEY: self.eos_token_id}
         props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
                       for k, v in optional.items() if v is not None})
         return props
@@ -476,6 +480,7 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     only where the model has more than one token type) from a loaded text model's config."""
     config = model.config
     spec = TASKS.get(task)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     inputs = tuple(inspect.signature(spec.wrapper.forward).parameters)[1:]
     forward_params = inspect.signature(model.forward).parameters
     if not (getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params):
@@ -490,10 +495,18 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         source=str(model_dir),
         task=task,
         outputs=spec.outputs,
-        eos_token_id=getattr(config, "eos_token_id", None) if isinstance(getattr(config, "eos_token_id", None), int)
-        else None,
-        encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+        decoder_start=_token_id(config, "decoder_start_token_id") if "decoder_input_ids" in inputs else None,
+        # a language model's, and an encoder–decoder classifier's (each row must end in it)
+        eos_token_id=_token_id(config, "eos_token_id") if not spec.labelled or encoder_decoder else None,
+        encoder_decoder=encoder_decoder,
     )
+
+
+def _token_id(config: object, name: str) -> int | None:
+    """A token id the config names (the first, where it lists several), or ``None``."""
+    value = getattr(config, name, None)
+    value = value[0] if isinstance(value, (list, tuple)) and value else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _labels(config: object) -> tuple[str, ...]:

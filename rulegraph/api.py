@@ -15,7 +15,7 @@ import torch
 from .errors import InputError
 from .explanation import Explanation
 from .objective import Objective, parse as parse_objective
-from .passes import PASSES, forward, prepared
+from .passes import forward, pass_of, prepared
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder
 
@@ -55,8 +55,8 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
     ``e.extra["objective_value"]`` is its value.
     """
     graph, ruleset = prepared(model, rules)
-    kind = PASSES.get(ruleset.pass_name)
-    options = kind.resolve(options)
+    chosen = pass_of(ruleset)
+    options = chosen.resolve(options)
     if isinstance(objective, str):
         objective = parse_objective(objective)
     if objective is not None and any(isinstance(t, str) for t in objective.tokens):
@@ -68,15 +68,27 @@ def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = No
             raise InputError("give inputs or text=…, not both")
         encoded = encode(model, text, tokenizer, question)
         inputs = encoded.inputs
+        options = with_words(options, [encoded])
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=kind.unmatched, contrast=contrast, score=score, objective=objective)
-    e = kind().run(start, audit=audit, **options)
+                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective)
+    e = chosen().run(start, audit=audit, **options)
     if encoded is not None:
         e.tokens = [encoded.tokens]
         e.extra["text"] = encoded.text
     return e
+
+
+def with_words(options: dict[str, Any], encoded: Sequence[Encoded]) -> dict[str, Any]:
+    """The pass's options with the texts' words filled in where the pass takes them and they were
+    not given (``word_ids`` and ``tokens`` of the decomposition pass: ``groups="word"``)."""
+    filled = dict(options)
+    if "word_ids" in filled and filled["word_ids"] is None:
+        filled["word_ids"] = [e.word_ids for e in encoded]
+    if "tokens" in filled and filled["tokens"] is None:
+        filled["tokens"] = [e.tokens for e in encoded]
+    return filled
 
 
 def encode(model: Any, text: str, tokenizer: str | Path | None = None, question: str | None = None) -> Encoded:

@@ -63,7 +63,7 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
     ``lengths`` (see the module docstring). Loading the model and reading the rule file raise as
     ``explain`` does."""
     from .interpreter import prepare
-    from .passes import PASSES, prepared
+    from .passes import forward, pass_of, prepared
     graph, ruleset = prepared(model, rules)
     try:
         binding = ruleset.bind(graph)
@@ -96,15 +96,14 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
             _add(run, _gap("run", exc, f"the forward fails on a made-up input of {_describe(inputs)}: "))
     if failed or run.gaps:
         return run
-    kind = PASSES.get(ruleset.pass_name)
-    from .passes import forward
+    chosen = pass_of(ruleset)
     for n, inputs in list(feeds.items())[:1]:       # the pass at one length: the forward ran at every length
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 start = forward(graph, ruleset, inputs, None, output=None, position=None, device="cpu",
-                                dtype=dtype, unmatched=kind.unmatched)
-                run.explanations[n] = kind().run(start, audit=True, **kind.resolve({}))
+                                dtype=dtype, unmatched=chosen.unmatched)
+                run.explanations[n] = chosen().run(start, audit=True, **chosen.resolve({}))
         except Exception as exc:        # noqa: BLE001
             _add(run, _gap("explain", exc, f"explain fails on a made-up input of {_describe(inputs)}: "))
     return run
@@ -172,7 +171,8 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
         feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
     eos = graph.metadata.get("rulegraph.eos_token_id", "")
-    if text is None and eos.isdigit() and "input_ids" in feeds:     # an encoder–decoder classifier's rows end in eos
+    classifier = graph.metadata.get("rulegraph.task") == "sequence-classification"
+    if text is None and classifier and eos.isdigit() and "input_ids" in feeds:   # an encoder–decoder classifier's rows end in eos
         ids = feeds["input_ids"]
         ids = ids.masked_fill(ids == int(eos), 5 if int(eos) != 5 else 6)
         ids[..., -1] = int(eos)

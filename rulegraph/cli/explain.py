@@ -12,31 +12,27 @@ from rich.text import Text
 
 from ..errors import InputError
 from .console import err, out
-from .decomposition import decomposition_options
 from .generation import generation_options
-from .options import OUTPUT, image_options, input_options, method_options, model_argument, rules_option
+from .options import OUTPUT, image_options, input_options, method_options, model_argument, pass_options, rules_option
 
 
 @click.command("explain")
 @model_argument
 @method_options
 @input_options
-@decomposition_options
+@pass_options
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
-@click.option("--steps", is_flag=True,
-              help="encoder–decoder: explain every decoder position (-i decoder_input_ids=…, the target prefix) and "
-                   "show the source-vs-prefix share per generated token; --json writes the rows × steps matrix")
 @image_options
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
                 batch, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
-    Give a rule set with --rules, or any method (baselines too) with --method. For a causal
-    language model, --generate N (or --continuation TEXT) explains every generated token in turn:
-    a prompt-and-prefix × generated-tokens matrix (--png draws it)."""
+    Give a rule set with --rules, or any method (baselines too) with --method. For a language
+    model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
+    generated token in turn: a rows × generated-tokens matrix (--png draws it)."""
     from ..ruleset import RuleSet
     from ..text import TextEncoder
     from . import render
@@ -49,20 +45,27 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if generate_n is None and continuation is None and batch != 1:
         raise InputError("--batch applies to --continuation")
     graph = load_model(model)
-    if generate_n is not None or continuation is not None:
-        if image_path is not None or steps or question is not None:
-            raise InputError("--generate/--continuation explains a causal language model's text; "
-                             "--image, --steps and --question do not apply")
+    options = {}
+    if method:
+        from ..methods import get
+        from .evaluate import parse_options
+        m = get(method)
+        options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
+    if steps:
+        import warnings
+        warnings.warn("--steps is deprecated: give the target prefix with --continuation TEXT (or -i "
+                      "decoder_input_ids=…, as before), or --generate N", stacklevel=1)
+    if generate_n is not None or continuation is not None or steps:
+        if image_path is not None or question is not None:
+            raise InputError("--generate/--continuation explains a language model's text; --image and --question "
+                             "do not apply")
         from .generation import explain_generation
-        return explain_generation(graph, model, rules, method, method_option, texts, tokenizer, raw_inputs,
+        return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
     opts = resolve_targets(graph, model, tokenizer, opts)
     chosen = None
     if method:
-        from ..methods import Vocab, get
-        from .evaluate import parse_options
-        m = get(method)
-        options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
+        from ..methods import Vocab
         vocab = None
         if texts or tokenizer:
             vocab = Vocab.from_tokenizer(TextEncoder.for_model(graph, model, tokenizer).tokenizer)
@@ -86,11 +89,6 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if png_path is not None and image_path is None:
         raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
                          "(give --generate N or --continuation TEXT)")
-    if steps:
-        from .steps import explain_steps_cmd
-        vocab = TextEncoder.for_model(graph, model, tokenizer).tokenizer if texts or tokenizer else None
-        labels = (lambda i: vocab.id_to_token(i) or str(i)) if vocab is not None else None
-        return explain_steps_cmd(graph, ruleset, requests, opts, labels, json_path, html_path, force)
     results = run_all(graph, ruleset, requests, opts, chosen)
     if png_path is not None:
         from ..image import write_heatmap
@@ -127,7 +125,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
 @model_argument
 @rules_option
 @input_options
-@decomposition_options
+@pass_options
 @click.option("--json", "json_path", type=OUTPUT, help="write the audit as JSON ('-': stdout)")
 @click.option("--top", type=click.IntRange(min=0), default=25, show_default=True,
               help="nodes to list (largest absorbed/breaks/errors)")
@@ -137,7 +135,6 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
-    from .decomposition import reconstruction_table
     from .inputs import check_output, load_model, requests_of, resolve_targets, run_all, write
     check_output(json_path, force, "--json")
     graph = load_model(model)
@@ -158,7 +155,7 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
         if enc is not None:
             out.rule(escape(enc.text[:80]))
         out.print(render.summary_table(e))
-        out.print(reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
+        out.print(render.reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
     if json_path is not None:
         write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit")

@@ -21,7 +21,7 @@ from ..methods import explain_with
 from ..objective import parse as parse_objective
 from ..text import Encoded, TextEncoder
 from .console import err
-from .decomposition import pass_arguments
+from .options import pass_arguments
 
 
 def load_model(path: Path) -> Graph:

@@ -22,8 +22,8 @@ def methods_cmd():
     t.add_column("options", overflow="fold", max_width=34)
     t.add_column("description", overflow="fold", ratio=1)
     for name, m in methods().items():
-        unset = "(rule file)" if m.kind == "rules" else "(unset)"     # an unset baseline option: see its help
+        unset = "(rule file)" if m.rule_set else "(unset)"     # an unset baseline option: see its help
         opts = "\n".join(f"{o.name}={unset if o.default is None else o.default}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
                          for o in m.options)
-        t.add_row(name, m.kind, m.quantity(), opts or "–", m.description)
+        t.add_row(name, "rule set" if m.rule_set else "baseline", m.units(), opts or "–", m.description)
     out.print(t)

@@ -154,6 +154,16 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     return t
 
 
+def reconstruction_table(audit) -> Table:
+    """Largest |Σ components − value| per layer, absolute and relative to the node's largest |value|."""
+    t = Table(title="reconstruction per layer: |Σ components − forward value|")
+    for col in ("layer", "nodes", "max abs error", "max rel. error", "worst node"):
+        t.add_column(col, justify="left" if col in ("layer", "worst node") else "right", overflow="fold")
+    for r in audit.reconstruction:
+        t.add_row(r.name, str(r.nodes), f"{r.max_abs_error:.2e}", f"{r.max_relative_error:.2e}", r.worst_node)
+    return t
+
+
 def layers_table(audit: Audit) -> Table:
     t = Table(title="per layer (Σ over the batch)")
     for col in ("layer", "relevance in", "relevance out", "absorbed", "breaks", "rel. error", "nodes"):

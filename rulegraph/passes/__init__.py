@@ -12,6 +12,6 @@ Adding a pass is one module registering a :class:`~rulegraph.passes.base.Pass` s
 :data:`PASSES`, plus a rule registry of the same name in :data:`rulegraph.propagation.RULES`.
 """
 from . import decomposition, relevance  # noqa: F401  (register on import)
-from .base import PASSES, Forward, Pass, forward, prepared
+from .base import PASSES, Forward, Pass, forward, pass_of, prepared
 
-__all__ = ["PASSES", "Forward", "Pass", "forward", "prepared"]
+__all__ = ["PASSES", "Forward", "Pass", "forward", "pass_of", "prepared"]

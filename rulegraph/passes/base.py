@@ -43,7 +43,8 @@ from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError, RulegraphError
 from ..explanation import Explanation
-from ..objective import Objective
+from ..objective import QUANTITIES, Objective
+from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -116,11 +117,11 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
 class Pass:
     """Base class of a pass; registered in :data:`rulegraph.passes.PASSES` under the name a rule
     file's ``pass:`` gives. A pass's extra arguments (``explain(..., groups=…)``) are its
-    :attr:`options`; :meth:`run` walks the reached nodes and returns the explanation."""
+    options, declared in :data:`rulegraph.options.PASS_OPTIONS` under its name (the command line
+    and the methods read the same declaration); :meth:`run` walks the reached nodes and returns
+    the explanation."""
 
     name: ClassVar[str] = ""
-    #: keyword arguments of ``explain`` this pass takes, with their defaults
-    options: ClassVar[dict[str, Any]] = {}
     #: what becomes of relevance (or components) at a node without a rule under ``on_unmatched: warn``
     unmatched: ClassVar[str] = "relevance reaching them is dropped"
 
@@ -128,17 +129,22 @@ class Pass:
         raise NotImplementedError
 
     @classmethod
+    def options(cls) -> tuple[Option, ...]:
+        return PASS_OPTIONS.get(cls.name, ())
+
+    @classmethod
     def resolve(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, defaults filled in."""
-        unknown = [k for k in options if k not in cls.options]
-        if unknown:
-            valid = ", ".join(cls.options) or "none"
-            raise InputError(f"the {cls.name} pass takes no argument {unknown[0]!r}; its arguments: {valid}")
-        return {**cls.options, **options}
+        return resolve(cls.options(), options, cls.name, noun="pass")
 
 
 #: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.propagation.RULES has its rules)
 PASSES: Registry[type[Pass]] = Registry("pass", InputError)
+
+
+def pass_of(ruleset: RuleSet) -> type[Pass]:
+    """The pass that runs ``ruleset`` (its ``pass:``; the one place this is decided)."""
+    return PASSES.get(ruleset.pass_name)
 
 
 def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
@@ -200,8 +206,6 @@ def boundary_map(binding: Binding, plan: Plan, values: Values) -> BoundaryMap:
     return origins(binding, plan, values)
 
 
-#: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)
-SCORES = ("logit", "logprob")
 
 
 def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit",
@@ -228,8 +232,8 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
     if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
         raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
-    if not isinstance(score, str) or score not in SCORES:
-        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
+    if not isinstance(score, str) or score not in QUANTITIES:
+        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
 
 
 def _per_item(index: Any, batch: int) -> list[int]:

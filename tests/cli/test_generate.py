@@ -63,3 +63,54 @@ def test_bad_generation_input_is_one_line(causal_lm, argv, message, capsys):
     output = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
     assert code == 2 and "Traceback" not in output
     assert message in output, output
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    import tiny
+    folder = tmp_path_factory.mktemp("bart")
+    path = tiny.seq2seq_onnx(tiny.seq2seq("bart"), folder / "model.onnx")
+    tiny.tokenizer().save(str(folder / "tokenizer.json"))
+    return path
+
+
+SOURCE = "w5 w9 w14 w22"
+
+
+def test_an_encoder_decoder_generates_and_writes_the_matrix(bart, tmp_path, capsys):
+    """--generate on BART: the rows are the source then the target prefix (from the start token),
+    the terminal shows each group's share, the JSON the matrix, the PNG the heatmap."""
+    import tiny
+    j, p = tmp_path / "g.json", tmp_path / "g.png"
+    code = main(["explain", str(bart), "-r", "lrp-ah-ln", "--generate", "3", "-t", SOURCE, "--json", str(j),
+                 "--png", str(p)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "source share" in captured.out and "target share" in captured.out
+    d = json.loads(j.read_text())
+    source = tiny.tokenizer().encode(SOURCE).tokens
+    assert d["rows"][:len(source)] == source and len(d["rows"]) == len(source) + 3
+    assert d["groups"] == ["source"] * len(source) + ["target"] * 3 and len(d["columns"]) == 3
+    assert [a + b for a, b in zip(d["shares"]["source"], d["shares"]["target"])] == pytest.approx([1.0] * 3)
+    assert matplotlib.image.imread(str(p)).ndim == 3
+
+
+def test_the_deprecated_steps_flag_explains_the_given_prefix(bart, capsys):
+    """`--steps` with -i decoder_input_ids: a warning, then the prefix's tokens after the start explained
+    as --continuation does."""
+    assert main(["explain", str(bart), "-r", "gi", "-t", SOURCE, "-i", "decoder_input_ids=3,40,41", "--steps",
+                 "--dtype", "float64", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert "--steps is deprecated" in captured.err
+    d = json.loads(captured.out)
+    assert d["mode"] == "continuation" and [s["token"] for s in d["steps"]] == [40, 41]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--target", "5"], "--target does not apply"),
+    (["--position", "1"], "--position does not apply"),
+])
+def test_what_generation_cannot_take_is_one_line(bart, capsys, extra, message):
+    assert main(["explain", str(bart), "-r", "gi", "-t", SOURCE, "--generate", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -193,7 +193,7 @@ def test_every_shipped_rule_set_is_a_method():
     listed = names()
     for name in shipped_rule_sets():
         assert name in listed
-        assert get(name).kind == "rules"
+        assert get(name).rule_set
     assert {"random", "gs", "ig", "loo", "attention", "rollout", "gi", "lrp-ah", "lrp-ah-ln"} <= set(listed)
 
 

@@ -19,7 +19,7 @@ from .common import BATCH_TOKENS, explanation, forward, never_perturbed
                  ("logit", "prob")),
           Option("runtime", str, "auto", "what runs the perturbed forwards: auto (onnxruntime for an ONNX file "
                  "on the CPU in float32, else the interpreter), rulegraph, onnxruntime", RUNTIMES),
-          score=lambda options: "logit drop" if options["score"] == "logit" else "probability drop")
+          unit=lambda options: "logit drop" if options["score"] == "logit" else "probability drop")
 def leave_one_out(req: Request, mode: str, score: str, runtime: str) -> Explanation:
     if mode != "delete" and req.vocab is None:
         raise InputError(f"loo mode {mode!r} needs the tokenizer's [MASK]/[UNK] ids; explain text with a tokenizer "
