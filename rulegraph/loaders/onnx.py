@@ -156,7 +156,7 @@ def _normalise(op: str, attrs: dict, opset: int, n_outputs: int) -> dict:
         attrs.setdefault("num_outputs", n_outputs)
     elif op == "ConstantOfShape" and "value" not in attrs:
         attrs["value"] = torch.zeros(1, dtype=torch.float32)
-    elif op in ("EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike") and "dtype" in attrs:
+    elif op in ("EyeLike", "SequenceEmpty", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike") and "dtype" in attrs:
         attrs["dtype"] = _dtype(attrs["dtype"], op)
     return attrs
 
