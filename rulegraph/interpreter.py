@@ -41,6 +41,17 @@ SHAPE_CACHE_SIZE = 32
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
+def as_tensor(name: str, value: Any) -> Tensor:
+    """An input's value as a tensor (arrays and nested lists of numbers convert), or an error naming it."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        value = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise InputError(f"input {name} must be a tensor or an array of numbers, got a {type(value).__name__}") from None
+    return value
+
+
 class Values(dict):
     """The values of one run by name, with ``statics``: (node index, input position) → the
     host list that input was handed to the op as (shapes, axes), for the rules to reuse."""
@@ -275,13 +286,7 @@ class Plan:
             raise InputError(f"{what}; the model takes: {want}")
         feeds = {}
         for name, info in expected.items():
-            value = inputs[name]
-            if not isinstance(value, Tensor):
-                try:
-                    value = torch.as_tensor(value)
-                except (TypeError, ValueError, RuntimeError):
-                    raise InputError(f"input {name} must be a tensor or an array of numbers, "
-                                     f"got a {type(value).__name__}") from None
+            value = as_tensor(name, inputs[name])
             if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
                 raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
                                  f"got {str(value.dtype).removeprefix('torch.')}")
