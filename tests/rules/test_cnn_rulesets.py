@@ -168,13 +168,13 @@ def test_per_layer_errors_name_the_line(per_layer, message):
 
 
 def test_zbox_bounds_must_fit_the_channels(exports):
-    text = ("boundary: inputs\non_unmatched: pass\nrules:\n  - op: Conv\n    rule: zbox\n"
+    text = ("boundary: inputs\non_unmatched: route\nrules:\n  - op: Conv\n    rule: zbox\n"
             "    params: {low: [0, 0], high: [1, 1]}\n  - op: Gemm\n    rule: epsilon\n"
             "  - op: [Relu, AveragePool, GlobalAveragePool]\n    rule: identity\n")
     with pytest.raises(RuleMatchError, match=r"2 bounds per channel \(low/high\) but the convolution takes 6 input channels"):
         rulegraph.explain(str(exports["cnn"]), RuleSet.from_yaml(text), {"pixel_values": cnn.image(1, 8)},
                           dtype=F64)
-    dense = ("boundary: inputs\non_unmatched: pass\nrules:\n  - op: Gemm\n    inputs: {0: {from: input, through: "
+    dense = ("boundary: inputs\non_unmatched: route\nrules:\n  - op: Gemm\n    inputs: {0: {from: input, through: "
              "[Flatten]}}\n    rule: zbox\n    params: {low: [0, 0], high: [1, 1]}\n  - op: Gemm\n    rule: epsilon\n"
              "  - op: Relu\n    rule: identity\n")
     with pytest.raises(RuleMatchError, match="2 bounds per channel but the input has shape"):   # known only at run time
