@@ -204,16 +204,12 @@ _MATRIX_CSS = ("body{font-family:sans-serif;margin:2em}.rulegraph-matrix table{b
 
 
 def _image(e: Explanation, key: str, item: int) -> str:
-    """The image figure (:func:`rulegraph.render.figure.image_figure`) as an embedded PNG."""
+    """The image figure (:func:`rulegraph.render.figure.explanation_image_figure`) as an embedded PNG."""
     import base64
     import io
 
-    from .figure import image_figure, _pyplot
-    from ..image import IMAGENET_MEAN, IMAGENET_STD
-    mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
-    pixels = e.pixels.get(key)
-    figure = image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
-                          mean=mean, std=std, title=f"{explained_name(e, item)}")
+    from .figure import explanation_image_figure, _pyplot
+    figure = explanation_image_figure(e, item)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     _pyplot().close(figure)

@@ -56,3 +56,33 @@ def test_the_verdict_says_whether_breaks_are_by_design(bert_onnx):
     e = rulegraph.explain(bert_onnx, "gi", text=TEXT, dtype=torch.float64)
     assert verdict(e).startswith("conserved") and "by design" in verdict(e)
     assert "by design" not in verdict(rulegraph.explain(bert_onnx, "epsilon", text=TEXT, dtype=torch.float64))
+
+
+def test_an_image_explanation_shows_its_size_in_one_screen_and_plots_the_picture(tmp_path):
+    import cnn
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    pixels = cnn.image(1, 16).float()
+    e = rulegraph.explain(model, "epsilon-gamma-box", {"pixel_values": pixels}, dtype=torch.float64)
+    shown = repr(e)
+    assert len(shown.splitlines()) <= 6 and max(map(len, shown.splitlines())) <= 160, shown
+    pixel = e.boundary["pixel_values"][0].sum(0)
+    row, col = divmod(int(pixel.abs().argmax()), 16)
+    assert f"image pixel_values 3×16×16: Σ {float(pixel.sum()):+.4g}" in shown
+    assert f"at row {row}, column {col}" in shown
+    figure = e.plot()
+    from rulegraph.render.colour import explained_name
+    assert [a.get_title() for a in figure.axes[:3]] == ["input", "overlay", explained_name(e)]
+    assert all(a.images for a in figure.axes[:3])                        # the picture, the overlay, the heatmap
+    with pytest.raises(rulegraph.RulegraphError, match="three panels"):
+        e.plot(ax=figure.axes[0])
+
+
+def test_positions_without_a_tokenizer_are_each_their_own_word(bert, tmp_path):
+    import tiny
+    model = tiny.onnx(bert, tmp_path / "model.onnx")                      # no tokenizer.json beside it
+    e = rulegraph.explain(model, "gi", tiny.token_inputs(length=5), dtype=torch.float64)
+    assert e.tokens is None
+    line = repr(e).splitlines()[2]
+    named = [part.rsplit(" ", 1)[0] for side in line.split("   ") for part in side.split(": ", 1)[1].split(", ")
+             if part != "—"]
+    assert named and set(named) <= {"0", "1", "2", "3", "4"}, line
