@@ -4,6 +4,7 @@ matrix. ``Explanation._repr_html_`` and ``rulegraph explain --html`` use the sam
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING
 
 from .colour import NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, shade, token_texts, verdict
@@ -12,18 +13,24 @@ if TYPE_CHECKING:       # the explanation shows itself with these functions: no 
     from ..audit import Audit
     from ..explanation import Explanation
 
+# a fragment's style holds only selectors inside its own element: in a notebook it sits in the
+# notebook's page, whose body, headings and tables are not the fragment's to restyle
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
-h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
-.tokens{font-size:1.1em;line-height:1.2em}
-.tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
-.tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .special{outline:1px dashed #888}
-.note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
-table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
-td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee} td:first-child,th:first-child{text-align:left}
-img.heatmap{max-width:100%}.ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
-small{color:#666}
+.rulegraph{font-family:system-ui,sans-serif;color:#222}
+.rulegraph h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
+.rulegraph .tokens{font-size:1.1em;line-height:1.2em}
+.rulegraph .tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
+.rulegraph .tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .rulegraph .special{outline:1px dashed #888}
+.rulegraph .note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
+.rulegraph table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
+.rulegraph td,.rulegraph th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee}
+.rulegraph td:first-child,.rulegraph th:first-child{text-align:left}
+.rulegraph img.heatmap{max-width:100%} .rulegraph .ok{color:#2a7} .rulegraph .bad{color:#c22;font-weight:bold}
+.rulegraph .legend span{padding:.1em .5em;margin-right:.4em} .rulegraph small{color:#666}
 """
+# a page's own: the body and its title
+_PAGE_CSS = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;color:#222}"
+             "body.wide{max-width:none;margin:2em} h1{font-size:1.4em}")
 
 
 def _span(tok: str, score: float, scale: float, special: bool) -> str:
@@ -82,17 +89,26 @@ def explanation_fragment(e: Explanation, heading: str = "") -> str:
 
 def explanations_page(results: list[Explanation], model: str = "") -> str:
     """A self-contained page: per explanation the heatmap, the conservation figures and the layer chart."""
-    body = [f"<h1>rulegraph explanation</h1><p><small>model {html.escape(model)}</small></p>", _legend()]
+    body = [f'<h1>rulegraph explanation</h1><div class="rulegraph"><p><small>model {html.escape(model)}</small></p>',
+            _legend()]
     for i, e in enumerate(results):
         for item in range(e.batch_size):
             text = _text(e, item)
             body.append(_item(e, item, f"{i + 1}. {text}" if len(results) > 1 or text else ""))
+    body.append("</div>")
     return _page("rulegraph explanation", "".join(body))
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, wide: bool = False) -> str:
+    """A self-contained page; ``wide`` pages (a generation's matrix) use the window's width."""
+    opening = '<body class="wide">' if wide else "<body>"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+            f"<style>{_PAGE_CSS}{_CSS}</style></head>{opening}{body}</body></html>")
+
+
+def _prose(text: str) -> str:
+    """Plain text as HTML, its `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
 
 
 def _legend() -> str:
@@ -133,7 +149,7 @@ def _item(e: Explanation, item: int, heading: str) -> str:
                  ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
         parts.append("<table><tr><th>conservation</th><th></th></tr>" +
                      "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>")
-        parts.append(f'<p class="verdict">{html.escape(verdict(e))}</p>')
+        parts.append(f'<p class="verdict">{_prose(verdict(e))}</p>')
         if e.audit.layers:
             parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
                          "above, out: to the layer below), what its constants absorbed and what its "
@@ -185,7 +201,7 @@ def generation_fragment(g, model: str = "") -> str:
         f'<p class="legend"><span style="background:rgb{POSITIVE};color:#fff">for the generated token</span>'
         f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span> each column on its own scale; '
         f"rows in italics: the {html.escape(g.groups[-1] if g.groups else '')} prefix; grey: not an input of that step</p>"
-        f"<table><tr><th>row \\ generated</th>{head}</tr>{''.join(body)}</table>"
+        f'<div class="scroll"><table class="matrix"><tr><th>row \\ generated</th>{head}</tr>{"".join(body)}</table></div>'
         "<h3>steps</h3><table><tr><th>step</th><th>token</th><th>p</th><th>explained</th>"
         + "".join(f"<th>{html.escape(name)} share</th>" for name in shares) +
         f"<th>residual</th></tr>{steps}</table></div>")
@@ -193,14 +209,18 @@ def generation_fragment(g, model: str = "") -> str:
 
 def generation_page(g, model: str = "") -> str:
     """A self-contained page of :func:`generation_fragment`."""
-    return _page("rulegraph generation", f"<h1>rulegraph: explained generation</h1>{generation_fragment(g, model)}")
+    return _page("rulegraph generation", f"<h1>rulegraph: explained generation</h1>{generation_fragment(g, model)}",
+                 wide=True)
 
 
-_MATRIX_CSS = ("body{font-family:sans-serif;margin:2em}.rulegraph-matrix table{border-collapse:collapse;font-size:12px}"
-               ".rulegraph-matrix td,.rulegraph-matrix th{border:1px solid #ddd;padding:2px 5px}"
+_MATRIX_CSS = (".rulegraph-matrix{font-family:system-ui,sans-serif;color:#222}"
+               ".rulegraph-matrix table{border-collapse:collapse;font-size:12px}"
+               ".rulegraph-matrix .scroll{overflow-x:auto;max-width:100%}"
+               ".rulegraph-matrix td,.rulegraph-matrix th{border:1px solid #ddd;padding:2px 5px;white-space:nowrap}"
+               ".rulegraph-matrix td{text-align:right}.rulegraph-matrix td:first-child,.rulegraph-matrix th{text-align:left}"
                ".rulegraph-matrix th div{writing-mode:vertical-rl;transform:rotate(180deg)}"
                ".rulegraph-matrix td.none{background:#f4f4f4}.rulegraph-matrix tr.LAST th{font-style:italic}"
-               ".legend span{padding:2px 6px;margin-right:6px}")
+               ".rulegraph-matrix .legend span{padding:2px 6px;margin-right:6px}")
 
 
 def _image(e: Explanation, key: str, item: int) -> str:

@@ -51,11 +51,27 @@ def test_a_generation_shows_itself_too(causal_lm):
     assert g.plot().axes[0].images
 
 
+def test_a_notebook_view_styles_only_itself(bert_onnx, causal_lm):
+    """In a notebook the HTML sits in the notebook's page: its style may not restyle the page's body,
+    headings or tables, so every selector is inside the view's own element."""
+    import re
+    _, path = causal_lm
+    views = {"rulegraph": rulegraph.explain(bert_onnx, "gi", text=TEXT)._repr_html_(),
+             "rulegraph-matrix": rulegraph.generate(path, "gi", text="w1 w2", max_new_tokens=2)._repr_html_()}
+    for scope, view in views.items():
+        assert view.startswith(f'<div class="{scope}"><style>')
+        (style,) = re.findall(r"<style>(.*?)</style>", view, flags=re.S)
+        selectors = [s.strip() for rule in style.split("}") if "{" in rule for s in rule.split("{")[0].split(",")]
+        assert selectors and all(s == f".{scope}" or s.startswith(f".{scope} ") for s in selectors), selectors
+
+
 def test_the_verdict_says_whether_breaks_are_by_design(bert_onnx):
     from rulegraph.render.colour import verdict
     e = rulegraph.explain(bert_onnx, "gi", text=TEXT, dtype=torch.float64)
     assert verdict(e).startswith("conserved") and "by design" in verdict(e)
     assert "by design" not in verdict(rulegraph.explain(bert_onnx, "epsilon", text=TEXT, dtype=torch.float64))
+    shown = e._repr_html_()                                               # its `code` as code, not backticks
+    assert "<code>epsilon</code>" in shown and "`" not in shown
 
 
 def test_an_image_explanation_shows_its_size_in_one_screen_and_plots_the_picture(tmp_path):
