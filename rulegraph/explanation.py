@@ -70,7 +70,8 @@ class Explanation:
         if self.audit is not None:
             c = self.audit.conservation
             lines.append(f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
-                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}")
+                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}"
+                         + (f" (the batch's {self.batch_size} items summed)" if self.batch_size > 1 else ""))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

@@ -80,11 +80,9 @@ def _layer_chart(audit: Audit) -> str:
 
 def explanation_fragment(e: Explanation, heading: str = "") -> str:
     """One explanation (every batch item) as HTML without the page around it: what a notebook shows."""
-    body = [f'<div class="rulegraph"><style>{_CSS}</style>', _legend()]
-    for item in range(e.batch_size):
-        body.append(_item(e, item, heading if e.batch_size == 1 else f"{heading} item {item + 1}".strip()))
-    body.append("</div>")
-    return "".join(body)
+    headings = [heading] if e.batch_size == 1 else \
+        [f"{heading} item {item + 1}: {_text(e, item)}".strip(" :") for item in range(e.batch_size)]
+    return f'<div class="rulegraph"><style>{_CSS}</style>{_legend()}{_items(e, headings)}</div>'
 
 
 def explanations_page(results: list[Explanation], model: str = "") -> str:
@@ -92,11 +90,22 @@ def explanations_page(results: list[Explanation], model: str = "") -> str:
     body = [f'<h1>rulegraph explanation</h1><div class="rulegraph"><p><small>model {html.escape(model)}</small></p>',
             _legend()]
     for i, e in enumerate(results):
-        for item in range(e.batch_size):
-            text = _text(e, item)
-            body.append(_item(e, item, f"{i + 1}. {text}" if len(results) > 1 or text else ""))
+        if e.batch_size == 1:
+            text = _text(e, 0)
+            headings = [f"{i + 1}. {text}" if len(results) > 1 or text else ""]
+        else:
+            number = f"{i + 1}. " if len(results) > 1 else ""
+            headings = [f"{number}item {item + 1}: {_text(e, item)}".strip(" :") for item in range(e.batch_size)]
+        body.append(_items(e, headings))
     body.append("</div>")
     return _page("rulegraph explanation", "".join(body))
+
+
+def _items(e: Explanation, headings: list[str]) -> str:
+    """Every batch item (its tokens or image, what was explained), then the audit: one item's under
+    it, a batch's once after its items (the audit's figures are the batch's sums)."""
+    return "".join(_item(e, item, heading) for item, heading in enumerate(headings)) + \
+        ("" if e.audit is None else _audit(e))
 
 
 def _page(title: str, body: str, wide: bool = False) -> str:
@@ -122,7 +131,7 @@ def _text(e: Explanation, item: int) -> str:
 
 
 def _item(e: Explanation, item: int, heading: str) -> str:
-    """One batch item: the tokens on their colours, what was explained, the conservation in words."""
+    """One batch item: the tokens on their colours (or the image) and what was explained."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
     tokens = token_texts(e, item, len(scores)) if not any(v.dim() == 4 for v in e.boundary.values()) else []
@@ -130,7 +139,8 @@ def _item(e: Explanation, item: int, heading: str) -> str:
     scale = colour_scale(scores, special)
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
-                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code></p>")
+                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code> "
+                 f"(Σ {sum(scores):+.4g})</p>")
     images = [k for k, v in e.boundary.items() if v.dim() == 4]
     if images:          # an image: the picture, its relevance over it and beside it
         parts.append(_image(e, images[0], item))
@@ -140,21 +150,27 @@ def _item(e: Explanation, item: int, heading: str) -> str:
         note = mass_note(tokens, scores, special)
         if note:
             parts.append(f'<p class="note">{html.escape(note)}</p>')
-    if e.audit is not None:
-        c = e.audit.conservation
-        status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
-        rows = [("explained output", f"{c.output_value:+.5g}")]
-        rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
-        rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
-                 ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
-        parts.append("<table><tr><th>conservation</th><th></th></tr>" +
-                     "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>")
-        parts.append(f'<p class="verdict">{_prose(verdict(e))}</p>')
-        if e.audit.layers:
-            parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
-                         "above, out: to the layer below), what its constants absorbed and what its "
-                         "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
-            parts.append(_layer_chart(e.audit))
+    return "".join(parts)
+
+
+def _audit(e: Explanation) -> str:
+    """The conservation figures, the verdict and the per-layer chart (a batch's: summed over its items)."""
+    c = e.audit.conservation
+    status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
+    rows = [("explained output", f"{c.output_value:+.5g}")]
+    rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
+    rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
+             ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
+    title = "conservation" if e.batch_size == 1 else f"conservation of the batch ({e.batch_size} items summed)"
+    parts = ["<h2>the batch's audit</h2>" if e.batch_size > 1 else "",
+             f"<table><tr><th>{title}</th><th></th></tr>" +
+             "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>",
+             f'<p class="verdict">{_prose(verdict(e))}</p>']
+    if e.audit.layers:
+        parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
+                     "above, out: to the layer below), what its constants absorbed and what its "
+                     "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
+        parts.append(_layer_chart(e.audit))
     return "".join(parts)
 
 

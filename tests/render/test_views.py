@@ -102,3 +102,19 @@ def test_positions_without_a_tokenizer_are_each_their_own_word(bert, tmp_path):
     named = [part.rsplit(" ", 1)[0] for side in line.split("   ") for part in side.split(": ", 1)[1].split(", ")
              if part != "—"]
     assert named and set(named) <= {"0", "1", "2", "3", "4"}, line
+
+
+def test_a_batch_shows_each_item_and_the_batch_audit_once(bert_onnx):
+    """The audit of a batch is its items' sum: shown once, after the items and named so, not under
+    each item as if it were that item's."""
+    import re
+    texts = ["w1 w2 w3", "w4 w5", "w6"]
+    e = rulegraph.explain(bert_onnx, "lrp-ah-ln", text=texts, dtype=torch.float64)
+    for view in (e._repr_html_(), e.to_html()):
+        headings = re.findall(r"<h2>(.*?)</h2>", view)
+        assert headings[:3] == [f"item {i + 1}: {t}" for i, t in enumerate(texts)], headings
+        assert headings[3:] == ["the batch's audit"] and view.count("<table>") == 1
+        assert f"conservation of the batch (3 items summed)</th><th></th></tr><tr><td>explained output</td><td>" \
+               f"{e.audit.conservation.output_value:+.5g}" in view
+        assert abs(e.audit.conservation.output_value - sum(e.output_value)) < 1e-9
+    assert repr(e).splitlines()[-1].endswith("(the batch's 3 items summed)")
