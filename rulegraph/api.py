@@ -77,6 +77,10 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
         if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
             raise InputError(f"text must be a str or a non-empty list of str, got {_kind(text)}")
         encoded = [encoder.encode(t, question) for t in texts]
+        both = sorted(set(inputs or {}) & set(encoded[0].inputs)) if isinstance(inputs, dict) else []
+        if both:
+            raise InputError(f"give inputs or text=… for {', '.join(both)}, not both (inputs may add only what the text "
+                             "does not fill, e.g. decoder_input_ids)")
         vocab = Vocab.from_tokenizer(encoder.tokenizer)
         if len(encoded) == 1:
             inputs, special = encoder.fill(graph, encoded[0], inputs or {}), torch.tensor([encoded[0].special])

@@ -95,10 +95,3 @@ def pixel_map(relevance: torch.Tensor) -> np.ndarray:
     return r.numpy()
 
 
-def write_heatmap(relevance: torch.Tensor, path: str | Path, *, image: torch.Tensor | None = None,
-                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                  title: str = "") -> Path:
-    """A PNG of :func:`rulegraph.render.figure.image_figure`: the per-pixel relevance (red positive,
-    blue negative, symmetric scale), beside the de-normalised input image and over it when given."""
-    from .render.figure import image_figure, save
-    return save(image_figure(relevance, image, mean=mean, std=std, title=title), path)

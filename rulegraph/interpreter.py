@@ -29,14 +29,27 @@ from typing import Any
 
 import torch
 
+from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .ops import OpSpec, lookup
+from .ops.sequence import TensorSequence
 
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
+
+
+def as_tensor(name: str, value: Any) -> Tensor:
+    """An input's value as a tensor (arrays and nested lists of numbers convert), or an error naming it."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        value = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise InputError(f"input {name} must be a tensor or an array of numbers, got a {type(value).__name__}") from None
+    return value
 
 
 class Values(dict):
@@ -114,7 +127,8 @@ class Plan:
         self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
         self.has_infinite_constants = any(
-            t.is_floating_point() and not torch.isfinite(t).all() for t in self.constants.values()) or any(
+            isinstance(t, Tensor) and t.is_floating_point() and not torch.isfinite(t).all()
+            for t in self.constants.values()) or any(
             isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
             for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
@@ -164,7 +178,7 @@ class Plan:
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
             raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-        if isinstance(out, Tensor):
+        if isinstance(out, (Tensor, TensorSequence)):
             env[node.outputs[0]] = out
         else:
             for name, value in zip(node.outputs, out):
@@ -272,13 +286,7 @@ class Plan:
             raise InputError(f"{what}; the model takes: {want}")
         feeds = {}
         for name, info in expected.items():
-            value = inputs[name]
-            if not isinstance(value, Tensor):
-                try:
-                    value = torch.as_tensor(value)
-                except (TypeError, ValueError, RuntimeError):
-                    raise InputError(f"input {name} must be a tensor or an array of numbers, "
-                                     f"got a {type(value).__name__}") from None
+            value = as_tensor(name, inputs[name])
             if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
                 raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
                                  f"got {str(value.dtype).removeprefix('torch.')}")
@@ -306,8 +314,8 @@ class Plan:
 @dataclass
 class InputLimits:
     """What the inputs' values and sizes may be, read off the graph once: token ids index an
-    embedding table (``ids``: input → (rows, table)); the sequence length is bounded by the export's
-    ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
+    embedding table where a lookup reads the ids themselves, not a hash of them (``ids``: input →
+    (rows, table)); the sequence length is bounded by the export's ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
     by values that depend only on the input shapes)."""
 
     ids: dict[str, tuple[int, str]]
@@ -316,10 +324,11 @@ class InputLimits:
     @classmethod
     def of(cls, graph: Graph, stage: dict[str, Stage]) -> "InputLimits":
         ids: dict[str, tuple[int, str]] = {}
-        for node, source in graph.embeddings():
-            rows = int(graph.constants[node.inputs[0]].shape[int(node.attrs.get("axis", 0))])
-            if source not in ids or rows < ids[source][0]:
-                ids[source] = (rows, node.inputs[0])
+        for lk in lookups(graph):          # ids moved, not computed: the table's rows bound them
+            if lk.bounds_ids:
+                rows = int(constant_value(graph, lk.table).shape[0])
+                if lk.source not in ids or rows < ids[lk.source][0]:
+                    ids[lk.source] = (rows, lk.table)
         positions = None
         limit = graph.metadata.get("rulegraph.max_length", "")
         if limit.isdigit():

@@ -14,18 +14,19 @@ def bert():
 
 
 @pytest.fixture(scope="session")
-def bert_onnx(tmp_path_factory, bert):
-    """The tiny BERT exported with the TorchScript exporter (+ its tokenizer.json beside it)."""
+def bert_onnx(tmp_path_factory):
+    """The tiny BERT (the ``bert`` fixture's weights, built afresh in float32: tests turn the shared
+    module into float64 in place) exported with the TorchScript exporter (+ its tokenizer.json beside it)."""
     folder = tmp_path_factory.mktemp("bert_ts")
-    path = tiny.onnx(bert, folder / "model.onnx")
+    path = tiny.onnx(tiny.build("bert"), folder / "model.onnx")
     tiny.tokenizer().save(str(folder / "tokenizer.json"))
     return path
 
 
 @pytest.fixture(scope="session")
-def bert_dynamo_onnx(tmp_path_factory, bert):
-    """The tiny BERT exported with the dynamo exporter."""
-    return tiny.onnx(bert, tmp_path_factory.mktemp("bert_dynamo") / "model.onnx", exporter="dynamo")
+def bert_dynamo_onnx(tmp_path_factory):
+    """The tiny BERT exported with the dynamo exporter (built afresh in float32, as ``bert_onnx``)."""
+    return tiny.onnx(tiny.build("bert"), tmp_path_factory.mktemp("bert_dynamo") / "model.onnx", exporter="dynamo")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ from PIL import Image
 import cnn
 from rulegraph.cli import cli
 from rulegraph.errors import InputError
-from rulegraph.image import IMAGENET_MEAN, IMAGENET_STD, load_image, write_heatmap
+from rulegraph.image import IMAGENET_MEAN, IMAGENET_STD, load_image
+from rulegraph.render.figure import image_figure, save
 
 
 @pytest.fixture()
@@ -247,3 +248,8 @@ def test_heatmap_beside_the_denormalised_input(tmp_path):
     assert i_bottom - i_top > 40 and abs((i_bottom - i_top) - (i_right - i_left)) <= 2   # a square panel
     assert h_bottom - h_top > 40 and abs((h_bottom - h_top) - (h_right - h_left)) <= 2
     assert shown[i_top:i_bottom + 1, i_left:i_right + 1].all()           # the whole panel is that colour
+
+
+def write_heatmap(relevance, path, *, image=None, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    """The PNG ``rulegraph explain --png`` writes for an image."""
+    return save(image_figure(relevance, image, mean=mean, std=std), path)

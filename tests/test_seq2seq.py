@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import rulegraph
+from rulegraph.boundary import lookups
 import tiny
 from rulegraph.cli import main
 from rulegraph.errors import InputError, ModelError
@@ -48,7 +49,7 @@ def test_forward_equals_onnxruntime_and_the_module(exported):
 
 def test_the_boundary_holds_the_decoder_token_embeddings(exported):
     _, _, path = exported
-    sources = [source for _, source in rulegraph.load(path).embeddings()]
+    sources = [lk.source for lk in lookups(rulegraph.load(path))]
     assert sources.count("input_ids") == 1 and sources.count("decoder_input_ids") == 1
     e = rulegraph.explain(path, "gi", tiny.seq2seq_inputs(7, 4), position=2)
     assert e.relevance["input_ids"].shape == (1, 7) and e.relevance["decoder_input_ids"].shape == (1, 4)

@@ -163,15 +163,22 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
 @model_argument
 @rules_option
 @click.option("--nodes", "show_nodes", is_flag=True, help="list every node with its rule")
-def check_cmd(model, rules, show_nodes):
-    """Which rule each node got, and from which rule-file line. Lists every gap at once — ops with
-    no implementation, rules that cannot apply, nodes without a rule — and exits 1 on any that
+@click.option("--tokenizer", type=click.Path(dir_okay=False), help="tokenizer.json for the made-up text "
+              "(default: the one beside the model)")
+def check_cmd(model, rules, show_nodes, tokenizer):
+    """Which rule each node got, and from which rule-file line; then explain runs on made-up inputs of
+    the model's declared shapes at two lengths. Lists every gap at once — ops with no implementation,
+    rules that cannot apply, nodes without a rule, what fails when it runs — and exits 1 on any that
     would stop `explain`."""
-    from ..api import prepared
+    from ..dryrun import dry_run
     from ..ops import unsupported
     from .inputs import load_model
-    graph, ruleset = prepared(load_model(model), rules)
-    binding = ruleset.bind(graph)
+    run = dry_run(load_model(model), rules, tokenizer=tokenizer)
+    graph, binding = run.graph, run.binding
+    if binding is None:
+        out.print(f"[red]no relevance boundary[/]: {escape(str(run.gaps[0]))}")
+        sys.exit(1)
+    ruleset = binding.ruleset
     if show_nodes:
         t = Table(title=f"rule per node ({len(binding.reached)} reached by relevance)")
         for col in ("node", "op", "layer", "rule", "from"):
@@ -191,31 +198,34 @@ def check_cmd(model, rules, show_nodes):
         for (op, rule, where), k in sorted(counts.items(), key=lambda kv: kv[0][2]):
             t.add_row(escape(op), escape(rule), escape(where), str(k))
         out.print(t)
-    failed = False
     missing = unsupported(graph.nodes)
     if missing:
-        failed = True
         out.print(f"[red]{sum(map(len, missing.values()))} node(s) of {len(missing)} op type(s) have no "
                   "implementation[/] (the forward cannot run):")
         for (domain, op), names in missing.items():
             where = f" (domain {domain})" if domain not in ("", "ai.onnx") else ""
             out.print(f"  {escape(op)}{escape(where)}: {len(names)} node(s), first {escape(names[0])}")
-    rule_problems = [p for p in binding.problems if p.__class__.__name__ != "UnsupportedOpError"]
+    rule_problems = [g for g in run.gaps if g.kind == "rule"]
     if rule_problems:
-        failed = True
         out.print(f"[red]{len(rule_problems)} rule(s) cannot apply to the node they matched[/]:")
-        for p in rule_problems[:50]:
-            out.print(f"  {escape(str(p))}")
+        for g in rule_problems[:50]:
+            out.print(f"  {escape(str(g))}")
     if binding.unmatched:
         out.print(f"[red]{len(binding.unmatched)} node(s) without a rule[/] (on_unmatched: {ruleset.on_unmatched}):")
         for n in binding.unmatched[:50]:
             out.print(f"  {escape(n.name)}  [dim]({escape(n.op)})[/]")
-        failed |= ruleset.on_unmatched == "error"
-    if not failed and not binding.unmatched:
-        out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")
+    ran = [g for g in run.gaps if g.kind in ("run", "explain")]
+    if ran:
+        out.print(f"[red]{len(ran)} failure(s) running explain on made-up inputs[/] "
+                  f"(lengths {', '.join(map(str, run.lengths))}):")
+        for g in ran:
+            out.print(f"  {escape(str(g))}")
+    if run.ok and not binding.unmatched:
+        out.print("[green]every op runs, every node relevance reaches has a rule that applies, and explain runs on "
+                  f"made-up inputs (lengths {', '.join(map(str, run.lengths))})[/]")
     if not missing:
         _heads_table(graph)
-    if failed:
+    if not run.ok:
         sys.exit(1)
 
 

@@ -11,8 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..generation import Generation
-from ..render.colour import css, ink, shade
-from ..render.page import matrix_cells, scales
+from ..render.colour import css, ink, matrix_cells, scales, shade
 
 #: the largest matrix drawn cell by cell in the terminal; larger ones show the per-step table only
 TERMINAL_ROWS, TERMINAL_COLUMNS = 40, 16

@@ -28,15 +28,17 @@ Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegra
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
-from ..errors import InputError, choices
+from ..errors import InputError, RuleFileError, choices
 from ..explanation import Explanation
+from ..interpreter import as_tensor
 from ..loaders import load
 from ..options import PASS_OPTIONS
 from ..passes import apply
+from ..passes.base import check_arguments
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
 from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
@@ -99,7 +101,7 @@ def get(name: str | RuleSet) -> Method:
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
         if not path.exists():
-            raise InputError(f"rule file not found: {path}")
+            raise RuleFileError(f"rule file not found: {path}")
         return _rules_method(str(path))
     raise InputError(f"unknown method {name!r}; {choices(names(), name)}, or a path to a .yaml rule file")
 
@@ -122,7 +124,9 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
         raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
     graph = load(model)
-    feeds = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in inputs.items()}
+    if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
+        check_arguments(inputs, None, None)             # says what is wrong with them
+    feeds = {k: as_tensor(k, v) for k, v in inputs.items()}
     request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
                       objective)
     e = m.run(request, **resolved)

@@ -3,6 +3,8 @@ reads on it, and tokens as a reader expects them (WordPiece ``##`` joined, BPE `
 spaces)."""
 from __future__ import annotations
 
+import math
+
 POSITIVE = (220, 50, 47)    # relevance for the explained output
 NEGATIVE = (38, 110, 210)   # relevance against it
 
@@ -122,3 +124,18 @@ def verdict(e) -> str:
         parts.append(f"absorbed ({c.absorbed:+.3g}) went to biases, position embeddings, LayerNorm β and ε, "
                      "not to the input tokens")
     return "; ".join(parts)
+
+
+def scales(g) -> list[float]:
+    """Each step's largest |relevance|: a column's colours are on its own scale."""
+    return [max((abs(x) for x in s.scores), default=0.0) or 1.0 for s in g.steps]
+
+
+def matrix_cells(g):
+    """Per matrix row: its token, its group, and per step ``(value, colour)`` or ``None`` where the
+    step does not see the row (the row comes after the step's position)."""
+    columns = scales(g)
+    matrix = g.matrix
+    for r, (tok, group) in enumerate(zip(g.rows, g.groups)):
+        values = [float(matrix[r, c]) for c in range(len(g.steps))]
+        yield tok, group, [None if math.isnan(x) else (x, shade(x, columns[c])) for c, x in enumerate(values)]

@@ -22,6 +22,15 @@ def _interactive() -> bool:
     return "ipykernel" in sys.modules
 
 
+def save_png(fig) -> bytes:
+    """``fig`` as PNG bytes, then closed."""
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
 def save(fig, path: str | Path) -> Path:
     """``fig`` as a PNG at ``path`` (its folder made), then closed."""
     plt = _pyplot()
@@ -58,7 +67,7 @@ def generation_figure(g, title: str = ""):
     import matplotlib
     import numpy as np
 
-    from .page import scales
+    from .colour import scales
     plt = _pyplot()
     m = g.matrix.numpy() / np.array(scales(g))[None, :]
     rows, cols = m.shape

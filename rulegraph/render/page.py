@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import html
 import re
-from typing import TYPE_CHECKING
 
-from .colour import NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, shade, token_texts, verdict
-
-if TYPE_CHECKING:       # the explanation shows itself with these functions: no import back at run time
-    from ..audit import Audit
-    from ..explanation import Explanation
+from .colour import (NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, matrix_cells, shade,
+                     token_texts, verdict)
+from .figure import explanation_image_figure, save_png
 
 # a fragment's style holds only selectors inside its own element: in a notebook it sits in the
 # notebook's page, whose body, headings and tables are not the fragment's to restyle
@@ -42,7 +39,7 @@ def _span(tok: str, score: float, scale: float, special: bool) -> str:
             f'title="{score:+.6g}">{html.escape(tok.lstrip(" "))}<small>{score:+.2g}</small></span>')
 
 
-def _layer_chart(audit: Audit) -> str:
+def _layer_chart(audit) -> str:
     """Grouped horizontal bars per layer: relevance in, out, absorbed, breaks (inline SVG)."""
     series = [("in", "#555"), ("out", "#999"), ("absorbed", "#d4a017"), ("breaks", "#c22")]
     rows = [(layer.name, [layer.relevance_in, layer.relevance_out, layer.absorbed, layer.breaks])
@@ -78,14 +75,14 @@ def _layer_chart(audit: Audit) -> str:
     return "".join(parts)
 
 
-def explanation_fragment(e: Explanation, heading: str = "") -> str:
+def explanation_fragment(e, heading: str = "") -> str:
     """One explanation (every batch item) as HTML without the page around it: what a notebook shows."""
     headings = [heading] if e.batch_size == 1 else \
         [f"{heading} item {item + 1}: {_text(e, item)}".strip(" :") for item in range(e.batch_size)]
     return f'<div class="rulegraph"><style>{_CSS}</style>{_legend()}{_items(e, headings)}</div>'
 
 
-def explanations_page(results: list[Explanation], model: str = "") -> str:
+def explanations_page(results: list, model: str = "") -> str:
     """A self-contained page: per explanation the heatmap, the conservation figures and the layer chart."""
     body = [f'<h1>rulegraph explanation</h1><div class="rulegraph"><p><small>model {html.escape(model)}</small></p>',
             _legend()]
@@ -101,7 +98,7 @@ def explanations_page(results: list[Explanation], model: str = "") -> str:
     return _page("rulegraph explanation", "".join(body))
 
 
-def _items(e: Explanation, headings: list[str]) -> str:
+def _items(e, headings: list[str]) -> str:
     """Every batch item (its tokens or image, what was explained), then the audit: one item's under
     it, a batch's once after its items (the audit's figures are the batch's sums)."""
     return "".join(_item(e, item, heading) for item, heading in enumerate(headings)) + \
@@ -125,12 +122,12 @@ def _legend() -> str:
             f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span></p>')
 
 
-def _text(e: Explanation, item: int) -> str:
+def _text(e, item: int) -> str:
     text = e.extra.get("text")
     return text[item] if isinstance(text, list) else (text or "")
 
 
-def _item(e: Explanation, item: int, heading: str) -> str:
+def _item(e, item: int, heading: str) -> str:
     """One batch item: the tokens on their colours (or the image) and what was explained."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
@@ -153,7 +150,7 @@ def _item(e: Explanation, item: int, heading: str) -> str:
     return "".join(parts)
 
 
-def _audit(e: Explanation) -> str:
+def _audit(e) -> str:
     """The conservation figures, the verdict and the per-layer chart (a batch's: summed over its items)."""
     c = e.audit.conservation
     status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
@@ -175,22 +172,6 @@ def _audit(e: Explanation) -> str:
 
 
 # -- a generation's matrix ---------------------------------------------------------------------
-
-def scales(g) -> list[float]:
-    """Each step's largest |relevance|: a column's colours are on its own scale."""
-    return [max((abs(x) for x in s.scores), default=0.0) or 1.0 for s in g.steps]
-
-
-def matrix_cells(g):
-    """Per matrix row: its token, its group, and per step ``(value, colour)`` or ``None`` where the
-    step does not see the row (the row comes after the step's position)."""
-    import math
-    columns = scales(g)
-    matrix = g.matrix
-    for r, (tok, group) in enumerate(zip(g.rows, g.groups)):
-        values = [float(matrix[r, c]) for c in range(len(g.steps))]
-        yield tok, group, [None if math.isnan(x) else (x, shade(x, columns[c])) for c, x in enumerate(values)]
-
 
 def generation_fragment(g, model: str = "") -> str:
     """The matrix as a coloured table (hover for exact values) and the steps, without the page."""
@@ -240,15 +221,9 @@ _MATRIX_CSS = (".rulegraph-matrix{font-family:system-ui,sans-serif;color:#222}"
                ".rulegraph-matrix .legend span{padding:2px 6px;margin-right:6px}")
 
 
-def _image(e: Explanation, key: str, item: int) -> str:
+def _image(e, key: str, item: int) -> str:
     """The image figure (:func:`rulegraph.render.figure.explanation_image_figure`) as an embedded PNG."""
     import base64
-    import io
 
-    from .figure import explanation_image_figure, _pyplot
-    figure = explanation_image_figure(e, item)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    _pyplot().close(figure)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    data = base64.b64encode(save_png(explanation_image_figure(e, item))).decode("ascii")
     return f'<p><img class="heatmap" alt="relevance of {html.escape(key)}" src="data:image/png;base64,{data}"></p>'
