@@ -33,9 +33,10 @@ window.addEventListener("load", () => {
   const transparent = c => c === "rgba(0, 0, 0, 0)" || c === "transparent";
   const colour = e => getComputedStyle(e).backgroundColor;
   const report = root => {
+    const own = t => t.firstChild && t.firstChild.nodeType === Node.TEXT_NODE ? t.firstChild.textContent : "";
     const tokens = [...root.querySelectorAll("p.tokens")].map(p => [...p.querySelectorAll(".tok")].map(t => ({
-      text: t.firstChild ? t.firstChild.textContent : "", score: t.getAttribute("title"), background: colour(t),
-      ink: getComputedStyle(t).color, width: t.getBoundingClientRect().width})));
+      text: own(t), score: t.getAttribute("title"), background: colour(t), ink: getComputedStyle(t).color,
+      width: t.getBoundingClientRect().width})));
     const matrices = [...root.querySelectorAll(".rulegraph-matrix table.matrix")].map(table => {
       const rows = [...table.rows];
       return {header: rows[0].cells.length - 1, rows: rows.slice(1).map(r => ({

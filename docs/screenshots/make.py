@@ -22,7 +22,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 import transformers
 from PIL import Image, ImageDraw
