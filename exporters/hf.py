@@ -272,16 +272,17 @@ class Task:
 TASKS: Registry[Task] = Registry("task", InputError)
 
 
-def task_of(config: object) -> str:
-    """The task ``config.architectures`` names (the first whose endings match), else the first
-    :data:`TASKS` entry whose Auto class knows ``config``'s model type.
+def task_of(config: object, architecture: str | None = None) -> str:
+    """The task ``architecture`` (a model's class name) or else ``config.architectures`` names (the
+    first whose endings match), else the first :data:`TASKS` entry whose Auto class knows
+    ``config``'s model type.
 
     Raises:
         ValueError: none does.
     """
     import transformers
 
-    for architecture in getattr(config, "architectures", None) or ():
+    for architecture in [*([architecture] if architecture else []), *(getattr(config, "architectures", None) or ())]:
         for name in TASKS:
             if architecture.endswith(TASKS.get(name).architectures):
                 return name
@@ -438,7 +439,7 @@ def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torc
     """A Hugging Face model already in memory captured as :func:`export_hf_fx` captures a directory's:
     its task's wrapper, eager attention, in eval mode. The model is left as it was (its attention
     implementation and training mode restored)."""
-    name = task or task_of(model.config)
+    name = task or task_of(model.config, type(model).__name__)      # a config built in memory names no architectures
     chosen = TASKS.get(name)
     source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     training, attention = model.training, getattr(model.config, "_attn_implementation", None)

@@ -55,18 +55,23 @@ class Explanation:
         from .render.colour import explained_name, token_texts, words
         key = next(iter(self.relevance))
         scores = self.scores(key)
-        tokens = token_texts(self, 0, len(scores))
-        ranked = sorted(words(tokens, scores, self.special[0] if self.special else [False] * len(tokens)),
-                        key=lambda ws: ws[1])
         lines = [f"Explanation({self.rules}: {explained_name(self)} = {self.output_value[0]:.6g}"
-                 + (f", item 1 of {self.batch_size}" if self.batch_size > 1 else "") + ")",
-                 "  tokens: " + _shorten("".join(tokens) if self.texts or self.tokens else " ".join(tokens)),
-                 "  for: " + (", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—")
-                 + "   against: " + (", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")]
+                 + (f", item 1 of {self.batch_size}" if self.batch_size > 1 else "") + ")"]
+        if self.boundary[key].dim() == 4:           # an image: its size and where its relevance is, not every pixel
+            lines.append(_image_line(key, self.boundary[key][0]))
+        else:
+            named = self.texts is not None or self.tokens is not None
+            tokens = token_texts(self, 0, len(scores))
+            ranked = sorted(words(tokens if named else [f" {t}" for t in tokens], scores,
+                                  self.special[0] if self.special else [False] * len(tokens)), key=lambda ws: ws[1])
+            lines += ["  tokens: " + _shorten("".join(tokens) if named else " ".join(tokens)),
+                      "  for: " + (", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—")
+                      + "   against: " + (", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")]
         if self.audit is not None:
             c = self.audit.conservation
             lines.append(f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
-                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}")
+                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}"
+                         + (f" (the batch's {self.batch_size} items summed)" if self.batch_size > 1 else ""))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -83,8 +88,13 @@ class Explanation:
         return page
 
     def plot(self, item: int = 0, ax=None):
-        """Each token's score as a bar (matplotlib); returns the figure."""
-        from .render.figure import explanation_figure
+        """Each token's score as a bar, or for an image the picture, the relevance over it and beside
+        it (matplotlib, as ``rulegraph explain --png`` draws them); returns the figure."""
+        from .render.figure import explanation_figure, explanation_image_figure
+        if any(v.dim() == 4 for v in self.boundary.values()):
+            if ax is not None:
+                raise InputError("an image's figure has three panels of its own; call plot() without ax")
+            return explanation_image_figure(self, item)
         return explanation_figure(self, item, ax)
 
     def scores(self, key: str | None = None, item: int = 0) -> list[float]:
@@ -124,6 +134,16 @@ class Explanation:
             if key in self.extra and self.batch_size == 1:
                 d[key] = self.extra[key][0]
         return d
+
+
+def _image_line(key: str, relevance: Tensor) -> str:
+    """An image's relevance in one line: its size, the sums for and against, the strongest pixel
+    (relevance summed over the channels)."""
+    pixel = relevance.double().sum(0)
+    row, col = divmod(int(pixel.abs().argmax()), pixel.shape[1])
+    return (f"  image {key} {'×'.join(map(str, relevance.shape))}: Σ {float(pixel.sum()):+.4g} "
+            f"(for {float(pixel.clamp(min=0).sum()):+.4g}, against {float(pixel.clamp(max=0).sum()):+.4g}), "
+            f"strongest {float(pixel[row, col]):+.3g} at row {row}, column {col}")
 
 
 def _shorten(text: str, width: int = 100) -> str:

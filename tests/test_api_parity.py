@@ -86,3 +86,24 @@ def test_a_hugging_face_module_in_memory_explains_like_its_export(bert, bert_onn
     with torch.no_grad():
         next(module.parameters()).add_(0.0)
     assert rulegraph.load(module) is not first                            # changed in place: captured again
+
+
+@pytest.mark.parametrize("kind, task", [("gpt2", "causal-lm"), ("bart", "seq2seq-lm")])
+def test_a_language_model_built_in_memory_is_captured_as_one(kind, task):
+    """A model built from a config names no ``architectures``: its class says which head it is (a
+    GPT-2 is also a sequence classifier's model type, a BART too), and generation explains it."""
+    module = tiny.causal_lm("gpt2") if kind == "gpt2" else tiny.seq2seq("bart")
+    assert not module.config.architectures
+    graph = rulegraph.load(module)
+    assert graph.metadata["rulegraph.task"] == task and "rulegraph.labels" not in graph.metadata
+    g = rulegraph.generate(module, "gi", text="w1 w2 w3", max_new_tokens=1, tokenizer=tiny.lm_tokenizer(),
+                           ignore_eos=True)
+    ids = torch.tensor([tiny.lm_tokenizer().encode("w1 w2 w3").ids])
+    with torch.no_grad():
+        if kind == "gpt2":
+            logits = module(input_ids=ids).logits[0, -1]
+        else:
+            start = torch.tensor([[module.config.decoder_start_token_id]])
+            logits = module(input_ids=ids, decoder_input_ids=start, use_cache=False).logits[0, -1]
+    assert g.steps[0].token == int(logits.argmax())                   # the module's own greedy token
+    assert [r.strip() for r in g.rows[:3]] == ["w1", "w2", "w3"]

@@ -87,6 +87,17 @@ def generation_figure(g, title: str = ""):
     return fig
 
 
+def explanation_image_figure(e, item: int = 0):
+    """An image explanation's figure (:func:`image_figure`): batch item ``item``'s first image input,
+    de-normalised as it was preprocessed, titled with what was explained."""
+    from ..image import IMAGENET_MEAN, IMAGENET_STD
+    key = next(k for k, v in e.boundary.items() if v.dim() == 4)
+    mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
+    pixels = e.pixels.get(key)
+    return image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
+                        mean=mean, std=std, title=explained_name(e, item))
+
+
 def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = ""):
     """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the
     de-normalised input image and as an overlay on it when ``image`` is given. Returns the figure."""

@@ -4,22 +4,30 @@ matrix. ``Explanation._repr_html_`` and ``rulegraph explain --html`` use the sam
 from __future__ import annotations
 
 import html
+import re
+
 from .colour import (NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, matrix_cells, shade,
                      token_texts, verdict)
-from .figure import image_figure, save_png
+from .figure import explanation_image_figure, save_png
 
+# a fragment's style holds only selectors inside its own element: in a notebook it sits in the
+# notebook's page, whose body, headings and tables are not the fragment's to restyle
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
-h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
-.tokens{font-size:1.1em;line-height:1.2em}
-.tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
-.tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .special{outline:1px dashed #888}
-.note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
-table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
-td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee} td:first-child,th:first-child{text-align:left}
-img.heatmap{max-width:100%}.ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
-small{color:#666}
+.rulegraph{font-family:system-ui,sans-serif;color:#222}
+.rulegraph h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
+.rulegraph .tokens{font-size:1.1em;line-height:1.2em}
+.rulegraph .tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
+.rulegraph .tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .rulegraph .special{outline:1px dashed #888}
+.rulegraph .note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
+.rulegraph table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
+.rulegraph td,.rulegraph th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee}
+.rulegraph td:first-child,.rulegraph th:first-child{text-align:left}
+.rulegraph img.heatmap{max-width:100%} .rulegraph .ok{color:#2a7} .rulegraph .bad{color:#c22;font-weight:bold}
+.rulegraph .legend span{padding:.1em .5em;margin-right:.4em} .rulegraph small{color:#666}
 """
+# a page's own: the body and its title
+_PAGE_CSS = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;color:#222}"
+             "body.wide{max-width:none;margin:2em} h1{font-size:1.4em}")
 
 
 def _span(tok: str, score: float, scale: float, special: bool) -> str:
@@ -69,26 +77,44 @@ def _layer_chart(audit) -> str:
 
 def explanation_fragment(e, heading: str = "") -> str:
     """One explanation (every batch item) as HTML without the page around it: what a notebook shows."""
-    body = [f'<div class="rulegraph"><style>{_CSS}</style>', _legend()]
-    for item in range(e.batch_size):
-        body.append(_item(e, item, heading if e.batch_size == 1 else f"{heading} item {item + 1}".strip()))
-    body.append("</div>")
-    return "".join(body)
+    headings = [heading] if e.batch_size == 1 else \
+        [f"{heading} item {item + 1}: {_text(e, item)}".strip(" :") for item in range(e.batch_size)]
+    return f'<div class="rulegraph"><style>{_CSS}</style>{_legend()}{_items(e, headings)}</div>'
 
 
 def explanations_page(results: list, model: str = "") -> str:
     """A self-contained page: per explanation the heatmap, the conservation figures and the layer chart."""
-    body = [f"<h1>rulegraph explanation</h1><p><small>model {html.escape(model)}</small></p>", _legend()]
+    body = [f'<h1>rulegraph explanation</h1><div class="rulegraph"><p><small>model {html.escape(model)}</small></p>',
+            _legend()]
     for i, e in enumerate(results):
-        for item in range(e.batch_size):
-            text = _text(e, item)
-            body.append(_item(e, item, f"{i + 1}. {text}" if len(results) > 1 or text else ""))
+        if e.batch_size == 1:
+            text = _text(e, 0)
+            headings = [f"{i + 1}. {text}" if len(results) > 1 or text else ""]
+        else:
+            number = f"{i + 1}. " if len(results) > 1 else ""
+            headings = [f"{number}item {item + 1}: {_text(e, item)}".strip(" :") for item in range(e.batch_size)]
+        body.append(_items(e, headings))
+    body.append("</div>")
     return _page("rulegraph explanation", "".join(body))
 
 
-def _page(title: str, body: str) -> str:
+def _items(e, headings: list[str]) -> str:
+    """Every batch item (its tokens or image, what was explained), then the audit: one item's under
+    it, a batch's once after its items (the audit's figures are the batch's sums)."""
+    return "".join(_item(e, item, heading) for item, heading in enumerate(headings)) + \
+        ("" if e.audit is None else _audit(e))
+
+
+def _page(title: str, body: str, wide: bool = False) -> str:
+    """A self-contained page; ``wide`` pages (a generation's matrix) use the window's width."""
+    opening = '<body class="wide">' if wide else "<body>"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+            f"<style>{_PAGE_CSS}{_CSS}</style></head>{opening}{body}</body></html>")
+
+
+def _prose(text: str) -> str:
+    """Plain text as HTML, its `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
 
 
 def _legend() -> str:
@@ -102,7 +128,7 @@ def _text(e, item: int) -> str:
 
 
 def _item(e, item: int, heading: str) -> str:
-    """One batch item: the tokens on their colours, what was explained, the conservation in words."""
+    """One batch item: the tokens on their colours (or the image) and what was explained."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
     tokens = token_texts(e, item, len(scores)) if not any(v.dim() == 4 for v in e.boundary.values()) else []
@@ -110,7 +136,8 @@ def _item(e, item: int, heading: str) -> str:
     scale = colour_scale(scores, special)
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
-                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code></p>")
+                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code> "
+                 f"(Σ {sum(scores):+.4g})</p>")
     images = [k for k, v in e.boundary.items() if v.dim() == 4]
     if images:          # an image: the picture, its relevance over it and beside it
         parts.append(_image(e, images[0], item))
@@ -120,21 +147,27 @@ def _item(e, item: int, heading: str) -> str:
         note = mass_note(tokens, scores, special)
         if note:
             parts.append(f'<p class="note">{html.escape(note)}</p>')
-    if e.audit is not None:
-        c = e.audit.conservation
-        status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
-        rows = [("explained output", f"{c.output_value:+.5g}")]
-        rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
-        rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
-                 ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
-        parts.append("<table><tr><th>conservation</th><th></th></tr>" +
-                     "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>")
-        parts.append(f'<p class="verdict">{html.escape(verdict(e))}</p>')
-        if e.audit.layers:
-            parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
-                         "above, out: to the layer below), what its constants absorbed and what its "
-                         "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
-            parts.append(_layer_chart(e.audit))
+    return "".join(parts)
+
+
+def _audit(e) -> str:
+    """The conservation figures, the verdict and the per-layer chart (a batch's: summed over its items)."""
+    c = e.audit.conservation
+    status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
+    rows = [("explained output", f"{c.output_value:+.5g}")]
+    rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
+    rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
+             ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
+    title = "conservation" if e.batch_size == 1 else f"conservation of the batch ({e.batch_size} items summed)"
+    parts = ["<h2>the batch's audit</h2>" if e.batch_size > 1 else "",
+             f"<table><tr><th>{title}</th><th></th></tr>" +
+             "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>",
+             f'<p class="verdict">{_prose(verdict(e))}</p>']
+    if e.audit.layers:
+        parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
+                     "above, out: to the layer below), what its constants absorbed and what its "
+                     "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
+        parts.append(_layer_chart(e.audit))
     return "".join(parts)
 
 
@@ -165,7 +198,7 @@ def generation_fragment(g, model: str = "") -> str:
         f'<p class="legend"><span style="background:rgb{POSITIVE};color:#fff">for the generated token</span>'
         f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span> each column on its own scale; '
         f"rows in italics: the {html.escape(g.groups[-1] if g.groups else '')} prefix; grey: not an input of that step</p>"
-        f"<table><tr><th>row \\ generated</th>{head}</tr>{''.join(body)}</table>"
+        f'<div class="scroll"><table class="matrix"><tr><th>row \\ generated</th>{head}</tr>{"".join(body)}</table></div>'
         "<h3>steps</h3><table><tr><th>step</th><th>token</th><th>p</th><th>explained</th>"
         + "".join(f"<th>{html.escape(name)} share</th>" for name in shares) +
         f"<th>residual</th></tr>{steps}</table></div>")
@@ -173,24 +206,24 @@ def generation_fragment(g, model: str = "") -> str:
 
 def generation_page(g, model: str = "") -> str:
     """A self-contained page of :func:`generation_fragment`."""
-    return _page("rulegraph generation", f"<h1>rulegraph: explained generation</h1>{generation_fragment(g, model)}")
+    return _page("rulegraph generation", f"<h1>rulegraph: explained generation</h1>{generation_fragment(g, model)}",
+                 wide=True)
 
 
-_MATRIX_CSS = ("body{font-family:sans-serif;margin:2em}.rulegraph-matrix table{border-collapse:collapse;font-size:12px}"
-               ".rulegraph-matrix td,.rulegraph-matrix th{border:1px solid #ddd;padding:2px 5px}"
+_MATRIX_CSS = (".rulegraph-matrix{font-family:system-ui,sans-serif;color:#222}"
+               ".rulegraph-matrix table{border-collapse:collapse;font-size:12px}"
+               ".rulegraph-matrix .scroll{overflow-x:auto;max-width:100%}"
+               ".rulegraph-matrix td,.rulegraph-matrix th{border:1px solid #ddd;padding:2px 5px;white-space:nowrap}"
+               ".rulegraph-matrix td,.rulegraph-matrix th{text-align:right}"
+               ".rulegraph-matrix td:first-child,.rulegraph-matrix th:first-child{text-align:left}"
                ".rulegraph-matrix th div{writing-mode:vertical-rl;transform:rotate(180deg)}"
                ".rulegraph-matrix td.none{background:#f4f4f4}.rulegraph-matrix tr.LAST th{font-style:italic}"
-               ".legend span{padding:2px 6px;margin-right:6px}")
+               ".rulegraph-matrix .legend span{padding:2px 6px;margin-right:6px}")
 
 
 def _image(e, key: str, item: int) -> str:
-    """The image figure (:func:`rulegraph.render.figure.image_figure`) as an embedded PNG."""
+    """The image figure (:func:`rulegraph.render.figure.explanation_image_figure`) as an embedded PNG."""
     import base64
 
-    from ..image import IMAGENET_MEAN, IMAGENET_STD
-    mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
-    pixels = e.pixels.get(key)
-    figure = image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
-                          mean=mean, std=std, title=f"{explained_name(e, item)}")
-    data = base64.b64encode(save_png(figure)).decode("ascii")
+    data = base64.b64encode(save_png(explanation_image_figure(e, item))).decode("ascii")
     return f'<p><img class="heatmap" alt="relevance of {html.escape(key)}" src="data:image/png;base64,{data}"></p>'
