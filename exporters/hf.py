@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..loaders import FX_METADATA
 from ..registry import Registry
 from .to_fx import export_fx
+from .external import EXTERNAL_DATA_THRESHOLD
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
@@ -347,6 +348,7 @@ def export_hf(
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
     task: str | None = None,
+    external_data: int = EXTERNAL_DATA_THRESHOLD,
 ) -> Path:
     """Export a Hugging Face model to ``out_dir/model.onnx`` next to copies of its task's files
     (a text classifier's ``tokenizer.json``, an image classifier's ``preprocessor_config.json``).
@@ -358,7 +360,8 @@ def export_hf(
     ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
     ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text) or
     ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
-    ``metadata`` are added and take precedence.
+    ``metadata`` are added and take precedence. Weights above ``external_data`` bytes (and always
+    over 2 GiB) go to ``model.onnx.data`` beside it (see :func:`~rulegraph.exporters.export_onnx`).
 
     Returns:
         the path of ``model.onnx``.
@@ -383,6 +386,7 @@ def export_hf(
         output_names=info.outputs,
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
+        external_data=external_data,
     )
     for source, copy in copies.items():
         shutil.copyfile(source, copy)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -18,6 +19,7 @@ from ._common import (
     quiet,
     torch_export_dynamic_shapes,
 )
+from .external import EXTERNAL_DATA_THRESHOLD, data_file, finalize
 from ..registry import Registry
 
 #: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
@@ -59,6 +61,7 @@ def export_onnx(
     output_names: Sequence[str] = ("logits",),
     metadata: Mapping[str, str] | None = None,
     overwrite: bool = False,
+    external_data: int = EXTERNAL_DATA_THRESHOLD,
 ) -> Path:
     """Export ``module`` to an ONNX file and return its path.
 
@@ -81,6 +84,9 @@ def export_onnx(
         metadata: string key/value pairs stored in the model's ``metadata_props``;
             ``rulegraph.exporter`` is added unless given.
         overwrite: replace ``path`` if it exists (otherwise ``FileExistsError``).
+        external_data: above this many bytes of weights (``0``: always; over 2 GiB: always) they
+            are written to ``<path>.data`` beside the model as ONNX external data, streamed from
+            the exporter's output (see :mod:`rulegraph.exporters.external`).
 
     Raises:
         ValueError: bad exporter name, opset, example inputs or metadata.
@@ -90,21 +96,47 @@ def export_onnx(
     check_example_inputs(example_inputs)
     props = _metadata_props(metadata, exporter)
     path = Path(path)
+    if not isinstance(external_data, int) or isinstance(external_data, bool) or external_data < 0:
+        raise ValueError(f"external_data must be a number of bytes ≥ 0, got {external_data!r}")
     if not overwrite:
         refuse_overwrite(path)
+        refuse_overwrite(data_file(path))
     dynamic = axes_of(example_inputs) if dynamic_axes else {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
-        raw = Path(scratch) / "raw.onnx"
+        raw = Path(scratch) / "raw" / "raw.onnx"
+        raw.parent.mkdir()
         with eval_mode(module), quiet():
             EXPORTERS.get(exporter)(module, example_inputs, raw, opset, dynamic, list(output_names))
-        model = onnx.load(raw)
-        onnx.helper.set_model_props(model, {**_existing_props(model), **props})
-        onnx.checker.check_model(model)
-        staged = Path(scratch) / "model.onnx"
-        onnx.save(model, staged)
-        os.replace(staged, path)
+        staged = Path(scratch) / "staged" / path.name
+        staged.parent.mkdir()
+        stage(raw, staged, props, external_data)
+        shutil.rmtree(raw.parent)
+        publish(staged, path)
     return path
+
+
+def stage(raw: Path, staged: Path, props: Mapping[str, str], external_data: int) -> None:
+    """The exporter's file ``raw`` (and its data files) with ``props`` added to its metadata, written
+    to ``staged`` inline or with external data (:func:`~rulegraph.exporters.external.finalize`) and
+    checked there; the weights are streamed, never held whole."""
+    model = onnx.load(str(raw), load_external_data=False)
+    onnx.helper.set_model_props(model, {**_existing_props(model), **props})
+    finalize(model, raw.parent, staged, external_data)
+    del model
+    onnx.checker.check_model(str(staged))      # from the path: a model with external data is checked too
+
+
+def publish(staged: Path, path: Path) -> None:
+    """Move a staged export (and its data file) to ``path``, the data file first; the data file of an
+    earlier export there, which an inline export does not read, is removed."""
+    data, old = data_file(staged), data_file(path)
+    inline = not data.exists()
+    if not inline:
+        os.replace(data, old)
+    os.replace(staged, path)
+    if inline and old.exists():
+        old.unlink()
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, str]:
@@ -174,6 +206,6 @@ def _export_dynamo(
         opset_version=opset,
         dynamic_shapes=torch_export_dynamic_shapes(example_inputs, dynamic, named=True) if dynamic else None,
         dynamo=True,
-        external_data=False,
+        external_data=True,
         verbose=False,
     )
