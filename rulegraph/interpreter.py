@@ -25,6 +25,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -111,14 +112,16 @@ class Plan:
         self.steps = [s for s in steps if s.kind != Kind.CONST]
         self.value_steps = [s for s in self.steps if s.kind == Kind.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
-        self.has_infinite_constants = any(
-            t.is_floating_point() and not torch.isfinite(t).all() for t in self.constants.values()) or any(
-            isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
-            for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.limits = InputLimits.of(graph, self.kind)
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
+
+    @cached_property
+    def has_infinite_constants(self) -> bool:
+        """Whether a float constant or attribute holds ±inf or NaN (masks do; the audit's ledger asks)."""
+        return any(isinstance(v, Tensor) and v.is_floating_point() and not all_finite(v)
+                   for v in (*self.constants.values(), *(a for s in self.steps for a in s.attrs.values())))
 
     # -- preparation -------------------------------------------------------------------
     def _convert(self, value: Any) -> Any:
@@ -357,6 +360,15 @@ class InputLimits:
             if self.positions is not None and ids.dim() >= 2 and ids.shape[1] > self.positions[0]:
                 raise InputError(f"input {name} has {ids.shape[1]} positions; the model takes at most "
                                  f"{self.positions[0]} ({self.positions[1]})")
+
+
+def all_finite(t: Tensor, chunk: int = 1 << 22) -> bool:
+    """``torch.isfinite(t).all()``, a chunk of elements at a time (``isfinite`` allocates temporaries
+    the size of its input: a whole embedding table's worth). A transposed view (a weight an fx
+    lowering holds as ``Wᵀ``) is read in its storage order, not copied."""
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    flat = t.permute(order).reshape(-1)
+    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
 
 
 def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:
