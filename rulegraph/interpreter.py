@@ -21,11 +21,11 @@ every value by name, and the static arguments (shapes, axes) it handed to the op
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
-from functools import cached_property
 from typing import Any
 
 import torch
@@ -37,6 +37,8 @@ from .ops import OpSpec, lookup
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+#: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
@@ -117,7 +119,7 @@ class Plan:
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
 
-    @cached_property
+    @functools.cached_property
     def has_infinite_constants(self) -> bool:
         """Whether a float constant or attribute holds ±inf or NaN (masks do; the audit's ledger asks)."""
         return any(isinstance(v, Tensor) and v.is_floating_point() and not all_finite(v)
@@ -362,6 +364,20 @@ class InputLimits:
                                  f"{self.positions[0]} ({self.positions[1]})")
 
 
+@functools.lru_cache(maxsize=None)
+def supports(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``device`` computes in ``dtype``: a matrix product and a softmax run (bfloat16 needs
+    compute capability 8 on CUDA; float16 matrix products on CPU need a recent torch)."""
+    if dtype in (torch.float32, torch.float64):
+        return True
+    try:
+        x = torch.ones(2, 2, dtype=dtype, device=device)
+        torch.softmax(x @ x, -1)
+        return True
+    except RuntimeError:
+        return False
+
+
 def all_finite(t: Tensor, chunk: int = 1 << 22) -> bool:
     """``torch.isfinite(t).all()``, a chunk of elements at a time (``isfinite`` allocates temporaries
     the size of its input: a whole embedding table's worth). A transposed view (a weight an fx
@@ -381,8 +397,11 @@ def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype
         raise InputError(f"device {device.type!r} is not supported; valid: cpu, cuda, cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
-    if dtype not in (torch.float32, torch.float64):
-        raise InputError(f"dtype must be float32 or float64, got {dtype}")
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(str(d).removeprefix('torch.') for d in DTYPES)}, got {dtype}")
+    if not supports(device, dtype):
+        raise InputError(f"--dtype {str(dtype).removeprefix('torch.')} is not supported on {device} by this torch "
+                         "build (a matrix product and a softmax in it fail); use float32")
     plans = graph.cache.plans
     key = (str(device), dtype)
     if key not in plans:

@@ -11,8 +11,9 @@ from ..image import IMAGENET_MEAN, IMAGENET_STD
 from ..rules import shipped_rule_sets
 from ..scale import ENGINES
 
-#: the precisions a run can use (torch dtypes by name)
-DTYPES = ("float32", "float64")
+#: the precisions a run can use (torch dtypes by name; the half precisions where the device has them,
+#: see docs/precision.md)
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 class OutputPath(click.ParamType):

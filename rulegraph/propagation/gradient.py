@@ -13,6 +13,7 @@ import torch
 
 from ..ops import unbroadcast, vjp
 from ..ops.nn import held_layer_norm_stats, norm_dims
+from ..tolerances import stabiliser
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
 from .signal import Contribution, Site
 
@@ -115,7 +116,8 @@ class Zero(Epsilon):
 
 
 def _stabilize(z: Tensor, epsilon: float) -> Tensor:
-    """``z + ε·sign z`` with sign 0 := +1, as Zennit's stabiliser."""
+    """``z + ε·sign z`` with sign 0 := +1, as Zennit's stabiliser (ε floored per dtype: :func:`stabiliser`)."""
+    epsilon = stabiliser(epsilon, z.dtype)
     return z + epsilon * (2 * (z >= 0).to(z.dtype) - 1) if epsilon else z
 
 

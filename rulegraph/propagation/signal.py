@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..ops import OpSpec, vjp
+from ..tolerances import stabiliser
 
 Tensor = torch.Tensor
 
@@ -94,6 +95,7 @@ class Site:
         if inc is None:
             return None
         z = self.outputs[k]
+        stabilizer = stabiliser(stabilizer, z.dtype)
         if stabilizer:
             denominator = z + stabilizer * (2 * (z >= 0).to(z.dtype) - 1)
             if inc.signal is not None:

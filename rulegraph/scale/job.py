@@ -47,7 +47,7 @@ from .listener import Listener
 
 CONFIG = "config.json"
 #: the precisions a job runs in, by name
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def digest(path: str | Path) -> str:
