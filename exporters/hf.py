@@ -31,6 +31,7 @@ from ..loaders import FX_METADATA
 from ..registry import Registry
 from .to_fx import export_fx
 from .external import EXTERNAL_DATA_THRESHOLD
+from .moe import use_dense_experts
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
@@ -306,6 +307,7 @@ def load_hf(
         if "Unrecognized configuration class" not in str(error):
             raise
         raise ValueError(f"model type {config.model_type!r} in {model_dir} has no {name} head in transformers") from None
+    use_dense_experts(model)            # a mixture of experts: every expert on every token (exporters/moe.py)
     return chosen.wrapper(model).eval(), chosen.describe(model, model_dir, name)
 
 

@@ -80,6 +80,8 @@ class Audit:
     layers: list[LayerAudit]
     nodes: list[NodeAudit]
     tolerance: float
+    #: per mixture-of-experts block, the relevance each expert received (rulegraph.experts.ExpertAudit)
+    experts: list = field(default_factory=list)
 
     @property
     def unexpected(self) -> list[NodeAudit]:
@@ -102,6 +104,7 @@ class Audit:
             "conservation": c,
             "tolerance": self.tolerance,
             "layers": [{**asdict(layer), "relative_error": layer.relative_error} for layer in self.layers],
+            "experts": [asdict(x) for x in self.experts],
             "unexpected": [n.name for n in self.unexpected],
             "expected_breaks": {
                 "total": sum(n.breaks for n in self.expected),

@@ -56,8 +56,8 @@ class OpSpec:
     shape_only: bool = False
     data_dependent_shape: bool = False
     #: ``False`` for shapes, indices, comparisons (they never carry relevance); a function of the node where it
-    #: depends on an attribute (Cast's ``to``)
-    float_output: bool | Callable[[Any], bool] = True
+    #: depends on an attribute (Cast's ``to``); one flag per output where they differ (TopK: values, indices)
+    float_output: bool | tuple[bool, ...] | Callable[[Any], bool] = True
     #: ``bias(b, output, attrs)``: the additive constant input as the op adds it to its output (broadcastable)
     bias: Callable[..., Any] | None = None
     domain: str = ""
@@ -73,8 +73,14 @@ class OpSpec:
         return [i for i in range(len(node.inputs)) if not self.additive or self.is_additive(i)]
 
     def outputs_float(self, node) -> bool:
-        """Whether ``node``'s outputs are floating point (only those can carry relevance)."""
-        return self.float_output(node) if callable(self.float_output) else self.float_output
+        """Whether ``node``'s outputs are floating point (only those can carry relevance): any of them."""
+        return any(self.floats(node))
+
+    def floats(self, node) -> list[bool]:
+        """Per output of ``node``, whether it is floating point."""
+        flag = self.float_output(node) if callable(self.float_output) else self.float_output
+        return list(flag) + [False] * (len(node.outputs) - len(flag)) if isinstance(flag, tuple) \
+            else [flag] * len(node.outputs)
 
 
 REGISTRY: dict[tuple[str, str], OpSpec] = {}

@@ -20,6 +20,7 @@ import torch
 
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError
+from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ir import Node
@@ -304,8 +305,9 @@ class RelevancePass(Pass):
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]
         if unknown:
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
+        moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record))
+                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe})
         if audit:
             finish(flow)
         boundary: dict[str, Tensor] = {}
@@ -321,5 +323,7 @@ class RelevancePass(Pass):
         e = forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
                                 boundary={k: v.detach().cpu() for k, v in boundary.items()},
                                 audit=audit_of(flow, binding, dtype) if audit else None)
-        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items()}
+        if moe:
+            e.audit.experts = expert_audits(moe, flow.recorded, values)
+        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}
         return e
