@@ -94,3 +94,6 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
             return None
         value = producer.inputs[0]
     return None
+
+
+from . import quantization  # noqa: E402,F401  (registers the "quantization" canonizer)

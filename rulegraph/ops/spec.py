@@ -58,6 +58,12 @@ class OpSpec:
     #: ``False`` for shapes, indices, comparisons (they never carry relevance); a function of the node where it
     #: depends on an attribute (Cast's ``to``); one flag per output where they differ (TopK: values, indices)
     float_output: bool | tuple[bool, ...] | Callable[[Any], bool] = True
+    #: the output is input 0 up to an additive term the rules hold constant (a quantize–dequantize round
+    #: trip): producer patterns look through it
+    transparent: bool = False
+    #: the output depends on the input values, but the rules hold it constant (a quantization error): it
+    #: never carries relevance, whatever its type
+    held: bool = False
     #: ``bias(b, output, attrs)``: the additive constant input as the op adds it to its output (broadcastable)
     bias: Callable[..., Any] | None = None
     domain: str = ""
@@ -75,6 +81,10 @@ class OpSpec:
     def outputs_float(self, node) -> bool:
         """Whether ``node``'s outputs are floating point (only those can carry relevance): any of them."""
         return any(self.floats(node))
+
+    def carriers(self, node) -> list[bool]:
+        """Per output of ``node``, whether it can carry relevance: floating point, and not ``held``."""
+        return [False] * len(node.outputs) if self.held else self.floats(node)
 
     def floats(self, node) -> list[bool]:
         """Per output of ``node``, whether it is floating point."""

@@ -117,7 +117,7 @@ def _taint(graph: Graph, boundary: set[str]) -> set[str]:
 
 def _float_outputs(graph: Graph, node: Node) -> list[bool]:
     try:
-        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).floats(node)
+        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).carriers(node)
     except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
         return [True] * len(node.outputs)
 
