@@ -10,8 +10,9 @@ explains the float model's predicted class in every model (float32); per sentenc
 
 * Spearman rank correlation of the per-token scores with the float model's;
 * top-k overlap: |top-k(quantized) ∩ top-k(float)| / k, k = max(1, round(20% of the tokens));
-* the quantization error's share: |relevance absorbed by the quantization error| / |explained logit|
-  (the audit's ``quantization`` figure), and whether the prediction is the same.
+* the quantization error's share: |relevance absorbed by the quantization error| (the audit's
+  ``quantization`` figure) over Σ|per-token score| of the same explanation, and whether the quantized
+  model predicts the same class.
 
 Numbers, not timings: the script may run on a busy machine.
 """
@@ -96,7 +97,7 @@ def measure(texts: int) -> tuple[dict, dict]:
                     row = rows.setdefault((name, rules), {"rho": [], "top": [], "share": [], "same": []})
                     row["rho"].append(spearman(scores, base))
                     row["top"].append(overlap(scores, base))
-                    row["share"].append(abs(e.audit.quantization) / max(abs(e.audit.conservation.output_value), 1e-12))
+                    row["share"].append(abs(e.audit.quantization) / max(float(np.abs(scores).sum()), 1e-12))
                     row["same"].append(int(np.argmax(e.output_tensor.numpy()[0]) == reference.target[0]))
     return rows, sizes
 
@@ -114,7 +115,7 @@ def table(rows: dict, sizes: dict, texts: int) -> str:
         f"{texts} held-out test sentences, the float model's predicted class explained in each, float32.",
         "",
         "| quantization | rule set | Spearman ρ: median [min] | top-20% overlap: mean [min] | "
-        "quantization error / logit: median [max] | same prediction |",
+        "quantization error / Σ|score|: median [max] | same prediction |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for (name, rules), r in rows.items():

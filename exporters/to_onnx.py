@@ -19,7 +19,9 @@ from ._common import (
     quiet,
     torch_export_dynamic_shapes,
 )
+from .check import verify
 from .external import EXTERNAL_DATA_THRESHOLD, data_file, finalize
+from ..errors import ExportError
 from ..registry import Registry
 
 #: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
@@ -29,6 +31,10 @@ EXPORTERS: Registry = Registry("exporter")
 MIN_OPSET = 17
 #: Metadata key under which :func:`export_onnx` records the exporter used.
 EXPORTER_KEY = "rulegraph.exporter"
+#: Metadata key of the export check's result (which exporter, at which sizes, how close)
+CHECK_KEY = "rulegraph.export_check"
+#: Metadata key of the longest sequence the model takes (the check's sizes stay within it)
+MAX_LENGTH_KEY = "rulegraph.max_length"
 
 
 #: The highest opset each exporter writes (torch 2.x: the TorchScript exporter stops at 20).
@@ -62,6 +68,7 @@ def export_onnx(
     metadata: Mapping[str, str] | None = None,
     overwrite: bool = False,
     external_data: int = EXTERNAL_DATA_THRESHOLD,
+    check: bool = True,
 ) -> Path:
     """Export ``module`` to an ONNX file and return its path.
 
@@ -87,14 +94,19 @@ def export_onnx(
         external_data: above this many bytes of weights (``0``: always; over 2 GiB: always) they
             are written to ``<path>.data`` beside the model as ONNX external data, streamed from
             the exporter's output (see :mod:`rulegraph.exporters.external`).
+        check: before anything is written, run the exported graph at two input sizes other than the
+            traced one and compare it with the module (:mod:`rulegraph.exporters.check`); on a
+            mismatch (or a failing exporter) try the other exporter, and raise ``ExportError`` with the
+            figures when none is right. The result is recorded as ``rulegraph.export_check``.
 
     Raises:
         ValueError: bad exporter name, opset, example inputs or metadata.
         FileExistsError: ``path`` exists and ``overwrite`` is false.
+        ExportError: no exporter gives a graph that computes what the module computes (nothing is written).
     """
     check_exporter_options(exporter, opset)
     check_example_inputs(example_inputs)
-    props = _metadata_props(metadata, exporter)
+    _metadata_props(metadata, exporter)
     path = Path(path)
     if not isinstance(external_data, int) or isinstance(external_data, bool) or external_data < 0:
         raise ValueError(f"external_data must be a number of bytes ≥ 0, got {external_data!r}")
@@ -102,18 +114,50 @@ def export_onnx(
         refuse_overwrite(path)
         refuse_overwrite(data_file(path))
     dynamic = axes_of(example_inputs) if dynamic_axes else {}
+    if exporter == "dynamo":
+        check_dynamic_sizes(example_inputs, dynamic)
+    limit = (metadata or {}).get(MAX_LENGTH_KEY, "")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
-        raw = Path(scratch) / "raw" / "raw.onnx"
-        raw.parent.mkdir()
-        with eval_mode(module), quiet():
-            EXPORTERS.get(exporter)(module, example_inputs, raw, opset, dynamic, list(output_names))
-        staged = Path(scratch) / "staged" / path.name
-        staged.parent.mkdir()
-        stage(raw, staged, props, external_data)
-        shutil.rmtree(raw.parent)
-        publish(staged, path)
-    return path
+    failures: list[str] = []
+    for name in _exporters(exporter, opset, check):
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
+            raw = Path(scratch) / "raw" / "raw.onnx"
+            raw.parent.mkdir()
+            try:
+                with eval_mode(module), quiet():
+                    EXPORTERS.get(name)(module, example_inputs, raw, opset, dynamic, list(output_names))
+            except Exception as exc:
+                if not check:
+                    raise
+                failures.append(f"the {name} exporter fails ({_first_line(exc)})")
+                continue
+            props = _metadata_props(metadata, name)
+            if check:
+                verdict = verify(raw, module, example_inputs, dynamic, output_names,
+                                 int(limit) if limit.isdigit() else None)
+                if not verdict.ok:
+                    failures.append(f"the {name} export is wrong: {verdict.summary}")
+                    continue
+                props[CHECK_KEY] = "; ".join([*failures, f"{name}: {verdict.summary}"])
+            staged = Path(scratch) / "staged" / path.name
+            staged.parent.mkdir()
+            stage(raw, staged, props, external_data)
+            shutil.rmtree(raw.parent)
+            publish(staged, path)
+        return path
+    raise ExportError(f"{path}: no export computes what the module computes — {'; '.join(failures)}; "
+                      "nothing was written")
+
+
+def _exporters(first: str, opset: int, fallback: bool) -> list[str]:
+    """``first``, then (with ``fallback``) the other exporters that can write ``opset``."""
+    others = [e for e in EXPORTERS if e != first and opset <= MAX_OPSET.get(e, MIN_OPSET)] if fallback else []
+    return [first, *others]
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def stage(raw: Path, staged: Path, props: Mapping[str, str], external_data: int) -> None:

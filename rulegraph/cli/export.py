@@ -61,3 +61,18 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, external_
     data = path.with_name(path.name + ".data")
     extra = f" + {data.name} ({data.stat().st_size / 2**20:.1f} MiB)" if fmt == "onnx" and data.exists() else ""
     out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB){extra}")
+    check = _check_line(path, fmt)
+    if check:
+        out.print(f"checked: {check}")
+
+
+def _check_line(path: Path, fmt: str) -> str | None:
+    """The export check's result as the export recorded it (ONNX metadata, or the .pt2's metadata file)."""
+    if fmt == "onnx":
+        from ..exporters import read_metadata
+        return read_metadata(path).get("rulegraph.export_check")
+    import json
+    import zipfile
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("rulegraph.json")), None)
+        return json.loads(archive.read(name)).get("rulegraph.export_check") if name else None
