@@ -185,3 +185,29 @@ def test_a_dynamic_matmul_becomes_the_float_product_it_stands_for():
 def test_a_float_graph_is_left_unchanged(bert_onnx):
     graph = rulegraph.load(bert_onnx)
     assert prepared(graph, "lrp-ah-ln")[0] is graph
+
+
+def test_a_dynamically_quantized_cnn_explains_under_the_cnn_rule_sets(tmp_path):
+    """quantize_dynamic on Conv and Gemm emits ConvInteger / MatMulInteger; the canonized graph runs
+    like onnxruntime and both CNN rule sets (and gi) conserve in float64, the pixels' own rounding
+    included (where x̃ = 0 the rounding absorbs all)."""
+    import cnn
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    module, x = cnn.build("cnn"), cnn.image(2, 8)
+    source = cnn.onnx(module, tmp_path / "cnn.onnx", x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(str(source), str(tmp_path / "dynamic.onnx"), weight_type=QuantType.QUInt8,
+                         op_types_to_quantize=["Conv", "MatMul", "Gemm"])
+    path = tmp_path / "dynamic.onnx"
+    assert {"ConvInteger", "MatMulInteger"} <= _ops(path)
+    (expected,) = _literal(path).run(None, {"pixel_values": x.float().numpy()})
+    canonized, _ = prepared(rulegraph.load(path), "epsilon-gamma-box")
+    assert "ConvInteger" not in canonized.op_types() and "Conv" in canonized.op_types()
+    got = rulegraph.run(canonized, {"pixel_values": x.float()})["logits"].numpy()
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+    for rules in ("epsilon-gamma-box", "epsilon-plus-flat", "gi"):
+        e = rulegraph.explain(path, rules, {"pixel_values": x}, dtype=torch.float64)
+        c = e.audit.conservation
+        assert abs(c.residual) <= 1e-9 * abs(c.output_value) and not e.audit.unexpected, rules
+        assert e.audit.quantization != 0, rules
