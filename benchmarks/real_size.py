@@ -8,7 +8,8 @@ Face forward + backward Gradient×Input process on the same input.
 The model is a Llama-style causal LM with random weights (``--size``: ``0.6b`` is hidden 896, 24
 layers, MLP 4,864, 14 query / 2 key-value heads, vocabulary 128,000 untied — 0.59 B parameters,
 2.35 GB in float32, the size of issue 25; ``0.4b`` the same with a vocabulary of 32,000 and 28
-layers — 0.41 B; ``tiny`` for a smoke run), saved with ``save_pretrained`` in ``--checkpoint-dtype``
+layers — 0.41 B; ``0.6b-shallow`` 0.59 B parameters in 2 layers with a vocabulary of 320,000, the
+weights' size with little arithmetic; ``tiny`` for a smoke run), saved with ``save_pretrained`` in ``--checkpoint-dtype``
 under ``--work`` (outside the repository). Each measurement is its own process, so its peak RSS
 (``ru_maxrss`` from ``wait4``) is its own:
 
@@ -44,6 +45,10 @@ SIZES = {
                  num_key_value_heads=2, vocab_size=128_000),
     "0.4b": dict(hidden_size=896, num_hidden_layers=28, intermediate_size=4864, num_attention_heads=14,
                  num_key_value_heads=2, vocab_size=32_000),
+    # the weights of 0.6b (0.59 B parameters, 2.36 GB in float32) in 2 layers: memory at that size with a
+    # fraction of the arithmetic (export, load, check), for a machine where the full run would take too long
+    "0.6b-shallow": dict(hidden_size=896, num_hidden_layers=2, intermediate_size=2432, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=320_000),
     "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1_000),
 }

@@ -106,6 +106,9 @@ class _Runner:
         try:
             options = ort.SessionOptions()
             options.log_severity_level = 3
+            # the graph as written, its weights held once (no optimised or pre-packed copies)
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.add_session_config_entry("session.disable_prepacking", "1")
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:                 # no kernel for a type (bfloat16), or an unknown op
             if "NOT_IMPLEMENTED" not in str(exc) and "not implemented" not in str(exc).lower():
