@@ -27,13 +27,12 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from ..errors import ExportError, InputError
-from ..loaders import FX_METADATA
 from ..registry import Registry
-from .to_fx import export_fx
-from .external import EXTERNAL_DATA_THRESHOLD
-from .moe import use_dense_experts
 from ._common import dynamic_axes
 from .check import verify
+from .external import EXTERNAL_DATA_THRESHOLD
+from .moe import use_dense_experts
+from .to_fx import FX_METADATA, export_fx
 from .to_onnx import CHECK_KEY, check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
@@ -56,6 +55,8 @@ TASK_KEY = "rulegraph.task"
 IMAGE_SIZE_KEY = "rulegraph.image_size"
 IMAGE_MEAN_KEY = "rulegraph.image_mean"
 IMAGE_STD_KEY = "rulegraph.image_std"
+DECODER_START_KEY = "rulegraph.decoder_start_token_id"
+EOS_KEY = "rulegraph.eos_token_id"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class HFInfo:
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
+        decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
+        eos_token_id: the end-of-sequence token of a language model, if the config names one.
     """
 
     model_type: str
@@ -91,6 +94,8 @@ class HFInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    decoder_start: int | None = None
+    eos_token_id: int | None = None
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -98,7 +103,8 @@ class HFInfo:
         if self.labels:
             props[LABELS_KEY] = json.dumps(list(self.labels))
         optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
-                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std}
+                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std,
+                    DECODER_START_KEY: self.decoder_start, EOS_KEY: self.eos_token_id}
         props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
                       for k, v in optional.items() if v is not None})
         return props
@@ -417,6 +423,30 @@ def export_hf_fx(
     return export_fx(module, info.example_inputs(), dynamic=dynamic), info
 
 
+def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torch.export.ExportedProgram, HFInfo]:
+    """A Hugging Face model already in memory captured as :func:`export_hf_fx` captures a directory's:
+    its task's wrapper, eager attention, dense experts (a mixture of experts), in eval mode. The model
+    is left as it was (its attention and experts implementations and training mode restored)."""
+    name = task or task_of(model.config)
+    chosen = TASKS.get(name)
+    source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    training, attention = model.training, getattr(model.config, "_attn_implementation", None)
+    experts = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else None
+    try:
+        if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        if not use_dense_experts(model):
+            experts = None
+        info = chosen.describe(model, Path(source), name)
+        return export_fx(chosen.wrapper(model).eval(), info.example_inputs()), info
+    finally:
+        if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(attention)
+        if experts is not None:
+            model.set_experts_implementation(experts)
+        model.train(training)
+
+
 def save_hf_fx(
     model_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -484,7 +514,16 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         source=str(model_dir),
         task=task,
         outputs=spec.outputs,
+        decoder_start=_token_id(config, "decoder_start_token_id") if "decoder_input_ids" in inputs else None,
+        eos_token_id=_token_id(config, "eos_token_id") if not spec.labelled else None,
     )
+
+
+def _token_id(config: object, name: str) -> int | None:
+    """A token id the config names (the first, where it lists several), or ``None``."""
+    value = getattr(config, name, None)
+    value = value[0] if isinstance(value, (list, tuple)) and value else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _labels(config: object) -> tuple[str, ...]:

@@ -15,6 +15,11 @@ from ._common import (
 )
 
 
+#: the file inside a ``.pt2`` archive holding rulegraph's metadata (labels, length limit, output names),
+#: as the ONNX exports keep it in ``metadata_props``
+FX_METADATA = "rulegraph.json"
+
+
 def export_fx(
     module: torch.nn.Module,
     example_inputs: Mapping[str, torch.Tensor],

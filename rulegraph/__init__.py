@@ -21,7 +21,7 @@ from typing import Any
 _PUBLIC = {
     "Explanation": "explanation", "Graph": "ir", "RuleSet": "ruleset", "RulegraphError": "errors",
     "encode": "api", "explain": "api", "generate": "generation", "load": "loaders", "prepare": "interpreter", "run": "interpreter",
-    "shipped_rule_sets": "ruleset", "explain_steps": "seq2seq", "Steps": "seq2seq",
+    "shipped_rule_sets": "ruleset", "Generation": "generation",
 }
 
 __all__ = sorted(_PUBLIC)

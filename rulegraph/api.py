@@ -1,12 +1,16 @@
-"""``explain``: the one public entry, whatever the pass.
+"""``explain``: the one public entry, whatever the method, as the command line takes it.
 
-Load the model, read the rule set, apply its canonizers, run the shared prologue
-(:func:`rulegraph.passes.forward`), then the pass the rule set names (``pass:``, default
-``relevance``). Per-position scores sum the boundary relevance over the hidden dimension
-(images: over the channels).
+A rule set (a shipped name, a YAML path, a :class:`~rulegraph.RuleSet`) or any method of
+``rulegraph methods`` (``ig``, ``loo``…); the model as a file, a loaded graph, a torch.export
+program or a Hugging Face module in memory; inputs as tensors, or text (one, or a list: a padded
+batch) tokenized with the tokenizer beside the model; targets and contrasts as indices, class
+names or token text. The explanation carries the tokens, each token as a reader sees it, and the
+names of the explained outputs. Rule sets run in :func:`rulegraph.passes.apply`, other methods
+in :func:`rulegraph.methods.explain_with`.
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,80 +18,122 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
+from .loaders import load
+from .methods import Method, Vocab, explain_with, get
+from .methods.sequences import batch
 from .objective import Objective, parse as parse_objective
-from .passes import PASSES, forward, prepared
+from .options import PASS_OPTIONS
+from .passes import prepared
+from .passes.base import labels as model_labels
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder
 
 __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 
-def explain(model: Any, rules: RuleSet | str, inputs: dict[str, Any] | None = None,
-            target: int | Sequence[int] | None = None, *, text: str | None = None, question: str | None = None,
-            tokenizer: str | Path | None = None, output: str | None = None,
-            position: int | Sequence[int] | None = None, device: str = "cpu",
-            dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
-            score: str = "logit", objective: str | Objective | None = None, **options: Any) -> Explanation:
-    """Explain ``model``'s output for ``inputs`` with a rule set.
+def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | None = None,
+            target: int | str | Sequence[int | str] | None = None, *, text: str | Sequence[str] | None = None,
+            question: str | None = None, tokenizer: Any = None, output: str | None = None,
+            position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
+            audit: bool = True, contrast: int | str | Sequence[int | str] | None = None, score: str = "logit",
+            objective: str | Objective | None = None, **options: Any) -> Explanation:
+    """Explain ``model``'s output for ``inputs`` (or ``text``) with a rule set or any method.
 
-    ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes. ``rules``:
-    a :class:`~rulegraph.RuleSet` or a shipped name / YAML path. ``target``: the class index
-    (one for all items, or one per item); default the argmax. ``output``: which graph output
-    (default the first). ``position``: for ``[batch, positions, classes]`` outputs, the
-    position explained (default the last), or one per batch item (a list). ``contrast``: a class (or one per item) whose logit
-    is subtracted: the explained scalar is ``z_target − z_contrast``. ``score``: ``"logit"``
-    (default) or ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j``
-    with p = softmax(z) held constant (relevance conserves to that; ``e.extra["logprob"]`` has
-    log p_target; with a contrast, log p_A − log p_B = z_A − z_B exactly). See
-    :mod:`rulegraph.passes.base`. ``options``: the pass's own arguments, e.g. for
-    ``pass: decomposition`` ``groups``, ``alpha``, ``threshold``, ``variant``, ``mode``
-    (:class:`rulegraph.passes.decomposition.DecompositionPass`).
+    ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes (a Hugging
+    Face module too). ``rules``: a rule set (a :class:`~rulegraph.RuleSet`, a shipped name, a
+    YAML path) or any method of ``rulegraph methods`` (``"ig"``, ``"loo"``…). ``target``: the
+    class index, the class name (its label), or for a language model the text of one token
+    (``" Paris"``); one for all items or one per item; default the argmax. ``output``: which graph
+    output (default the first). ``position``: for ``[batch, positions, classes]`` outputs, the
+    position explained (default each text's last token), or one per batch item. ``contrast``: a
+    class (index, name or token text) whose logit is subtracted. ``score``: ``"logit"`` (default) or
+    ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j`` with p held
+    constant (``e.extra["logprob"]`` has log p_target). ``objective``: a linear expression of the
+    explained position's logits and log-probabilities, e.g. ``"logprob[' Paris'] - logprob[' London']"``
+    (:mod:`rulegraph.objective`). ``options``: the method's options, e.g. a decomposition's
+    ``groups``, ``alpha``, ``threshold`` (:data:`rulegraph.options.PASS_OPTIONS`) or IG's ``steps``.
 
-    Instead of ``inputs``, ``text="…"`` tokenizes a text with ``tokenizer`` (a
-    ``tokenizer.json``; default: the one beside the model file) and fills the model's inputs;
-    the explanation then carries the tokens (``e.tokens``). For span QA, ``question="…"`` is
-    encoded before the text (the context); explain ``output="start_logits"`` (or
-    ``"end_logits"``) with ``target=`` a token position (default: the predicted one).
-
-    ``objective``: instead of target / contrast / score, a linear expression of the explained
-    position's logits and log-probabilities, e.g. ``"logprob[' Paris'] - logprob[' London']"``
-    (:mod:`rulegraph.objective`: tokens as ids or quoted text, tokenized with ``tokenizer``);
-    ``e.extra["objective_value"]`` is its value.
+    Instead of ``inputs``, ``text="…"`` (or a list of texts, explained as one padded batch) is
+    tokenized with ``tokenizer`` (a ``tokenizer.json`` path, a ``tokenizers.Tokenizer`` or a
+    transformers fast tokenizer; default: the one beside the model file) and fills the model's
+    inputs (with one text, ``inputs`` may add what it does not fill); the explanation then carries
+    the tokens (``e.tokens``, ``e.texts``). For span QA, ``question="…"`` is encoded before each
+    text (the context).
     """
-    graph, ruleset = prepared(model, rules)
-    kind = PASSES.get(ruleset.pass_name)
-    options = kind.resolve(options)
-    if isinstance(objective, str):
-        objective = parse_objective(objective)
-    if objective is not None and any(isinstance(t, str) for t in objective.tokens):
-        encoder = _encoder(model, graph, tokenizer)
-        objective = objective.resolve(lambda token: encoder.token_id(token, "objective token"))
-    encoded = None
+    method = get(rules)
+    graph = prepared(model, rules)[0] if method.rule_set else load(model)
+    declared = {o.name for o in PASS_OPTIONS.get(_pass_name(rules, method), ())}
+    encoder = None
+    needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
+    if text is not None or tokenizer is not None or needs_words:
+        encoder = _encoder(model, graph, tokenizer, required=text is not None or tokenizer is not None)
+    encoded: list[Encoded] = []
+    special = vocab = None
     if text is not None:
-        if inputs is not None:
-            raise InputError("give inputs or text=…, not both")
-        encoded = encode(model, text, tokenizer, question)
-        inputs = encoded.inputs
+        texts = [text] if isinstance(text, str) else text
+        if inputs is not None and not (isinstance(inputs, dict) and len(texts) == 1):
+            raise InputError("give inputs or text=…, not both (with one text, inputs may give what the text does "
+                             "not fill, e.g. decoder_input_ids)")
+        if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+            raise InputError(f"text must be a str or a non-empty list of str, got {_kind(text)}")
+        encoded = [encoder.encode(t, question) for t in texts]
+        vocab = Vocab.from_tokenizer(encoder.tokenizer)
+        if len(encoded) == 1:
+            inputs, special = encoder.fill(graph, encoded[0], inputs or {}), torch.tensor([encoded[0].special])
+        else:
+            inputs, special = batch(graph, encoded, vocab.pad or 0)
+            if position is None and len({len(e.tokens) for e in encoded}) > 1 and _has_positions(graph, inputs,
+                                                                                                   output):
+                position = [len(e.tokens) - 1 for e in encoded]       # each text's last token, not padding
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
-    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=kind.unmatched, contrast=contrast, score=score, objective=objective)
-    e = kind().run(start, audit=audit, **options)
-    if encoded is not None:
-        e.tokens = [encoded.tokens]
-        e.extra["text"] = encoded.text
+    names = model_labels(graph)
+    target = _indices(target, "target", names, encoder)
+    contrast = _indices(contrast, "contrast", names, encoder)
+    if isinstance(objective, str):
+        objective = parse_objective(objective)
+    if isinstance(objective, Objective) and any(isinstance(t, str) for t in objective.tokens):
+        if encoder is None:
+            encoder = _encoder(model, graph, tokenizer, required=True)
+        objective = objective.resolve(lambda token: encoder.token_id(token, "objective token"))
+    if encoded and "word_ids" in declared:
+        options = {"word_ids": [e.word_ids for e in encoded], "tokens": [e.tokens for e in encoded], **options}
+    e = explain_with(graph, method, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                     special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
+                     objective=objective, **options)
+    if encoded:
+        e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]
+        e.extra["text"] = encoded[0].text if len(encoded) == 1 else [x.text for x in encoded]
+    elif encoder is not None and "input_ids" in inputs:
+        ids = torch.as_tensor(inputs["input_ids"])
+        if ids.dim() == 2:
+            e.tokens = [[encoder.tokenizer.id_to_token(int(i)) or str(int(i)) for i in row] for row in ids.tolist()]
+            e.texts = [encoder.texts(row) for row in ids.tolist()]
+    if encoder is not None and not names:
+        name_tokens(e, encoder)
     return e
 
 
-def encode(model: Any, text: str, tokenizer: str | Path | None = None, question: str | None = None) -> Encoded:
+def name_tokens(e: Explanation, encoder: TextEncoder) -> None:
+    """Name the output indices ``e`` mentions (targets, contrasts, an objective's tokens) by their
+    token's text, for a model whose outputs are a vocabulary (a language model)."""
+    vocabulary = encoder.tokenizer.get_vocab_size()
+    if e.output_tensor.shape[-1] != vocabulary:
+        return
+    mentioned = [*e.target, *(e.contrast or [])]
+    if "objective" in e.extra:
+        mentioned += [t.token for t in parse_objective(e.extra["objective"]).terms if isinstance(t.token, int)]
+    e.names.update({i: encoder.name(i) for i in mentioned if 0 <= i < vocabulary})
+
+
+def encode(model: Any, text: str, tokenizer: Any = None, question: str | None = None) -> Encoded:
     """``text`` tokenized for ``model`` (with ``tokenizer``, default the ``tokenizer.json`` beside the
     model file; with a ``question`` for span QA, the pair question, text): ``.inputs`` fills the
     model's inputs, ``.tokens`` and ``.special`` describe them."""
-    from .loaders import load
     if not isinstance(text, str):
-        raise InputError(f"text must be a str, got a {type(text).__name__}")
+        raise InputError(f"text must be a str, got {_kind(text)}")
     if question is not None and not isinstance(question, str):
-        raise InputError(f"question must be a str, got a {type(question).__name__}")
+        raise InputError(f"question must be a str, got {_kind(question)}")
     graph = load(model)
     encoder = _encoder(model, graph, tokenizer)
     encoded = encoder.encode(text, question)
@@ -95,7 +141,62 @@ def encode(model: Any, text: str, tokenizer: str | Path | None = None, question:
     return encoded
 
 
-def _encoder(model: Any, graph: Any, tokenizer: str | Path | None) -> TextEncoder:
-    """The model's text encoder: ``tokenizer``, else the ``tokenizer.json`` beside the model file."""
+def _encoder(model: Any, graph: Any, tokenizer: Any, required: bool = True) -> TextEncoder | None:
+    """The model's text encoder: ``tokenizer``, else the ``tokenizer.json`` beside the model file
+    (``None`` when there is none and it is not ``required``)."""
     path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
+    if not required and tokenizer is None and (path is None or TextEncoder.beside(path) is None):
+        return None
     return TextEncoder.for_model(graph, path, tokenizer)
+
+
+def _indices(given: Any, what: str, names: list[str] | None, encoder: TextEncoder | None) -> Any:
+    """``target`` / ``contrast`` as indices: a class name of the model's labels, or the text of one
+    token (a language model), becomes its index; indices (Python, numpy or torch integers) stay."""
+    if given is None:
+        return None
+    if isinstance(given, torch.Tensor) and given.dim() <= 1 and not given.is_floating_point():
+        given = given.tolist()
+    if hasattr(given, "dtype") and hasattr(given, "tolist") and not isinstance(given, torch.Tensor):
+        given = given.tolist()              # a numpy integer or array
+    items = given if isinstance(given, (list, tuple)) else [given]
+    out = []
+    for item in items:
+        if isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            out.append(int(item))
+        elif isinstance(item, str) and names:
+            if item not in names:
+                raise InputError(f"{what} {item!r} is not a class of this model; its classes: {', '.join(names)}")
+            out.append(names.index(item))
+        elif isinstance(item, str) and encoder is not None:
+            out.append(encoder.token_id(item, what))
+        elif isinstance(item, str):
+            raise InputError(f"{what} {item!r} is text: it needs the model's labels or its tokenizer "
+                             "(tokenizer=…, or a tokenizer.json beside the model)")
+        else:
+            raise InputError(f"{what} must be a class index, a class name or a token's text (or a list of them), "
+                             f"got {_kind(item)}")
+    return out if isinstance(given, (list, tuple)) else out[0]
+
+
+def _flat(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _kind(value: Any) -> str:
+    return f"{value!r}" if isinstance(value, (int, float, bool)) or value is None else f"a {type(value).__name__}"
+
+
+def _pass_name(rules: Any, method: Method) -> str:
+    if not method.rule_set:
+        return ""
+    return (rules if isinstance(rules, RuleSet) else RuleSet.load(method.name)).pass_name
+
+
+def _has_positions(graph, inputs: dict[str, Any], output: str | None) -> bool:
+    """Whether the explained output has a positions axis (one forward on the first item)."""
+    from .interpreter import prepare
+    plan = prepare(graph, "cpu", torch.float32)
+    first = {k: v[:1] for k, v in inputs.items()}
+    with torch.no_grad():
+        return plan.run(first, keep=frozenset())[output or graph.outputs[0]].dim() == 3

@@ -1,12 +1,16 @@
-"""What an explanation returns, whatever the pass or method that made it."""
+"""What an explanation returns, whatever the pass or method that made it; it shows itself in a
+terminal (``repr``: one screen), in a notebook (``_repr_html_``), as a page (``to_html``) and as a
+figure (``plot``), with the renderers of :mod:`rulegraph.render`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .audit import Audit
+from .errors import InputError
 
 Tensor = torch.Tensor
 
@@ -24,8 +28,11 @@ class Explanation:
     boundary: dict[str, Tensor]          # boundary key → full relevance tensor (e.g. batch × tokens × hidden)
     rules: str
     audit: Audit | None = None
-    tokens: list[list[str]] | None = None
+    tokens: list[list[str]] | None = None       # per item, the tokens as the tokenizer names them
+    texts: list[list[str]] | None = None        # per item, each token as a reader sees it
+    special: list[list[bool]] | None = None     # per item, which tokens are special ([CLS], [SEP]…)
     labels: list[str] | None = None
+    names: dict[int, str] = field(default_factory=dict)   # output index → its token's text (language models)
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
@@ -34,6 +41,49 @@ class Explanation:
     @property
     def batch_size(self) -> int:
         return len(self.target)
+
+    def name(self, index: int) -> str:
+        """An output index as a reader knows it: its class label, or its token's text (with the id)."""
+        if self.labels and 0 <= index < len(self.labels):
+            return self.labels[index]
+        return f"{self.names[index]!r} ({index})" if index in self.names else str(index)
+
+    def __repr__(self) -> str:
+        """One screen: what was explained, the tokens, the strongest for and against, the audit's verdict."""
+        from .render.colour import explained_name, token_texts, words
+        key = next(iter(self.relevance))
+        scores = self.scores(key)
+        tokens = token_texts(self, 0, len(scores))
+        ranked = sorted(words(tokens, scores, self.special[0] if self.special else [False] * len(tokens)),
+                        key=lambda ws: ws[1])
+        lines = [f"Explanation({self.rules}: {explained_name(self)} = {self.output_value[0]:.6g}"
+                 + (f", item 1 of {self.batch_size}" if self.batch_size > 1 else "") + ")",
+                 "  tokens: " + _shorten("".join(tokens) if self.texts or self.tokens else " ".join(tokens)),
+                 "  for: " + (", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—")
+                 + "   against: " + (", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")]
+        if self.audit is not None:
+            c = self.audit.conservation
+            lines.append(f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
+                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from .render.page import explanation_fragment
+        return explanation_fragment(self)
+
+    def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
+        """The explanation as a self-contained page; written to ``path`` when given (an existing
+        file only with ``overwrite``)."""
+        from .render.page import explanations_page
+        page = explanations_page([self])
+        if path is not None:
+            _write(Path(path), page, overwrite)
+        return page
+
+    def plot(self, item: int = 0, ax=None):
+        """Each token's score as a bar (matplotlib); returns the figure."""
+        from .render.figure import explanation_figure
+        return explanation_figure(self, item, ax)
 
     def scores(self, key: str | None = None, item: int = 0) -> list[float]:
         """Per-position scores of batch item ``item`` for one boundary key (default: the first)."""
@@ -54,10 +104,17 @@ class Explanation:
             d["contrast"] = None if self.contrast is None else \
                 self.contrast if self.batch_size > 1 else self.contrast[0]
             d["score"] = self.score
+        if self.labels or self.names:
+            d["target_name"] = [self.name(t) for t in self.target] if self.batch_size > 1 else self.name(self.target[0])
+            if self.contrast is not None:
+                names = [self.name(c) for c in self.contrast]
+                d["contrast_name"] = names if self.batch_size > 1 else names[0]
         if self.labels:
             d["labels"] = self.labels
         if self.tokens is not None:
             d["tokens"] = self.tokens if self.batch_size > 1 else self.tokens[0]
+        if self.texts is not None:
+            d["texts"] = self.texts if self.batch_size > 1 else self.texts[0]
         if self.audit is not None:
             d.update(self.audit.to_dict())
         d.update(self.extra)
@@ -65,3 +122,19 @@ class Explanation:
             if key in self.extra and self.batch_size == 1:
                 d[key] = self.extra[key][0]
         return d
+
+
+def _shorten(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _write(path: Path, content: str, overwrite: bool) -> None:
+    """``content`` to ``path``: an existing file only with ``overwrite``, never through a link."""
+    if path.is_symlink():
+        raise InputError(f"{path} is a link; rulegraph does not write through links")
+    if path.exists() and not overwrite:
+        raise InputError(f"{path} exists; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.rulegraph-partial")
+    staged.write_text(content, encoding="utf-8")
+    staged.replace(path)

@@ -1,26 +1,30 @@
-"""Explaining generation: every token a decoder-only language model generates, explained in turn.
+"""Explaining generation: every token a language model generates, explained in turn, for
+decoder-only models (GPT-2, Llama…) and encoder–decoders (BART, T5, Marian…) alike.
 
 :func:`generate` decodes greedily (or takes a given continuation) and explains each generated
-token with a rule set or a method, giving a relevance *matrix*: rows are the tokens a step can
-rely on (the prompt, then the generated prefix), columns are the generated tokens, and column
-``t`` holds the relevance of each row for the logit of token ``t`` at the position predicting
-it (rows after that position are not inputs of step ``t``: NaN).
+token with a rule set or any method, giving a relevance *matrix* (:class:`Generation`): rows are
+the tokens a step can rely on, columns the generated tokens, and column ``t`` holds each row's
+relevance for the logit of token ``t`` at the position that predicts it. The rows are
+
+* decoder-only: the prompt, then the generated prefix (groups ``prompt`` / ``generated``, or
+  ``continuation`` for given tokens); rows after a step's position are not inputs of that step (NaN);
+* encoder–decoder: the source tokens, then the target prefix, which starts with the decoder's
+  start token (groups ``source`` / ``target``); the prefix rows after a step's position get no
+  relevance (causal decoder), the source rows always do. The source-vs-prefix share of each step
+  is Yang et al. 2023, "Local interpretation of transformer based on linear decomposition", ACL,
+  Sec. 4.2, Fig. 4–5 (:meth:`Generation.shares`).
 
 One forward per step at most:
 
-* greedy: step ``t`` runs the model once on the prompt and the ``t`` tokens generated so far;
-  that forward is also the explanation's forward (its argmax at the last position is the next
-  token, and it is what gets explained);
+* greedy: step ``t`` runs the model once on the prompt (or source) and the ``t`` tokens
+  generated so far; that forward is also the explanation's forward (its argmax at the last
+  position is the next token, and it is what gets explained);
 * a given continuation: the whole sequence is known, so every step is explained on the one
-  sequence ``prompt + continuation[:-1]`` at its own position, ``batch`` steps per call (the
-  batch holds copies of the sequence, each item with its own target and position). With a
-  causal model, position ``p`` sees only rows ``0…p``, so this equals explaining the prefix
-  (checked in ``tests/test_generation.py``).
+  sequence at its own position, ``batch`` steps per call (the batch holds copies of the sequence,
+  each item with its own target and position). With a causal (decoder) model, position ``p``
+  sees only rows ``0…p``, so this equals explaining the prefix (``tests/test_generation.py``).
 
-The matrix is the interface the renderers read (:class:`Generation`: ``rows``, ``groups``,
-``columns``, ``matrix``, ``steps``), so other models plug in by filling the same fields, e.g. an
-encoder–decoder with the source tokens and the target prefix as rows (groups ``source`` /
-``target``).
+The renderers (``rulegraph.cli.matrix``: terminal, HTML, PNG) read a :class:`Generation` only.
 """
 from __future__ import annotations
 
@@ -32,32 +36,41 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .errors import InputError
+from .errors import InputError, ModelError
 from .explanation import Explanation
 from .ruleset import RuleSet
 
 Tensor = torch.Tensor
 
+#: the decoder-side input of an encoder–decoder export
+PREFIX = "decoder_input_ids"
+#: export metadata: an encoder–decoder's decoder start token (rulegraph.exporters.hf)
+DECODER_START = "rulegraph.decoder_start_token_id"
+
 
 @dataclass
-class Step:
+class GeneratedToken:
     """One generated token and its explanation."""
 
     token: int                       # the generated token id (the explained target)
     text: str                        # the token as the tokenizer writes it
-    position: int                    # the row whose output predicts it (the explained position)
+    position: int                    # the (decoder) position whose output predicts it
     output_value: float              # the explained scalar (the logit, or z − Σ p·z for score="logprob")
-    scores: list[float]              # relevance of rows 0…position
-    residual: float | None = None    # the audit's unexplained residual of the call that explained this step
+    probability: float               # p(token) at that position (the softmax of the output)
+    scores: list[float]              # relevance of the rows the step sees (rows 0…, in row order)
+    absorbed: float | None = None    # the audit of the call that explained this step (its sum over the batch)
+    breaks: float | None = None
+    residual: float | None = None
     relative_error: float | None = None
-    batched: int = 1                 # steps explained in that call (the audit figures are their sum)
+    batched: int = 1                 # steps explained in that call
     logprob: float | None = None     # log p(token) (score="logprob")
 
     def to_dict(self) -> dict[str, Any]:
         d = {"token": self.token, "text": self.text, "position": self.position, "output_value": self.output_value,
-             "scores": self.scores}
+             "probability": self.probability, "scores": self.scores}
         if self.residual is not None:
-            d.update(residual=self.residual, relative_error=self.relative_error, batched=self.batched)
+            d.update(absorbed=self.absorbed, breaks=self.breaks, residual=self.residual,
+                     relative_error=self.relative_error, batched=self.batched)
         if self.logprob is not None:
             d["logprob"] = self.logprob
         return d
@@ -66,15 +79,15 @@ class Step:
 @dataclass
 class Generation:
     """The explained generation: ``matrix[row, step]`` is the relevance of row token ``rows[row]``
-    for generated token ``columns[step]`` (NaN where the row comes after the step's position)."""
+    for generated token ``columns[step]`` (NaN where the step does not see the row)."""
 
-    rows: list[str]                  # prompt tokens, then the generated prefix
-    groups: list[str]                # per row: "prompt" or "generated"
-    steps: list[Step]
+    rows: list[str]                  # prompt (or source) tokens, then the generated (or target) prefix
+    groups: list[str]                # per row: "prompt" / "generated" (or "continuation"), "source" / "target"
+    steps: list[GeneratedToken]
     method: str
     mode: str                        # "greedy" or "continuation"
-    prompt: str | None = None
-    continuation: str | None = None  # the generated text, decoded
+    prompt: str | None = None        # the prompt (or source) text, when given as text
+    continuation: str | None = None  # the generated (or given) text, decoded
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -88,11 +101,95 @@ class Generation:
             m[:len(s.scores), t] = torch.tensor(s.scores, dtype=torch.float64)
         return m
 
+    def totals(self) -> dict[str, Tensor]:
+        """Per row group (in row order), its summed relevance for each step."""
+        m = torch.nan_to_num(self.matrix)
+        return {g: m[[r for r, h in enumerate(self.groups) if h == g]].sum(0) for g in dict.fromkeys(self.groups)}
+
+    def shares(self) -> dict[str, Tensor]:
+        """Per row group, its share of each step's relevance, |S_g| / Σ_h |S_h| with S_g the group's
+        summed relevance (for an encoder–decoder, the source-vs-prefix share of Yang et al. 2023,
+        Sec. 4.2; the paper does not say how signs enter: the magnitudes keep each share in
+        [0, 1]); NaN where every total is 0."""
+        totals = {g: t.abs() for g, t in self.totals().items()}
+        whole = sum(totals.values())
+        undefined = whole == 0
+        safe = torch.where(undefined, torch.ones_like(whole), whole)
+        return {g: torch.where(undefined, torch.full_like(t, math.nan), t / safe) for g, t in totals.items()}
+
+    def __repr__(self) -> str:
+        """One screen: the method, the generated tokens with their probabilities, the rows."""
+        shown = ", ".join(f"{s.text!r} p={s.probability:.2f}" for s in self.steps[:8])
+        more = f", … ({len(self.steps)} in all)" if len(self.steps) > 8 else ""
+        return (f"Generation({self.method}, {self.mode}: {len(self.steps)} token(s), {len(self.rows)} rows "
+                f"({', '.join(f'{g} {self.groups.count(g)}' for g in dict.fromkeys(self.groups))}))\n"
+                f"  tokens: {shown}{more}")
+
+    def _repr_html_(self) -> str:
+        from .render.page import generation_fragment
+        return generation_fragment(self)
+
+    def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
+        """The matrix as a self-contained page; written to ``path`` when given (an existing file only
+        with ``overwrite``)."""
+        from .explanation import _write
+        from .render.page import generation_page
+        page = generation_page(self)
+        if path is not None:
+            _write(Path(path), page, overwrite)
+        return page
+
+    def plot(self, title: str = ""):
+        """The matrix as a heatmap (matplotlib); returns the figure."""
+        from .render.figure import generation_figure
+        return generation_figure(self, title)
+
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "mode": self.mode, "prompt": self.prompt, "continuation": self.continuation,
                 "rows": self.rows, "groups": self.groups, "columns": self.columns,
-                "matrix": [[None if math.isnan(x) else x for x in row] for row in self.matrix.tolist()],
+                "matrix": [[_finite(x) for x in row] for row in self.matrix.tolist()],
+                "shares": {g: [_finite(x) for x in s.tolist()] for g, s in self.shares().items()},
                 "steps": [s.to_dict() for s in self.steps], **self.extra}
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+class _Layout:
+    """How a language model's token sequences become its inputs and the matrix rows.
+
+    Decoder-only: the sequence is the prompt and what follows it; rows are the sequence.
+    Encoder–decoder: the source is fixed; the sequence is the target prefix (from the decoder's
+    start token); rows are the source, then the prefix."""
+
+    def __init__(self, graph, output: str, source: list[int] | None):
+        self.graph, self.output, self.source = graph, output, source
+        names = [i.name for i in graph.inputs]
+        self.sequence_input = PREFIX if source is not None else "input_ids"
+        fill = {"input_ids", "attention_mask", "token_type_ids"} | ({PREFIX} if source is not None else set())
+        missing = [n for n in names if n not in fill]
+        if missing:
+            raise InputError(f"generation fills {', '.join(sorted(fill))}; the model also takes {', '.join(missing)}")
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return self.source is not None
+
+    def feeds(self, sequence: list[int], copies: int = 1) -> dict[str, Tensor]:
+        """The graph's inputs for ``sequence``, ``copies`` times (all-ones masks, zero token types)."""
+        seq = torch.tensor([sequence] * copies, dtype=torch.int64)
+        ids = torch.tensor([self.source] * copies, dtype=torch.int64) if self.encoder_decoder else seq
+        fill = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+                PREFIX: seq}
+        return {i.name: fill[i.name] for i in self.graph.inputs}
+
+    def rows(self, e: Explanation, item: int, position: int) -> list[float]:
+        """Row scores of batch item ``item`` explained at ``position``: the rows that step sees."""
+        seq = e.relevance[self.sequence_input][item, :position + 1].double().tolist()
+        if not self.encoder_decoder:
+            return seq
+        return e.relevance["input_ids"][item].double().tolist() + seq
 
 
 def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inputs: dict[str, Any] | None = None,
@@ -103,160 +200,224 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     """Generate ``steps`` tokens greedily after a prompt (or take ``continuation``) and explain each.
 
     ``model``: a causal language model whose output (``output``, default the first) is
-    ``[batch, positions, vocab]``. ``method``: a rule set (a :class:`~rulegraph.RuleSet`, a shipped
-    name or a YAML path) or any method of ``rulegraph methods`` (baselines take ``options``).
-    The prompt is ``text`` (tokenized with ``tokenizer``, default the ``tokenizer.json`` beside the
-    model) or ``inputs`` (``{"input_ids": [1, P]}``). ``continuation``: text (tokenized without
-    special tokens) or token ids to explain instead of generating. Exactly ``steps`` tokens are
-    generated (an end-of-text token does not stop it). ``batch``: continuation steps explained
-    per call (rule sets; each call's audit is the sum over its steps). ``progress`` is called
-    with the number of steps done after each call. ``score``: as in :func:`rulegraph.explain`.
+    ``[batch, positions, vocab]``, or an encoder–decoder export (inputs ``input_ids``,
+    ``attention_mask``, ``decoder_input_ids``; output ``[batch, target positions, vocab]``), whose
+    prefix starts with the decoder start token the export recorded. ``method``: a rule set (a
+    :class:`~rulegraph.RuleSet`, a shipped name or a YAML path) or any method of ``rulegraph
+    methods``, with its ``options`` (a decomposition's ``alpha``…). The prompt (decoder-only) or
+    source (encoder–decoder) is ``text`` (tokenized with ``tokenizer``, default the
+    ``tokenizer.json`` beside the model) or ``inputs`` (``{"input_ids": [1, P]}``; an
+    encoder–decoder may add its ``decoder_input_ids`` ``[1, T]``, a prefix that starts with the
+    start token: its tokens after the start are then the continuation). ``continuation``: text
+    (tokenized without special tokens) or token ids to explain instead of generating. Exactly
+    ``steps`` tokens are generated (an end-of-text token does not stop it). ``batch``:
+    continuation steps explained per call (each call's audit is the sum over its steps).
+    ``progress`` is called with the number of steps done after each call. ``score``: as in
+    :func:`rulegraph.explain`.
     """
-    from .api import explain, prepared
     from .interpreter import prepare
     from .loaders import load
-    from .methods import Method, explain_with, get
-    from .passes.base import SCORES
+    from .methods import explain_with, get
+    from .passes import prepared
+    from .objective import QUANTITIES
     from .text import TextEncoder
 
-    if (steps is None) == (continuation is None):
+    if (steps is None) == (continuation is None) and not _has_prefix(inputs):
         raise InputError("give steps=N (greedy generation) or continuation=… (tokens to explain), not both"
                          if steps is not None else "give steps=N (greedy generation) or continuation=…")
     if steps is not None and (not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1):
         raise InputError(f"the number of tokens to generate must be an integer ≥ 1, got {steps!r}")
     if not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or batch < 1:
         raise InputError(f"batch must be an integer ≥ 1, got {batch!r}")
-    if score not in SCORES:
-        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
-    chosen: Method | None = None if isinstance(method, RuleSet) else get(method)
-    ruleset = method if chosen is None else RuleSet.load(chosen.name) if chosen.kind == "rules" else None
-    if chosen is not None and chosen.kind != "rules" and score != "logit":
+    if score not in QUANTITIES:
+        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
+    chosen = get(method)
+    if not chosen.rule_set and score != "logit":
         raise InputError(f"score='logprob' is supported by rule sets; {chosen.name} is a baseline")
-    resolved = chosen.resolve(options or {}) if chosen is not None else {}
-    if chosen is None and options:
-        raise InputError("options set a method's options; a rule set takes none")
-    graph = prepared(model, ruleset)[0] if ruleset is not None else load(model)
+    resolved = chosen.resolve(options or {})
+    graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.rule_set \
+        else load(model)
 
-    # the prompt and the continuation, as ids
+    # the prompt (or source), the decoder's start, the continuation, as ids
     encoder = None
     if text is not None or tokenizer is not None or isinstance(continuation, str):
         path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
         encoder = TextEncoder.for_model(graph, path, tokenizer)
-    if (text is None) == (inputs is None):
+    if inputs is not None and not isinstance(inputs, dict):
+        raise InputError(f"inputs must be a dict of input name → token ids, got a {type(inputs).__name__}")
+    if (text is None) == (inputs is None or inputs.get("input_ids") is None):
         raise InputError("give the prompt as text=… or as inputs={'input_ids': …}, not both"
                          if text is not None else "give the prompt as text=… or as inputs={'input_ids': …}")
+    encoder_decoder = PREFIX in graph.input_names
+    if _has_prefix(inputs) and not encoder_decoder:
+        raise InputError(f"{PREFIX} is an encoder–decoder's input; this model takes {', '.join(graph.input_names)}")
     if text is not None:
         if not isinstance(text, str) or not text.strip():
             raise InputError("the prompt text is empty")
         prompt = list(encoder.tokenizer.encode(text).ids)
     else:
-        ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
-        ids = torch.as_tensor(ids) if ids is not None else None
-        if ids is None or ids.dim() != 2 or ids.shape[0] != 1 or ids.is_floating_point():
-            raise InputError("inputs must hold 'input_ids': integer token ids of shape [1, prompt length]")
-        prompt = ids[0].tolist()
+        prompt = _ids(inputs, "input_ids")
     if not prompt:
         raise InputError("the prompt has no tokens")
-    if isinstance(continuation, str):
-        given = list(encoder.tokenizer.encode(continuation, add_special_tokens=False).ids)
-    elif continuation is not None:
-        given = [int(i) for i in continuation]
-    else:
-        given = None
-    if given is not None and not given:
-        raise InputError("the continuation has no tokens")
+    given = _continuation(encoder, continuation)
+    start: list[int] = []
+    if encoder_decoder:
+        start = _start(graph)
+        if _has_prefix(inputs):
+            prefix = _ids(inputs, PREFIX)
+            if prefix[:1] != start:
+                raise InputError(f"the {PREFIX} given must start with the decoder start token {start[0]}, "
+                                 f"got {prefix[:1]}")
+            if given is not None or steps is not None:
+                raise InputError(f"give {PREFIX} (a prefix to explain) or steps=/continuation=, not both")
+            given = prefix[1:]
+            if not given:
+                raise InputError(f"the {PREFIX} given holds only the start token: nothing to explain")
     n = steps if given is None else len(given)
-
-    # is it a language model, and does the sequence fit? (before any real work)
-    plan = prepare(graph, device, dtype)
-    names = [i.name for i in graph.inputs]
     output = output or graph.outputs[0]
     if output not in graph.outputs:
         raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    if "input_ids" not in names:
-        raise InputError(f"generation needs a model with an input_ids input; its inputs: {', '.join(names)}")
-    probe = plan.run(_feeds(graph, [0, 0]))[output]
-    if probe.dim() != 3 or probe.shape[1] != 2:
-        raise InputError(f"generation needs a language model whose output {output!r} is [batch, positions, vocab]; "
-                         f"this model's is {list(probe.shape)} for 2 tokens (a classifier?)")
-    rows = plan.limits.ids.get("input_ids", (probe.shape[-1], ""))[0]
-    if probe.shape[-1] != rows:
-        raise InputError(f"generation needs a language-model head: the output {output!r} has {probe.shape[-1]} "
-                         f"scores per position but the token embedding has {rows} rows (a token classifier?)")
-    changed = plan.run(_feeds(graph, [0, 1]))[output][:, 0]
-    if not torch.allclose(changed, probe[:, 0], rtol=1e-5, atol=1e-6 * float(probe[:, 0].abs().max())):
-        raise InputError("generation needs a causal model: its output at position 0 changed with the token at "
-                         "position 1 (a bidirectional model, such as a masked LM?)")
-    limit = plan.limits.positions
-    if limit is not None and len(prompt) + n - 1 > limit[0]:
-        raise InputError(f"the prompt has {len(prompt)} tokens and {n} generated tokens need {len(prompt) + n - 1} "
-                         f"positions; the model takes at most {limit[0]} ({limit[1]})")
-    vocab = probe.shape[-1]
-    bad = [i for i in [*prompt, *(given or [])] if not 0 <= i < vocab]
-    if bad:
-        raise InputError(f"token id {bad[0]} is outside the model's vocabulary (0…{vocab - 1})")
+    layout = _Layout(graph, output, prompt if encoder_decoder else None)
+    context = start if encoder_decoder else prompt          # what the generated tokens follow
 
-    def one(ids: list[int], targets: list[int] | None, positions: list[int] | None) -> Explanation:
-        feeds = _feeds(graph, ids, len(positions) if positions else 1)
-        kw = dict(output=output, device=device, dtype=dtype, audit=audit)
-        position = positions if positions else None
-        if ruleset is not None:
-            return explain(graph, ruleset, feeds, targets, position=position, score=score, **kw)
-        return explain_with(graph, chosen, feeds, None if targets is None else targets[0],
-                            position=None if position is None else position[0], **kw, **resolved)
+    # is it a language model, and does the sequence fit? (before any real work)
+    plan = prepare(graph, device, dtype)
+    _check_language_model(plan, layout, context, n, given, prompt)
 
-    found: list[Step] = []
-    sequence = list(prompt)
+    def one(sequence: list[int], targets: list[int] | None, positions: list[int] | None) -> Explanation:
+        feeds = layout.feeds(sequence, len(positions) if positions else 1)
+        position = positions if positions and len(positions) > 1 else (positions[0] if positions else None)
+        target = targets if targets and len(targets) > 1 else (targets[0] if targets else None)
+        return explain_with(graph, chosen, feeds, target, output=output, position=position, device=device,
+                            dtype=dtype, audit=audit, target_score=score, **resolved)
+
+    found: list[GeneratedToken] = []
+    sequence = list(context)
     if given is None:                                   # greedy: the explained forward picks the token
         for _ in range(n):
-            found.extend(_steps(one(sequence, None, None), [len(sequence) - 1], encoder, audit))
+            found.extend(_explained(one(sequence, None, [len(sequence) - 1]), [len(sequence) - 1], layout, encoder,
+                                    audit))
             sequence.append(found[-1].token)
             if progress:
                 progress(1)
     else:
         sequence += given
-        chunk = batch if ruleset is not None else 1
-        for start in range(0, n, chunk):
-            positions = [len(prompt) - 1 + t for t in range(start, min(n, start + chunk))]
-            e = one(sequence[:-1], [given[p - len(prompt) + 1] for p in positions], positions)
-            found.extend(_steps(e, positions, encoder, audit))
+        chunk = batch if chosen.rule_set else 1
+        first = len(context) - 1
+        for begin in range(0, n, chunk):
+            positions = [first + t for t in range(begin, min(n, begin + chunk))]
+            e = one(sequence[:-1], [given[p - first] for p in positions], positions)
+            found.extend(_explained(e, positions, layout, encoder, audit))
             if progress:
                 progress(len(positions))
-    rows = sequence[:-1]
+    shown = sequence[:-1]
+    if encoder_decoder:
+        rows = _texts(encoder, prompt) + _texts(encoder, shown)
+        groups = ["source"] * len(prompt) + ["target"] * len(shown)
+    else:
+        rows = _texts(encoder, shown)
+        groups = ["prompt"] * len(prompt) + ["generated" if given is None else "continuation"] * (len(shown) - len(prompt))
     return Generation(
-        rows=[_token(encoder, i) for i in rows], groups=["prompt"] * len(prompt) + ["generated"] * (n - 1),
-        steps=found, method=ruleset.name or ruleset.source if chosen is None else chosen.name,
+        rows=rows, groups=groups, steps=found, method=chosen.name,
         mode="greedy" if given is None else "continuation", prompt=text,
         continuation=encoder.tokenizer.decode([s.token for s in found]) if encoder is not None else None)
 
 
-def _feeds(graph, ids: list[int], copies: int = 1) -> dict[str, Tensor]:
-    """The graph's inputs for one token sequence, ``copies`` times: ids, an all-ones attention mask,
-    zero token types."""
-    x = torch.tensor([ids] * copies, dtype=torch.int64)
-    fill = {"input_ids": x, "attention_mask": torch.ones_like(x), "token_type_ids": torch.zeros_like(x)}
-    missing = [i.name for i in graph.inputs if i.name not in fill]
-    if missing:
-        raise InputError(f"generation fills input_ids, attention_mask and token_type_ids; the model also takes "
-                         f"{', '.join(missing)}")
-    return {i.name: fill[i.name] for i in graph.inputs}
+def _has_prefix(inputs: Any) -> bool:
+    return isinstance(inputs, dict) and inputs.get(PREFIX) is not None
 
 
-def _steps(e: Explanation, positions: list[int], encoder, audit: bool) -> list[Step]:
-    """One :class:`Step` per batch item of ``e`` (item ``i`` explains ``positions[i]``)."""
-    key = next(iter(e.relevance))
+def _ids(inputs: Any, name: str) -> list[int]:
+    """``inputs[name]`` as a list of token ids: one sequence, ``[1, length]`` integers."""
+    ids = inputs.get(name) if isinstance(inputs, dict) else None
+    try:
+        ids = torch.as_tensor(ids) if ids is not None else None
+    except (TypeError, ValueError, RuntimeError):
+        ids = None
+    if ids is None or ids.dim() != 2 or ids.shape[0] != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+        raise InputError(f"inputs must hold {name!r}: integer token ids of shape [1, length]")
+    return ids[0].tolist()
+
+
+def _continuation(encoder, continuation: str | Sequence[int] | None) -> list[int] | None:
+    """The continuation as ids: text tokenized without special tokens, or ids as given."""
+    if continuation is None:
+        return None
+    if isinstance(continuation, str):
+        given = list(encoder.tokenizer.encode(continuation, add_special_tokens=False).ids)
+    else:
+        try:
+            given = torch.as_tensor(continuation).tolist()
+        except (TypeError, ValueError, RuntimeError):
+            given = None
+        if not isinstance(given, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in given):
+            raise InputError("continuation must be text or a flat list of token ids (integers)")
+    if not given:
+        raise InputError("the continuation has no tokens")
+    return given
+
+
+def _start(graph) -> list[int]:
+    """The decoder start token an encoder–decoder export recorded."""
+    raw = graph.metadata.get(DECODER_START)
+    if raw is None:
+        raise ModelError(f"the export does not record its decoder start token ({DECODER_START}): export it again "
+                         f"with `rulegraph export`, or give inputs={{{PREFIX!r}: [[start, …]]}}")
+    try:
+        return [int(raw)]
+    except ValueError:
+        raise ModelError(f"the export's {DECODER_START} is not a token id: {raw[:40]!r}") from None
+
+
+def _check_language_model(plan, layout: _Layout, context: list[int], n: int, given: list[int] | None,
+                          prompt: list[int]) -> None:
+    """Refuse, before any work, a model that is not a (causal) language model, a sequence longer than
+    the model takes, or a token outside its vocabulary."""
+    output = layout.output
+    probe = plan.run(layout.feeds([context[0]] * 2))[output]
+    if probe.dim() != 3 or probe.shape[1] != 2:
+        raise InputError(f"generation needs a language model whose output {output!r} is [batch, positions, vocab]; "
+                         f"this model's is {list(probe.shape)} for 2 tokens (a classifier?)")
+    table = plan.limits.ids.get(layout.sequence_input, (probe.shape[-1], ""))[0]
+    if probe.shape[-1] != table:
+        raise InputError(f"generation needs a language-model head: the output {output!r} has {probe.shape[-1]} "
+                         f"scores per position but the token embedding has {table} rows (a token classifier?)")
+    other = (context[0] + 1) % probe.shape[-1]
+    changed = plan.run(layout.feeds([context[0], other]))[output][:, 0]
+    if not torch.allclose(changed, probe[:, 0], rtol=1e-5, atol=1e-6 * float(probe[:, 0].abs().max())):
+        raise InputError("generation needs a causal model: its output at position 0 changed with the token at "
+                         "position 1 (a bidirectional model, such as a masked LM?)")
+    needed = len(context) + n - 1
+    limit = plan.limits.positions
+    if limit is not None and needed > limit[0]:
+        raise InputError(f"the prompt has {len(context)} tokens and {n} generated tokens need {needed} positions; "
+                         f"the model takes at most {limit[0]} ({limit[1]})")
+    vocab = probe.shape[-1]
+    bad = [i for i in [*prompt, *context, *(given or [])] if not 0 <= i < vocab]
+    if bad:
+        raise InputError(f"token id {bad[0]} is outside the model's vocabulary (0…{vocab - 1})")
+
+
+def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, audit: bool) -> list[GeneratedToken]:
+    """One :class:`GeneratedToken` per batch item of ``e`` (item ``i`` explains ``positions[i]``)."""
     c = e.audit.conservation if audit and e.audit is not None else None
     found = []
     for i, p in enumerate(positions):
-        found.append(Step(
+        probabilities = e.output_tensor[i, p].double().softmax(-1)
+        found.append(GeneratedToken(
             token=e.target[i], text=_token(encoder, e.target[i]), position=p, output_value=e.output_value[i],
-            scores=e.relevance[key][i, :p + 1].double().tolist(),
+            probability=float(probabilities[e.target[i]]), scores=layout.rows(e, i, p),
+            absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
             residual=None if c is None else c.residual, relative_error=None if c is None else c.relative_error,
             batched=len(positions), logprob=e.extra["logprob"][i] if "logprob" in e.extra else None))
     return found
 
 
 def _token(encoder, i: int) -> str:
-    if encoder is None:
-        return str(i)
-    return encoder.tokenizer.id_to_token(i) or str(i)
+    """A generated token as a reader sees it (its id without a tokenizer)."""
+    return str(i) if encoder is None else encoder.name(i)
+
+
+def _texts(encoder, ids: list[int]) -> list[str]:
+    """Row tokens as a reader sees them (their ids without a tokenizer)."""
+    return [str(i) for i in ids] if encoder is None else encoder.texts(ids)

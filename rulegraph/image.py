@@ -98,32 +98,7 @@ def pixel_map(relevance: torch.Tensor) -> np.ndarray:
 def write_heatmap(relevance: torch.Tensor, path: str | Path, *, image: torch.Tensor | None = None,
                   mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
                   title: str = "") -> Path:
-    """A PNG of the per-pixel relevance (red positive, blue negative, symmetric scale), beside
-    the de-normalised input image when ``image`` is given."""
-    import numpy as np
-    import torch
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    heat = pixel_map(relevance)
-    bound = float(np.abs(heat).max()) or 1.0
-    panels = 2 if image is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
-    if image is not None:
-        x = image.detach().double().cpu()[0] if image.dim() == 4 else image.detach().double().cpu()
-        x = x * torch.tensor(std, dtype=x.dtype).reshape(3, 1, 1) + torch.tensor(mean, dtype=x.dtype).reshape(3, 1, 1)
-        axes[0][0].imshow(x.clamp(0, 1).permute(1, 2, 0).numpy())
-        axes[0][0].set_title("input")
-    ax = axes[0][-1]
-    shown = ax.imshow(heat, cmap="bwr", vmin=-bound, vmax=bound)
-    ax.set_title(title or "relevance")
-    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
-    for a in axes[0]:
-        a.axis("off")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    """A PNG of :func:`rulegraph.render.figure.image_figure`: the per-pixel relevance (red positive,
+    blue negative, symmetric scale), beside the de-normalised input image and over it when given."""
+    from .render.figure import image_figure, save
+    return save(image_figure(relevance, image, mean=mean, std=std, title=title), path)

@@ -1,7 +1,7 @@
 """Forward interpreter: runs the IR with torch ops on CPU or CUDA, in float32 or float64.
 
 A :class:`Plan` is the graph prepared for one device and dtype. Preparing it sorts
-every value into one of three classes:
+every value into the :class:`Stage` at which it is computed:
 
 ``CONST``  fixed by the model (initializers and what is computed from them only) —
            folded once, here;
@@ -62,7 +62,9 @@ class Values(dict):
         return args
 
 
-class Kind(IntEnum):
+class Stage(IntEnum):
+    """When a value is computed (see the module docstring); a node's stage is its latest input's."""
+
     CONST = 0
     SHAPE = 1
     VALUE = 2
@@ -75,29 +77,29 @@ class Step:
     node: Node
     spec: OpSpec
     attrs: dict[str, Any]
-    kind: Kind
+    stage: Stage
     static: tuple[int, ...]            # input positions that are passed as host lists
-    static_kinds: tuple[Kind, ...]     # the class of each of those inputs
+    static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
-def classify(graph: Graph) -> dict[str, Kind]:
-    """The class of every value: CONST, SHAPE or VALUE (see the module docstring)."""
-    kind: dict[str, Kind] = {name: Kind.CONST for name in graph.constants}
-    kind.update({name: Kind.VALUE for name in graph.input_names})
-    kind[""] = Kind.CONST
+def stages(graph: Graph) -> dict[str, Stage]:
+    """The stage of every value: CONST, SHAPE or VALUE (see the module docstring)."""
+    stage: dict[str, Stage] = {name: Stage.CONST for name in graph.constants}
+    stage.update({name: Stage.VALUE for name in graph.input_names})
+    stage[""] = Stage.CONST
     dynamic_shape: set[str] = set()  # values whose shape depends on input values
     for node in graph.nodes:
         spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
-        ins = [kind[v] for v in node.inputs]
-        if spec.shape_only and ins and ins[0] != Kind.CONST:
-            k = Kind.VALUE if node.inputs[0] in dynamic_shape else Kind.SHAPE
+        ins = [stage[v] for v in node.inputs]
+        if spec.shape_only and ins and ins[0] != Stage.CONST:
+            k = Stage.VALUE if node.inputs[0] in dynamic_shape else Stage.SHAPE
         else:
-            k = max(ins, default=Kind.CONST)
+            k = max(ins, default=Stage.CONST)
         if spec.data_dependent_shape or any(v in dynamic_shape for v in node.inputs):
             dynamic_shape.update(node.outputs)
         for v in node.outputs:
-            kind[v] = k
-    return kind
+            stage[v] = k
+    return stage
 
 
 class Plan:
@@ -107,15 +109,15 @@ class Plan:
         self.graph = graph
         self.device = device
         self.dtype = dtype
-        self.kind = classify(graph)
+        self.stage = stages(graph)
         self.constants = {name: self._convert(t) for name, t in graph.constants.items()}
         steps = [self._bind(node) for node in graph.nodes]
-        self._fold([s for s in steps if s.kind == Kind.CONST])
-        self.steps = [s for s in steps if s.kind != Kind.CONST]
-        self.value_steps = [s for s in self.steps if s.kind == Kind.VALUE]
+        self._fold([s for s in steps if s.stage == Stage.CONST])
+        self.steps = [s for s in steps if s.stage != Stage.CONST]
+        self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
-        self.limits = InputLimits.of(graph, self.kind)
+        self.limits = InputLimits.of(graph, self.stage)
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
 
@@ -139,9 +141,9 @@ class Plan:
         spec = lookup(node.op, node.domain, node=node.name, opset=self.graph.opset)
         attrs = {k: self._convert(v) for k, v in {**spec.defaults, **node.attrs}.items()}
         static = tuple(i for i in spec.static if i < len(node.inputs) and node.inputs[i])
-        kinds = tuple(self.kind[node.inputs[i]] for i in static)
-        k = max((self.kind[v] for v in node.outputs), default=Kind.CONST)
-        return Step(node, spec, attrs, k, static, kinds)
+        inputs = tuple(self.stage[node.inputs[i]] for i in static)
+        k = max((self.stage[v] for v in node.outputs), default=Stage.CONST)
+        return Step(node, spec, attrs, k, static, inputs)
 
     def _fold(self, steps: list[Step]) -> None:
         env = self.constants
@@ -152,13 +154,13 @@ class Plan:
     def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list]) -> None:
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
-        for i, k in zip(step.static, step.static_kinds):
+        for i, k in zip(step.static, step.static_stages):
             key = (node.index, i)
             if key in statics:
                 args[i] = statics[key]
             else:
                 args[i] = args[i].tolist()
-                if k != Kind.VALUE:
+                if k != Stage.VALUE:
                     statics[key] = args[i]
         try:
             out = step.spec.forward(*args, **step.attrs)
@@ -203,7 +205,7 @@ class Plan:
             return env
         statics: dict = {}
         self._run_steps(self._without(self.steps, skipped), env, statics, keep)
-        shape_values = {v: env[v] for s in self.steps if s.kind == Kind.SHAPE for v in s.node.outputs if v}
+        shape_values = {v: env[v] for s in self.steps if s.stage == Stage.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         env.statics = statics
         if len(self._shape_cache) > SHAPE_CACHE_SIZE:
@@ -214,8 +216,8 @@ class Plan:
         """Check the overridden values' names and convert the tensors to the plan's device and dtype."""
         out = {}
         for name, value in overrides.items():
-            if self.kind.get(name) != Kind.VALUE or name in self.graph.input_names:
-                what = "no such value" if name not in self.kind else (
+            if self.stage.get(name) != Stage.VALUE or name in self.graph.input_names:
+                what = "no such value" if name not in self.stage else (
                     "it is a graph input (pass it as an input)" if name in self.graph.input_names else
                     "it does not depend on the input values")
                 raise InputError(f"cannot override {name!r}: {what}")
@@ -252,7 +254,7 @@ class Plan:
             last: dict[str, int] = {}
             for i, step in enumerate(steps):
                 for v in (*step.node.inputs, *step.node.outputs):
-                    if v and self.kind.get(v) == Kind.VALUE:
+                    if v and self.stage.get(v) == Stage.VALUE:
                         last[v] = i
             spare = set(keep) | set(self.graph.outputs) | set(self.graph.input_names)
             dead: list[list[str]] = [[] for _ in steps]
@@ -317,7 +319,7 @@ class InputLimits:
     positions: tuple[int, str] | None
 
     @classmethod
-    def of(cls, graph: Graph, kind: dict[str, Kind]) -> "InputLimits":
+    def of(cls, graph: Graph, stage: dict[str, Stage]) -> "InputLimits":
         ids: dict[str, tuple[int, str]] = {}
         for node, source in graph.embeddings():
             rows = int(graph.constants[node.inputs[0]].shape[int(node.attrs.get("axis", 0))])
@@ -331,7 +333,7 @@ class InputLimits:
             for node in graph.nodes:
                 table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""
                 if table in graph.constants and graph.constants[table].is_floating_point() \
-                        and kind.get(node.inputs[1]) == Kind.SHAPE and _POSITION_TABLE.search(table):
+                        and stage.get(node.inputs[1]) == Stage.SHAPE and _POSITION_TABLE.search(table):
                     rows = int(graph.constants[table].shape[0])
                     if positions is None or rows < positions[0]:
                         positions = (rows, f"the position table {table!r}")

@@ -27,13 +27,13 @@ import torch
 
 from .errors import InputError
 
-#: the kinds of term, by name
-KINDS = ("logit", "logprob")
+#: the quantities a term takes of the explained position, by name
+QUANTITIES = ("logit", "logprob")
 MAX_TERMS = 64
 MAX_LENGTH = 2000
 
 _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)\s*\*\s*)?
-                       (?P<kind>[A-Za-z_]\w*)\s*\[\s*
+                       (?P<quantity>[A-Za-z_]\w*)\s*\[\s*
                        (?:(?P<id>\d+)|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)')
                        \s*\]\s*""", re.VERBOSE)
 
@@ -41,7 +41,7 @@ _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]
 @dataclass(frozen=True)
 class Term:
     coefficient: float
-    kind: str                   # "logit" or "logprob"
+    quantity: str               # "logit" or "logprob"
     token: int | str            # a class / vocabulary id, or the text of one token (before resolve)
 
 
@@ -72,7 +72,7 @@ class Objective:
         if bad:
             raise InputError(f"objective {self.text!r}: id {bad[0]} is out of range; the output has {classes} "
                              f"classes (0…{classes - 1})")
-        if classes < 2 and any(t.kind == "logprob" for t in self.terms):
+        if classes < 2 and any(t.quantity == "logprob" for t in self.terms):
             raise InputError(f"objective {self.text!r}: logprob needs an output with at least 2 classes")
 
     def seed(self, picked: torch.Tensor) -> torch.Tensor:
@@ -80,10 +80,10 @@ class Objective:
         Σ c·(e_t − p) for ``logprob`` terms, p = softmax(picked) held constant."""
         self.check(picked.shape[-1])
         seed = torch.zeros_like(picked)
-        p = picked.detach().softmax(-1) if any(t.kind == "logprob" for t in self.terms) else None
+        p = picked.detach().softmax(-1) if any(t.quantity == "logprob" for t in self.terms) else None
         for t in self.terms:
             seed[:, t.token] += t.coefficient
-            if t.kind == "logprob":
+            if t.quantity == "logprob":
                 seed -= t.coefficient * p
         return seed
 
@@ -93,7 +93,7 @@ class Objective:
         logp = z.log_softmax(-1)
         total = torch.zeros(z.shape[0], dtype=torch.float64)
         for t in self.terms:
-            total += t.coefficient * (z if t.kind == "logit" else logp)[:, t.token]
+            total += t.coefficient * (z if t.quantity == "logit" else logp)[:, t.token]
         return total.tolist()
 
 
@@ -111,13 +111,13 @@ def parse(text: str) -> Objective:
         if m is None or (terms and m.group("sign") is None):
             raise InputError(f"objective {text!r}: cannot read column {at + 1} ({text[at:at + 12]!r}…); expected "
                              "terms like logit[5], 0.5 * logprob[\" Paris\"] joined by + or -")
-        if m.group("kind") not in KINDS:
-            raise InputError(f"objective {text!r}: unknown term {m.group('kind')!r} at column {m.start('kind') + 1}; "
-                             f"valid: {', '.join(KINDS)}")
+        if m.group("quantity") not in QUANTITIES:
+            raise InputError(f"objective {text!r}: unknown term {m.group('quantity')!r} at column {m.start('quantity') + 1}; "
+                             f"valid: {', '.join(QUANTITIES)}")
         coefficient = float(m.group("coef") or 1.0) * (-1.0 if m.group("sign") == "-" else 1.0)
         quoted = m.group("dq") if m.group("dq") is not None else m.group("sq")
         token = int(m.group("id")) if m.group("id") is not None else re.sub(r"\\(.)", r"\1", quoted)
-        terms.append(Term(coefficient, m.group("kind"), token))
+        terms.append(Term(coefficient, m.group("quantity"), token))
         if len(terms) > MAX_TERMS:
             raise InputError(f"objective has more than {MAX_TERMS} terms")
         at = m.end()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,44 +17,61 @@ class Encoded:
     """One text, tokenized: the model inputs it can fill, and what to show."""
 
     text: str
-    tokens: list[str]
+    tokens: list[str]            # as the tokenizer names them ("Ġcapital", "##ly")
     special: list[bool]          # True for [CLS], [SEP], padding…
     word_ids: list[int | None]   # word index per token (None for special tokens)
     inputs: dict[str, torch.Tensor]
     truncated: bool = False
     question: str | None = None  # span QA: the question encoded before the text (the context)
+    texts: list[str] | None = None   # each token as a reader sees it (TextEncoder.texts)
 
 
 class TextEncoder:
     """Wraps a ``tokenizers.Tokenizer`` (a ``tokenizer.json`` file)."""
 
-    def __init__(self, path: str | Path, max_length: int | None = None):
+    def __init__(self, path: Any, max_length: int | None = None):
+        """``path``: a ``tokenizer.json``, a ``tokenizers.Tokenizer``, or a transformers fast
+        tokenizer (its ``backend_tokenizer``)."""
         from tokenizers import Tokenizer
-        path = Path(path)
-        if not path.exists():
-            raise InputError(f"tokenizer file not found: {path}")
-        try:
-            self.tokenizer = Tokenizer.from_file(str(path))
-        except Exception as exc:
-            raise InputError(f"{path} is not a tokenizers tokenizer.json ({str(exc).splitlines()[0]})") from None
+        given = getattr(path, "backend_tokenizer", path)
+        if isinstance(given, Tokenizer):
+            self.tokenizer = Tokenizer.from_str(given.to_str())      # a copy: padding and truncation are set here
+            self.path = None
+        elif isinstance(given, (str, Path)):
+            path = Path(given)
+            if not path.exists():
+                raise InputError(f"tokenizer file not found: {path}")
+            try:
+                self.tokenizer = Tokenizer.from_file(str(path))
+            except Exception as exc:
+                raise InputError(f"{path} is not a tokenizers tokenizer.json ({str(exc).splitlines()[0]})") from None
+            self.path = path
+        else:
+            raise InputError(f"a tokenizer is a tokenizer.json path, a tokenizers.Tokenizer or a transformers fast "
+                             f"tokenizer; got a {type(path).__name__}")
         self.tokenizer.no_padding()
         truncation = self.tokenizer.truncation
         self.max_length = max_length or (truncation or {}).get("max_length")
         self.tokenizer.no_truncation()
-        self.path = path
 
     @classmethod
-    def for_model(cls, graph: Graph, model_path: str | Path | None, tokenizer: str | Path | None) -> "TextEncoder":
-        """The tokenizer given, or the ``tokenizer.json`` beside the model file."""
+    def for_model(cls, graph: Graph, model_path: str | Path | None, tokenizer: Any) -> "TextEncoder":
+        """The tokenizer given (see :meth:`__init__`), or the ``tokenizer.json`` beside the model file."""
         if tokenizer is None:
             if model_path is None:
                 raise InputError("--text needs --tokenizer PATH (a tokenizer.json)")
-            candidate = Path(model_path).parent / "tokenizer.json"
-            if not candidate.exists():
+            tokenizer = cls.beside(model_path)
+            if tokenizer is None:
                 raise InputError(f"--text needs --tokenizer PATH; no tokenizer.json next to {model_path}")
-            tokenizer = candidate
         limit = graph.metadata.get("rulegraph.max_length")
         return cls(tokenizer, int(limit) if limit and limit.isdigit() else None)
+
+    @staticmethod
+    def beside(model_path: str | Path) -> Path | None:
+        """The ``tokenizer.json`` beside a model file (or in a model folder), if there is one."""
+        base = Path(model_path)
+        candidate = (base if base.is_dir() else base.parent) / "tokenizer.json"
+        return candidate if candidate.is_file() else None
 
     def encode(self, text: str, question: str | None = None) -> Encoded:
         """``text`` tokenized; for span QA with a ``question``, the pair (question, text) as the
@@ -80,7 +98,30 @@ class TextEncoder:
             "token_type_ids": torch.tensor([enc.type_ids], dtype=torch.int64),
         }
         special = [bool(s) for s in enc.special_tokens_mask]
-        return Encoded(text, list(enc.tokens), special, list(enc.word_ids), inputs, truncated, question)
+        return Encoded(text, list(enc.tokens), special, list(enc.word_ids), inputs, truncated, question,
+                       _texts_of(enc, pieces))
+
+    def texts(self, ids) -> list[str]:
+        """Token ids (without the text they came from) as a reader sees them, with the space before
+        a word: the tokenizer's decoding of each token (byte-level BPE's bytes and ``Ġ``,
+        SentencePiece's ``▁`` become text); a WordPiece continuation without its ``##``, other
+        WordPiece or word-level tokens after a space."""
+        from tokenizers import decoders
+        spaced = self.tokenizer.decoder is None or isinstance(self.tokenizer.decoder, decoders.WordPiece)
+        out = []
+        for k, i in enumerate(int(i) for i in ids):
+            raw = self.tokenizer.id_to_token(i)
+            if raw is None:
+                out.append(f"<{i}>")
+            elif spaced:
+                out.append(raw[2:] if raw.startswith("##") else raw if k == 0 else " " + raw)
+            else:
+                out.append(self.tokenizer.decode([i], skip_special_tokens=False) or raw)
+        return out
+
+    def name(self, i: int) -> str:
+        """One token as a reader sees it, e.g. to name an explained target (``' Paris'``)."""
+        return self.texts([i])[0]
 
     def token_id(self, text: str, what: str = "token") -> int:
         """The id of the one token ``text`` tokenizes to (no special tokens added); more or fewer
@@ -107,3 +148,20 @@ class TextEncoder:
                 raise InputError(f"the model's input {info.name!r} cannot be filled from text; "
                                  f"give it with --input {info.name}=…")
         return feeds
+
+
+def _texts_of(enc, pieces: tuple[str, ...]) -> list[str]:
+    """Each token of an encoding as a reader sees it: the slice of the text it covers (so bytes and
+    markers of byte-level BPE, ``▁`` and ``##`` never show), after a space where the text has one
+    before it; special tokens as their names."""
+    out = []
+    for k, (token, (start, end), sequence, special) in enumerate(
+            zip(enc.tokens, enc.offsets, enc.sequence_ids, enc.special_tokens_mask)):
+        if special or sequence is None or end <= start:
+            out.append(token if k == 0 else " " + token)
+            continue
+        source = pieces[sequence]
+        after_space = start > 0 and source[start - 1].isspace()
+        after_other = k > 0 and (enc.special_tokens_mask[k - 1] or enc.sequence_ids[k - 1] != sequence)
+        out.append((" " if k > 0 and (after_space or after_other) else "") + source[start:end])
+    return out

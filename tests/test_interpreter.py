@@ -10,7 +10,7 @@ import torch
 import rulegraph
 import tiny
 from rulegraph.errors import InputError
-from rulegraph.interpreter import Kind, classify, prepare
+from rulegraph.interpreter import Stage, prepare, stages
 
 NAMES = {"bert": ("input_ids", "attention_mask", "token_type_ids")}
 PAD = {"roberta": 1}
@@ -50,9 +50,9 @@ def test_every_shipped_rule_set_covers_the_export(exported):
 
 def test_shape_arithmetic_runs_once_per_shape(bert_onnx):
     graph = rulegraph.load(bert_onnx)
-    kinds = classify(graph)
+    kinds = stages(graph)
     shape_nodes = [n for n in graph.nodes if n.op == "Shape"]
-    assert shape_nodes and all(kinds[n.outputs[0]] == Kind.SHAPE for n in shape_nodes)
+    assert shape_nodes and all(kinds[n.outputs[0]] == Stage.SHAPE for n in shape_nodes)
     plan = prepare(graph)
     assert len(plan.value_steps) < len(plan.steps) < len(graph.nodes)
     first = plan.run(tiny.token_inputs(length=7))

@@ -2,7 +2,8 @@
 a graph input: the forward equals onnxruntime and the module, the boundary holds the decoder-side
 token embeddings, `gi` equals autograd Gradient×Input on both embeddings, every shipped rule set
 covers the graph and conserves at every generated step, and the per-step source-vs-prefix shares
-(Yang et al. 2023, Sec. 4.2) sum to 1."""
+(Yang et al. 2023, Sec. 4.2) sum to 1 — all through :func:`rulegraph.generate`, as for
+decoder-only models."""
 from __future__ import annotations
 
 import copy
@@ -15,8 +16,8 @@ import torch
 import rulegraph
 import tiny
 from rulegraph.cli import main
-from rulegraph.errors import InputError
-from rulegraph.seq2seq import Steps, explain_steps, greedy
+from rulegraph.errors import InputError, ModelError
+from rulegraph.generation import GeneratedToken, Generation
 
 # T5's torch.export program keeps an in-place add (aten.add_) the fx loader does not lower: ONNX only
 CASES = [("bart", "torchscript"), ("t5", "torchscript"), ("marian", "torchscript"), ("t5", "dynamo"),
@@ -71,78 +72,118 @@ def test_gi_equals_autograd_gradient_times_input(exported):
         torch.testing.assert_close(e.relevance[key], reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max()))
 
 
+def prefixed(module, source: int = 5, target: int = 3, **kw) -> dict[str, torch.Tensor]:
+    """Source ids and a target prefix that starts with the decoder's start token."""
+    feeds = tiny.seq2seq_inputs(source, target, **kw)
+    feeds["decoder_input_ids"][:, 0] = module.config.decoder_start_token_id
+    return {"input_ids": feeds["input_ids"], "decoder_input_ids": feeds["decoder_input_ids"]}
+
+
 @pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))
 def test_every_shipped_rule_set_covers_and_conserves_at_every_step(exported, rules, capsys):
-    _, _, path = exported
+    _, module, path = exported
     assert main(["check", str(path), "-r", rules]) == 0, capsys.readouterr().out
-    steps = explain_steps(path, rules, tiny.seq2seq_inputs(5, 3), dtype=torch.float64)
-    assert steps.scores.shape == (5 + 3, 3) and steps.sources == 5
-    for t in range(3):
-        rebuilt = float(steps.scores[:, t].sum()) + steps.absorbed[t] + steps.breaks[t]
-        assert abs(steps.explained[t] - rebuilt) <= 1e-10 * abs(steps.explained[t])
-        assert abs(steps.residual[t]) <= 1e-10 * abs(steps.explained[t])
-        assert (steps.scores[5 + t + 1:, t] == 0).all()          # causal: the prefix after step t has none
-    shares = steps.shares()
-    defined = ~shares.isnan().any(0)
-    assert defined.all()
-    torch.testing.assert_close(shares.sum(0), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
-    assert ((shares >= 0) & (shares <= 1)).all()
+    g = rulegraph.generate(path, rules, inputs=prefixed(module, 5, 4), dtype=torch.float64)
+    assert g.groups == ["source"] * 5 + ["target"] * 3 and g.matrix.shape == (5 + 3, 3)
+    for t, step in enumerate(g.steps):
+        assert step.position == t and len(step.scores) == 5 + t + 1
+        rebuilt = sum(step.scores) + step.absorbed + step.breaks
+        assert abs(step.output_value - rebuilt) <= 1e-10 * abs(step.output_value)
+        assert abs(step.residual) <= 1e-10 * abs(step.output_value)
+    shares = g.shares()
+    total = shares["source"] + shares["target"]
+    torch.testing.assert_close(total, torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert all(((s >= 0) & (s <= 1)).all() for s in shares.values())
+
+
+def test_the_prefix_after_a_step_gets_no_relevance(exported):
+    """A causal decoder: explained at position t, the prefix rows after t hold exactly 0."""
+    _, module, path = exported
+    feeds = prefixed(module, 5, 4)
+    e = rulegraph.explain(path, "lrp-ah-ln", {**feeds, "attention_mask": torch.ones_like(feeds["input_ids"])},
+                          position=1, dtype=torch.float64)
+    assert (e.relevance["decoder_input_ids"][0, 2:] == 0).all()
 
 
 def test_decomposition_groups_the_source_and_the_prefix(exported):
     """Two groups over the rows source + prefix (Yang et al. 2023, Sec. 4.2): their contributions
     are the per-step sums of the per-token ones (signed α: Group Additivity), plus the bias = logit."""
-    _, _, path = exported
-    feeds = tiny.seq2seq_inputs(7, 4)
-    tokens = explain_steps(path, "decomposition", feeds, dtype=torch.float64, alpha="signed")
-    e = rulegraph.explain(path, "decomposition", feeds, dtype=torch.float64, alpha="signed", position=3,
-                          target=tokens.targets[3], groups="source:7")
-    groups = {g["label"]: g["score"] for g in e.extra["decomposition"]["groups"]}
-    assert groups["source"] == pytest.approx(float(tokens.source[3]), rel=1e-9, abs=1e-12)
-    assert groups["prefix"] == pytest.approx(float(tokens.prefix[3]), rel=1e-9, abs=1e-12)
+    _, module, path = exported
+    feeds = prefixed(module, 7, 5)
+    g = rulegraph.generate(path, "decomposition", inputs=feeds, dtype=torch.float64, options={"alpha": "signed"})
+    full = {**feeds, "attention_mask": torch.ones_like(feeds["input_ids"])}
+    e = rulegraph.explain(path, "decomposition", full, dtype=torch.float64, alpha="signed", position=3,
+                          target=g.steps[3].token, groups="source:7")
+    groups = {x["label"]: x["score"] for x in e.extra["decomposition"]["groups"]}
+    totals = g.totals()
+    assert groups["source"] == pytest.approx(float(totals["source"][3]), rel=1e-9, abs=1e-12)
+    assert groups["prefix"] == pytest.approx(float(totals["target"][3]), rel=1e-9, abs=1e-12)
     assert groups["source"] + groups["prefix"] + e.extra["decomposition"]["bias"] == \
         pytest.approx(e.output_value[0], rel=1e-10)
 
 
-def test_greedy_prefix_gives_the_generated_tokens_as_the_default_targets(exported):
+def test_greedy_generation_equals_the_module_decoding_step_by_step(exported):
     name, module, path = exported
-    feeds = tiny.seq2seq_inputs(7, 4)
-    source = {k: feeds[k] for k in ("input_ids", "attention_mask")}
+    source = tiny.seq2seq_inputs(7, 4)["input_ids"]
+    g = rulegraph.generate(path, "lrp-ah-ln", inputs={"input_ids": source}, steps=4)
     start = module.config.decoder_start_token_id
-    prefix, generated = greedy(path, source, 4, start)
-    assert prefix[0, 0] == start and prefix[0, 1:].tolist() == generated[:-1]
     with torch.no_grad():                                      # the module, decoded step by step
         ids = torch.tensor([[start]])
         for _ in range(4):
-            ids = torch.cat([ids, module(**source, decoder_input_ids=ids, use_cache=False).logits[:, -1:].argmax(-1)], 1)
-    assert ids[0, 1:].tolist() == generated
-    steps = explain_steps(path, "lrp-ah-ln", {**source, "decoder_input_ids": prefix}, labels=tiny.VOCAB.__getitem__)
-    assert steps.targets == generated and steps.columns == [tiny.VOCAB[i] for i in generated]
-    d = steps.to_dict()
-    assert len(d["rows"]) == 11 and len(d["prefix_share"]) == 4
+            logits = module(input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=ids,
+                            use_cache=False).logits
+            ids = torch.cat([ids, logits[:, -1:].argmax(-1)], 1)
+    assert [s.token for s in g.steps] == ids[0, 1:].tolist() and g.mode == "greedy"
+    assert g.rows[7] == str(start) and g.groups == ["source"] * 7 + ["target"] * 4
+    d = g.to_dict()
+    assert len(d["rows"]) == 11 and len(d["shares"]["target"]) == 4
 
 
-def test_shares_are_undefined_where_both_totals_are_zero():
-    scores = torch.tensor([[1.0, 0.0, -3.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
-    steps = Steps(["a", "b", "c"], 2, ["x", "y", "z"], [0, 1, 2], scores, [0.0] * 3, [0.0] * 3, [0.0] * 3, [0.0] * 3)
-    shares = steps.shares()
-    assert shares[:, 0].tolist() == [0.5, 0.5]
-    assert shares[:, 1].isnan().all()
-    assert shares[:, 2].tolist() == [1.0, 0.0]
-    assert steps.to_dict()["prefix_share"] == [0.5, None, 0.0]
+def test_a_given_prefix_equals_its_continuation(exported):
+    """The prefix given as decoder_input_ids explains the tokens after the start, as continuation= does."""
+    _, module, path = exported
+    feeds = prefixed(module, 5, 4)
+    by_prefix = rulegraph.generate(path, "gi", inputs=feeds, dtype=torch.float64)
+    by_continuation = rulegraph.generate(path, "gi", inputs={"input_ids": feeds["input_ids"]}, dtype=torch.float64,
+                                         continuation=feeds["decoder_input_ids"][0, 1:].tolist(), batch=2)
+    assert by_prefix.rows == by_continuation.rows
+    torch.testing.assert_close(by_prefix.matrix, by_continuation.matrix, rtol=0, atol=1e-12, equal_nan=True)
+
+
+def test_shares_are_undefined_where_every_total_is_zero():
+    scores = [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [-3.0, 0.0, 0.0]]           # rows a, b | c; three steps
+    steps = [GeneratedToken(token=k, text=x, position=0, output_value=0.0, probability=1.0,
+                            scores=[row[k] for row in scores]) for k, x in enumerate("xyz")]
+    g = Generation(["a", "b", "c"], ["source", "source", "target"], steps, "gi", "continuation")
+    shares = g.shares()
+    assert shares["source"].tolist()[0] == 0.25 and shares["target"].tolist()[0] == 0.75
+    assert shares["source"][1].isnan() and shares["target"][1].isnan()
+    assert shares["source"].tolist()[2] == 1.0
+    assert g.to_dict()["shares"]["target"] == [0.75, None, 0.0]
 
 
 def test_bad_inputs_are_one_line_errors(exported, tmp_path):
-    _, _, path = exported
-    with pytest.raises(InputError, match=r"one source and one prefix"):
-        explain_steps(path, "gi", tiny.seq2seq_inputs(7, 4, batch=2))
-    with pytest.raises(InputError, match="one per position"):
-        explain_steps(path, "gi", tiny.seq2seq_inputs(7, 4), targets=[5, 6])
-    with pytest.raises(InputError, match="target prefix"):
-        explain_steps(path, "gi", {k: v for k, v in tiny.seq2seq_inputs().items() if k != "decoder_input_ids"})
+    _, module, path = exported
+    feeds = prefixed(module, 7, 4)
+    with pytest.raises(InputError, match=r"integer token ids of shape \[1, length\]"):
+        rulegraph.generate(path, "gi", inputs=prefixed(module, 7, 4, batch=2))
+    with pytest.raises(InputError, match="must start with the decoder start token"):
+        rulegraph.generate(path, "gi", inputs={**feeds, "decoder_input_ids": feeds["decoder_input_ids"][:, 1:] + 1})
+    with pytest.raises(InputError, match="not both"):
+        rulegraph.generate(path, "gi", inputs=feeds, steps=2)
+    unrecorded = tmp_path / "unrecorded.onnx"
+    import onnx
+    model = onnx.load(str(path)) if path.suffix == ".onnx" else None
+    if model is not None:
+        keep = [p for p in model.metadata_props if p.key != "rulegraph.decoder_start_token_id"]
+        del model.metadata_props[:]
+        model.metadata_props.extend(keep)
+        onnx.save(model, str(unrecorded))
+        with pytest.raises(ModelError, match="does not record its decoder start token"):
+            rulegraph.generate(unrecorded, "gi", inputs={"input_ids": feeds["input_ids"]}, steps=2)
     classifier = tiny.onnx(tiny.build("gpt2"), tmp_path / "gpt2.onnx", names=("input_ids", "attention_mask"))
-    with pytest.raises(InputError, match="encoder–decoder export"):
-        explain_steps(classifier, "gi", tiny.token_inputs(("input_ids", "attention_mask")))
+    with pytest.raises(InputError, match="encoder–decoder's input"):
+        rulegraph.generate(classifier, "gi", inputs=feeds)
 
 
 def test_rulegraph_export_reads_the_task_off_the_config(tmp_path):

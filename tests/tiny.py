@@ -174,12 +174,18 @@ def token_inputs(names=("input_ids", "attention_mask", "token_type_ids"), *, bat
 
 def onnx(module: torch.nn.Module, path: Path, *, names=("input_ids", "attention_mask", "token_type_ids"),
          exporter: str = "torchscript") -> Path:
-    """Export a tiny HF classifier with the project's exporter."""
+    """Export a tiny HF classifier (or causal LM) with the project's exporter; a sequence classifier's
+    labels recorded as ``rulegraph export`` records them."""
+    import json
+
     from rulegraph.exporters import HFClassifier, export_onnx
     wrapped = HFClassifier(module)
     example = token_inputs(names, batch=2, length=8, pad=2)
-    return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True,
-                       metadata={"rulegraph.labels": '["negative", "positive"]', "rulegraph.max_length": "64"})
+    metadata = {"rulegraph.max_length": "64"}
+    if type(module).__name__.endswith("ForSequenceClassification"):
+        config = module.config
+        metadata["rulegraph.labels"] = json.dumps([str(config.id2label[i]) for i in range(config.num_labels)])
+    return export_onnx(wrapped, example, path, exporter=exporter, overwrite=True, metadata=metadata)
 
 
 def _bart():
@@ -230,13 +236,18 @@ def seq2seq_inputs(source: int = 7, target: int = 4, *, batch: int = 1, seed: in
 def seq2seq_onnx(module: torch.nn.Module, path: Path, *, exporter: str = "torchscript") -> Path:
     """Export a tiny encoder–decoder LM with the project's exporter (the decoder's ids a graph input):
     ONNX with ``exporter`` torchscript or dynamo, or with ``torch.export`` a ``.pt2`` program beside ``path``."""
+    import json
+
     from rulegraph.exporters import HFSeq2SeqLM, export_fx, export_onnx
+    from rulegraph.exporters.hf import FX_METADATA
     example = seq2seq_inputs(8, 5, batch=2, seed=0)
     example["attention_mask"][1, 6:] = 0
     if exporter == "torch.export":
         program = export_fx(HFSeq2SeqLM(module), example)
         path = Path(path).with_suffix(".pt2")
-        torch.export.save(program, str(path))
+        metadata = {"rulegraph.decoder_start_token_id": str(module.config.decoder_start_token_id)}
+        torch.export.save(program, str(path), extra_files={FX_METADATA: json.dumps(metadata)})
         return path
     return export_onnx(HFSeq2SeqLM(module), example, path, exporter=exporter, overwrite=True,
-                       metadata={"rulegraph.max_length": "64"})
+                       metadata={"rulegraph.max_length": "64",
+                                 "rulegraph.decoder_start_token_id": str(module.config.decoder_start_token_id)})

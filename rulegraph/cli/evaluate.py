@@ -108,7 +108,7 @@ def given_settings(settings: dict) -> dict:
 def metric_options(command):
     """The metrics' declared options as click options (``aopc_k`` → ``--aopc-k``), in registration order."""
     for o in reversed(list(M.all_options().values())):
-        command = click.option(o.flag, o.key, type=Bounded(o.type, o.low, o.high), default=o.default,
+        command = click.option(o.flag, o.name, type=Bounded(o.type, o.low, o.high), default=o.default,
                                show_default=True,  # given or not: see given_settings (a protocol may set it)
                                help=f"{o.help} ({o.range()})")(command)
     return command
@@ -147,7 +147,7 @@ def metric_options(command):
 @click.option("--min-length", type=Bounded(int, 0), default=None,
               help="skip texts of fewer tokens ([CLS]/[SEP] included), counted in the output "
                    "(default: the protocol's; default protocol: 0)")
-@click.option("--score", "score", type=click.Choice(P.SCORES), default=None,
+@click.option("--score", "score", type=click.Choice(P.MEASURES), default=None,
               help="AOPC's drops of the explained class's probability, logit or log-odds "
                    "(default: the protocol's; default protocol: probability)")
 @click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",

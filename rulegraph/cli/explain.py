@@ -12,35 +12,31 @@ from rich.text import Text
 
 from ..errors import InputError
 from .console import err, out
-from .decomposition import decomposition_options
 from .generation import generation_options
-from .options import OUTPUT, image_options, input_options, method_options, model_argument, rules_option
+from .options import OUTPUT, image_options, input_options, method_options, model_argument, pass_options, rules_option
 
 
 @click.command("explain")
 @model_argument
 @method_options
 @input_options
-@decomposition_options
+@pass_options
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
-@click.option("--steps", is_flag=True,
-              help="encoder–decoder: explain every decoder position (-i decoder_input_ids=…, the target prefix) and "
-                   "show the source-vs-prefix share per generated token; --json writes the rows × steps matrix")
 @image_options
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
                 batch, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
-    Give a rule set with --rules, or any method (baselines too) with --method. For a causal
-    language model, --generate N (or --continuation TEXT) explains every generated token in turn:
-    a prompt-and-prefix × generated-tokens matrix (--png draws it)."""
+    Give a rule set with --rules, or any method (baselines too) with --method. For a language
+    model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
+    generated token in turn: a rows × generated-tokens matrix (--png draws it)."""
     from ..ruleset import RuleSet
-    from ..text import TextEncoder
     from . import render
-    from .inputs import check_output, load_model, parse_inputs, requests_of, resolve_targets, run_all, to_json, write
+    from .inputs import check_output, load_model, parse_inputs, requests_of, run_all, to_json, write
+    from .options import pass_arguments
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
@@ -49,27 +45,25 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if generate_n is None and continuation is None and batch != 1:
         raise InputError("--batch applies to --continuation")
     graph = load_model(model)
-    if generate_n is not None or continuation is not None:
-        if image_path is not None or steps or question is not None:
-            raise InputError("--generate/--continuation explains a causal language model's text; "
-                             "--image, --steps and --question do not apply")
-        from .generation import explain_generation
-        return explain_generation(graph, model, rules, method, method_option, texts, tokenizer, raw_inputs,
-                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
-    opts = resolve_targets(graph, model, tokenizer, opts)
-    chosen = None
+    options = {}
     if method:
-        from ..methods import Vocab, get
+        from ..methods import get
         from .evaluate import parse_options
         m = get(method)
         options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
-        vocab = None
-        if texts or tokenizer:
-            vocab = Vocab.from_tokenizer(TextEncoder.for_model(graph, model, tokenizer).tokenizer)
-        chosen = (m, options, vocab)
-        ruleset = None
-    else:
-        ruleset = RuleSet.load(rules)
+    if steps:
+        import warnings
+        warnings.warn("--steps is deprecated: give the target prefix with --continuation TEXT (or -i "
+                      "decoder_input_ids=…, as before), or --generate N", stacklevel=1)
+    if generate_n is not None or continuation is not None or steps:
+        if image_path is not None or question is not None:
+            raise InputError("--generate/--continuation explains a language model's text; --image and --question "
+                             "do not apply")
+        from .generation import explain_generation
+        return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
+                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
+    if rules:
+        options = pass_arguments(RuleSet.load(rules), opts)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
         png_path = html_path.with_suffix(".png")      # the heatmap beside the page
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
@@ -80,26 +74,21 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if pixels is None or texts:
             raise InputError("--image needs a model with a float (pixel) input, and no --text")
         pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
-        requests = [({**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}, None)]
+        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}}]
     else:
-        requests = requests_of(graph, model, texts, tokenizer, raw_inputs, question)
+        requests = requests_of(graph, texts, raw_inputs, question)
     if png_path is not None and image_path is None:
         raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
                          "(give --generate N or --continuation TEXT)")
-    if steps:
-        from .steps import explain_steps_cmd
-        vocab = TextEncoder.for_model(graph, model, tokenizer).tokenizer if texts or tokenizer else None
-        labels = (lambda i: vocab.id_to_token(i) or str(i)) if vocab is not None else None
-        return explain_steps_cmd(graph, ruleset, requests, opts, labels, json_path, html_path, force)
-    results = run_all(graph, ruleset, requests, opts, chosen)
+    results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
     if png_path is not None:
         from ..image import write_heatmap
-        e = results[0][0]
-        write_heatmap(e.boundary[pixels], png_path, image=requests[0][0][pixels], mean=pre["mean"], std=pre["std"],
-                      title=f"{e.rules}: {e.output}[{e.target[0]}]")
+        e = results[0]
+        write_heatmap(e.boundary[pixels], png_path, image=requests[0]["inputs"][pixels], mean=pre["mean"],
+                      std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
         err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"
-    for i, (e, enc) in enumerate(results):
+    for i, e in enumerate(results):
         if quiet:
             break
         if image_path is not None:
@@ -107,27 +96,20 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             continue
         if len(results) > 1:
             out.rule(f"{i + 1}/{len(results)}")
-        key = next(iter(e.relevance))
-        tokens = enc.tokens if enc else [str(k) for k in range(len(e.scores(key)))]
-        out.print(render.heatmap_text(tokens, e.scores(key), enc.special if enc else None))
-        out.print(render.top_tokens(tokens, e.scores(key), enc.special if enc else None))
-        note = render.mass_note(tokens, e.scores(key), enc.special if enc else None)
-        if note:
-            out.print(Text(note, style="yellow"))
-        out.print(render.summary_table(e))
+        for line in render.explanation_lines(e):
+            out.print(line)
     if json_path is not None:
         write(json_path, to_json(results), force, "JSON")
     if html_path is not None:
-        page = render.html_report([(e, enc.tokens if enc else None, enc.special if enc else None,
-                                    enc.text if enc else None) for e, enc in results], str(model))
-        write(html_path, page, force, "HTML")
+        from ..render.page import explanations_page
+        write(html_path, explanations_page(results, str(model)), force, "HTML")
 
 
 @click.command("audit")
 @model_argument
 @rules_option
 @input_options
-@decomposition_options
+@pass_options
 @click.option("--json", "json_path", type=OUTPUT, help="write the audit as JSON ('-': stdout)")
 @click.option("--top", type=click.IntRange(min=0), default=25, show_default=True,
               help="nodes to list (largest absorbed/breaks/errors)")
@@ -137,16 +119,16 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
-    from .decomposition import reconstruction_table
-    from .inputs import check_output, load_model, requests_of, resolve_targets, run_all, write
+    from .inputs import check_output, load_model, requests_of, run_all, write
+    from .options import pass_arguments
     check_output(json_path, force, "--json")
     graph = load_model(model)
-    opts = resolve_targets(graph, model, tokenizer, opts)
     ruleset = RuleSet.load(rules)
-    results = run_all(graph, ruleset, requests_of(graph, model, texts, tokenizer, raw_inputs, question), opts)
+    results = run_all(graph, ruleset, requests_of(graph, texts, raw_inputs, question), opts,
+                      pass_arguments(ruleset, opts), tokenizer, question)
     flagged = False
     docs = []
-    for e, enc in results:
+    for e in results:
         a = e.audit
         flagged |= not a.ok or bool(a.unexpected)
         if json_path is not None:
@@ -155,10 +137,10 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
             docs.append(d)
         if json_path is not None and str(json_path) == "-":
             continue
-        if enc is not None:
-            out.rule(escape(enc.text[:80]))
+        if "text" in e.extra:
+            out.rule(escape(str(e.extra["text"])[:80]))
         out.print(render.summary_table(e))
-        out.print(reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
+        out.print(render.reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
         if getattr(a, "experts", None):
             out.print(render.experts_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))

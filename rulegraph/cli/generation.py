@@ -1,5 +1,6 @@
-"""``rulegraph explain MODEL --generate N --text PROMPT``: explain every generated token of a causal
-language model (:func:`rulegraph.generation.generate`), shown as a matrix (``cli/matrix.py``)."""
+"""``rulegraph explain MODEL --generate N --text PROMPT`` (or ``--continuation TEXT``): explain every
+generated token of a language model, decoder-only or encoder–decoder
+(:func:`rulegraph.generation.generate`), shown as a matrix (``cli/matrix.py``)."""
 from __future__ import annotations
 
 import json
@@ -9,31 +10,37 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRe
 
 from ..errors import InputError
 from .console import err, out
-from .options import Bounded
+from .options import Bounded, pass_arguments
 
 
 def generation_options(f):
-    """``--generate N``, ``--continuation TEXT`` and ``--batch K`` of ``explain``."""
+    """``--generate N``, ``--continuation TEXT`` and ``--batch K`` of ``explain`` (and the
+    deprecated ``--steps``, now ``--continuation`` with ``-i decoder_input_ids=…``)."""
     for decorator in reversed([
         click.option("--generate", "generate_n", type=Bounded(int, 1), default=None, metavar="N",
-                     help="a causal LM: generate N tokens greedily after the --text prompt and explain each"),
+                     help="a language model (decoder-only or encoder–decoder): generate N tokens greedily after the "
+                          "--text prompt (the source) and explain each"),
         click.option("--continuation", default=None, metavar="TEXT",
-                     help="a causal LM: explain each token of this continuation of the --text prompt "
-                          "(instead of generating)"),
+                     help="a language model: explain each token of this continuation of the --text prompt (the "
+                          "target of an encoder–decoder) instead of generating"),
         click.option("--batch", "batch", type=Bounded(int, 1), default=1, show_default=True, metavar="K",
                      help="with --continuation and a rule set: steps explained per call (more memory, "
                           "fewer calls; the audit is then per call)"),
+        click.option("--steps", is_flag=True, hidden=True),
     ]):
         f = decorator(f)
     return f
 
 
-def explain_generation(graph, model, rules, method, method_option, texts, tokenizer, raw_inputs, steps,
+def explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs, steps,
                        continuation, batch, opts, json_path, html_path, png_path, force) -> None:
     """Refuse what does not apply to generation, run it with a progress bar, show and write it."""
     import torch
 
     from ..generation import generate
+    from ..render.figure import generation_figure, save
+    from ..render.page import generation_page
+    from ..ruleset import RuleSet
     from . import matrix
     from .inputs import check_output, parse_inputs, write
     for option, value in (("--target", opts.get("target")), ("--contrast", opts.get("contrast")),
@@ -41,36 +48,28 @@ def explain_generation(graph, model, rules, method, method_option, texts, tokeni
         if value is not None:
             raise InputError(f"{option} does not apply with --generate/--continuation: each step explains the "
                              "token it generated, at its own position")
-    given = [o for o in ("groups", "alpha", "lambda_", "variant") if opts.get(o) is not None]
-    if given:
-        raise InputError(f"--{given[0].rstrip('_')} does not apply with --generate/--continuation (the rule file's "
-                         "settings are used)")
     if steps is not None and continuation is not None:
         raise InputError("give --generate N or --continuation TEXT, not both")
     if len(texts) > 1:
         raise InputError("--generate/--continuation takes one prompt: give --text once")
-    if bool(texts) == bool(raw_inputs):
+    inputs = parse_inputs(graph, raw_inputs) if raw_inputs else {}
+    if bool(texts) == ("input_ids" in inputs):
         raise InputError("give the prompt with --text \"…\" or --input input_ids=1,2,3, not both"
                          if texts else "give the prompt with --text \"…\" (or --input input_ids=1,2,3)")
     if continuation is not None and not continuation.strip():
         raise InputError("--continuation is empty")
+    options = {**options, **pass_arguments(RuleSet.load(rules) if rules else None, opts)}
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
         check_output(path, force, option)
-    options = {}
-    if method:
-        from .evaluate import parse_options
-        options = parse_options(method_option, [method]).get(method, {})
-    inputs = parse_inputs(graph, raw_inputs) if raw_inputs else None
-    total = steps or 0
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
                         transient=True)
     with progress:
-        task = progress.add_task("explaining generated tokens", total=total or None)
-        g = generate(graph, rules or method, text=texts[0] if texts else None, inputs=inputs, steps=steps,
+        task = progress.add_task("explaining generated tokens", total=steps or None)
+        g = generate(graph, rules or method, text=texts[0] if texts else None, inputs=inputs or None, steps=steps,
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
-                     options=options, batch=batch, output=opts["output_name"],
-                     device=opts["device"], dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit",
+                     options=options, batch=batch, output=opts["output_name"], device=opts["device"],
+                     dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit",
                      progress=lambda k: progress.advance(task, k))
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):
@@ -84,7 +83,7 @@ def explain_generation(graph, model, rules, method, method_option, texts, tokeni
     if json_path is not None:
         write(json_path, json.dumps(g.to_dict(), indent=2), force, "JSON")
     if html_path is not None:
-        write(html_path, matrix.html_page(g, str(model)), force, "HTML")
+        write(html_path, generation_page(g, str(model)), force, "HTML")
     if png_path is not None:
-        matrix.write_png(g, png_path)
+        save(generation_figure(g), png_path)
         err.print(f"[dim]wrote heatmap to {png_path}[/]")

@@ -17,11 +17,7 @@ from ..errors import InputError
 from ..explanation import Explanation
 from ..ir import Graph
 from ..loaders import load
-from ..methods import explain_with
-from ..objective import parse as parse_objective
-from ..text import Encoded, TextEncoder
 from .console import err
-from .decomposition import pass_arguments
 
 
 def load_model(path: Path) -> Graph:
@@ -79,83 +75,42 @@ def _texts(texts: tuple[str, ...]) -> tuple[str, ...]:
     return texts
 
 
-def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs,
-                question: str | None = None) -> list[tuple[dict, Encoded | None]]:
-    """The explanations asked for: one per --text (after the --question, for span QA), or one from
-    --input values."""
+def requests_of(graph: Graph, texts, raw_inputs, question: str | None = None) -> list[dict[str, Any]]:
+    """The explanations asked for, as :func:`rulegraph.explain` arguments: one per --text (after the
+    --question, for span QA; --input values fill what the text does not), or one from --input values."""
     extra = parse_inputs(graph, raw_inputs)
     texts = _texts(texts)
     if question is not None and not texts:
         raise InputError("--question is encoded before a --text (the context); give --text too")
     if texts:
-        encoder = TextEncoder.for_model(graph, model, tokenizer)
-        return [(encoder.fill(graph, enc, extra), enc) for enc in (encoder.encode(t, question) for t in texts)]
+        return [{"text": t, "inputs": extra or None} for t in texts]
     if not extra:
         raise InputError("give --text \"…\" (with a tokenizer) or --input NAME=… for each model input")
     if "attention_mask" in (i.name for i in graph.inputs) and "attention_mask" not in extra and "input_ids" in extra:
         extra["attention_mask"] = torch.ones_like(extra["input_ids"])
     if "token_type_ids" in (i.name for i in graph.inputs) and "token_type_ids" not in extra and "input_ids" in extra:
         extra["token_type_ids"] = torch.zeros_like(extra["input_ids"])
-    return [(extra, None)]
+    return [{"inputs": extra}]
 
 
-def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) -> dict[str, Any]:
-    """``--target`` / ``--contrast`` given as text: the id of the one token it tokenizes to (with
-    the model's tokenizer, no special tokens added; see :meth:`TextEncoder.token_id`); ``--objective``
-    parsed, its token texts resolved the same way."""
-    opts = dict(opts)
-    if opts.get("objective") is not None:
-        opts["objective"] = parse_objective(opts["objective"])
-    texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)}
-    if opts.get("objective") is not None and any(isinstance(t, str) for t in opts["objective"].tokens):
-        texts["objective"] = next(t for t in opts["objective"].tokens if isinstance(t, str))
-    if not texts:
-        return opts
-    try:
-        encoder = TextEncoder.for_model(graph, model, tokenizer)
-    except InputError as exc:
-        raise InputError(f"--{next(iter(texts))} {next(iter(texts.values()))!r} is text, which needs the model's "
-                         f"tokenizer ({exc}); or give a token id") from None
-    for option in texts:
-        if option == "objective":
-            opts[option] = opts[option].resolve(lambda text: encoder.token_id(text, "--objective token"))
-        else:
-            opts[option] = encoder.token_id(opts[option], f"--{option}")
-    return opts
-
-
-def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation, Encoded | None]]:
+def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any], options: dict[str, Any],
+            tokenizer=None, question: str | None = None) -> list[Explanation]:
+    """Each request explained by :func:`rulegraph.explain` (a progress bar for several): the command
+    line and the Python API take the same arguments and give the same explanations."""
     results = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
                         console=err, transient=True, disable=len(requests) < 2)
     with progress:
         task = progress.add_task("explaining", total=len(requests))
-        for feeds, enc in requests:
-            if method is not None:  # (name, options, vocab): a method of rulegraph.methods
-                special = torch.tensor([enc.special]) if enc is not None else None
-                e = explain_with(graph, method[0], feeds, opts["target"], output=opts["output_name"],
-                                 position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
-                                 special=special, vocab=method[2],
-                                 **{("target_score" if k == "score" else k): v for k, v in _targets(opts).items()},
-                                 **method[1])
-            else:
-                e = explain(graph, ruleset, feeds, opts["target"], output=opts["output_name"],
-                            position=opts["position"], device=opts["device"], dtype=getattr(torch, opts["dtype"]),
-                            **_targets(opts), **pass_arguments(ruleset, opts, enc))
-            if enc is not None:
-                e.tokens = [enc.tokens]
-                e.extra["text"] = enc.text
-            results.append((e, enc))
+        for request in requests:
+            results.append(explain(graph, method, target=opts["target"], contrast=opts.get("contrast"),
+                                   score=opts.get("score") or "logit", objective=opts.get("objective"),
+                                   output=opts["output_name"], position=opts["position"], device=opts["device"],
+                                   dtype=getattr(torch, opts["dtype"]), tokenizer=tokenizer,
+                                   question=question if "text" in request else None, **request, **options))
             progress.advance(task)
     return results
-
-
-def _targets(opts: dict[str, Any]) -> dict[str, Any]:
-    """``contrast``, ``score`` and ``objective`` for the explain call, only when asked for."""
-    given = {"contrast": opts.get("contrast"), "score": opts.get("score") or "logit"}
-    given = {} if given == {"contrast": None, "score": "logit"} else given
-    return given if opts.get("objective") is None else {**given, "objective": opts["objective"]}
 
 
 def check_output(path: Path | None, force: bool, option: str) -> None:
@@ -194,6 +149,6 @@ def write(path: Path, content: str, force: bool, what: str) -> None:
     err.print(f"[dim]wrote {what} to {escape(str(path))}[/]")
 
 
-def to_json(results: list[tuple[Explanation, Any]]) -> str:
-    docs = [e.to_dict() for e, _ in results]
+def to_json(results: list[Explanation]) -> str:
+    docs = [e.to_dict() for e in results]
     return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2)

@@ -22,8 +22,17 @@ def methods_cmd():
     t.add_column("options", overflow="fold", max_width=34)
     t.add_column("description", overflow="fold", ratio=1)
     for name, m in methods().items():
-        unset = "(rule file)" if m.kind == "rules" else "(unset)"     # an unset baseline option: see its help
+        unset = "(rule file)" if m.rule_set else "(unset)"     # an unset baseline option: see its help
         opts = "\n".join(f"{o.name}={unset if o.default is None else o.default}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
-                         for o in m.options)
-        t.add_row(name, m.kind, m.quantity(), opts or "–", m.description)
+                         for o in m.options if o.cli)
+        t.add_row(name, "rule set" if m.rule_set else "baseline", m.units(), opts or "–", _first_sentence(m.description))
     out.print(t)
+    out.print("[dim]a rule set's whole description: rulegraph rules NAME[/]")
+
+
+def _first_sentence(text: str) -> str:
+    """The description up to its first full stop (``rulegraph rules NAME`` prints a rule set's whole)."""
+    import re
+    text = " ".join(text.split())
+    end = re.search(r"(?<!\bal)(?<!\bEq)(?<!\bSec)(?<!\bApp)(?<!\bvs)(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Z])", text)
+    return text if end is None else text[:end.start() + 1] + " …"

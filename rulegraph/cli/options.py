@@ -8,6 +8,7 @@ import click
 
 from ..errors import InputError
 from ..image import IMAGENET_MEAN, IMAGENET_STD
+from ..options import PASS_OPTIONS, Option
 from ..rules import shipped_rule_sets
 from ..scale import ENGINES
 
@@ -34,8 +35,8 @@ OUTPUT = OutputPath()
 
 
 class TokenOrId(click.ParamType):
-    """A class / vocabulary id (an integer), or text naming one token (tokenized with the
-    model's tokenizer later, in ``cli/inputs.resolve_targets``)."""
+    """A class / vocabulary id (an integer), or text: a class name, or one token's text (resolved by
+    :func:`rulegraph.explain` from the model's labels or tokenizer)."""
 
     name = "id|text"
 
@@ -134,6 +135,54 @@ def image_options(f):
     ]):
         f = decorator(f)
     return f
+
+
+#: flags renamed, still accepted (hidden) for one release: old flag name → the option's name now
+RENAMED = {"lambda": "threshold"}
+
+
+def _pass_flags() -> dict[str, tuple[Option, str]]:
+    """Every pass option the command line shows, by name, with the pass that declares it."""
+    flags: dict[str, tuple[Option, str]] = {}
+    for name, declared in PASS_OPTIONS.items():
+        for o in declared:
+            if o.cli:
+                flags.setdefault(o.name, (o, name))
+    return flags
+
+
+def pass_options(f):
+    """The passes' options (:data:`rulegraph.options.PASS_OPTIONS`) as flags, e.g. ``--groups``,
+    ``--alpha`` of the decomposition pass: each applies to rule sets whose pass declares it."""
+    decorators = [click.option(o.flag, o.name, default=None, metavar="|".join(map(str, o.choices)) or o.type_name(),
+                               help=f"{name} pass: {o.help}") for o, name in _pass_flags().values()]
+    decorators += [click.option(f"--{old}", f"renamed_{old}", default=None, hidden=True) for old in RENAMED]
+    for decorator in reversed(decorators):
+        f = decorator(f)
+    return f
+
+
+def pass_arguments(ruleset, opts: dict) -> dict:
+    """The pass's own :func:`~rulegraph.explain` arguments from the command's flags, checked against
+    the declaration: only those the rule set's pass takes."""
+    import warnings
+    flags = _pass_flags()
+    given = {name: opts[name] for name in flags if opts.get(name) is not None}
+    for old, new in RENAMED.items():
+        if opts.get(f"renamed_{old}") is not None:
+            warnings.warn(f"--{old} is now --{new.replace('_', '-')}; --{old} will be removed", stacklevel=2)
+            given.setdefault(new, opts[f"renamed_{old}"])
+    if ruleset is None:
+        if given:
+            raise InputError(f"{flags[next(iter(given))][0].flag} applies to rule sets (--rules), not to --method")
+        return {}
+    declared = {o.name: o for o in PASS_OPTIONS.get(ruleset.pass_name, ())}
+    refused = [name for name in given if name not in declared]
+    if refused:
+        option, owner = flags[refused[0]]
+        raise InputError(f"{option.flag} applies to rule sets with `pass: {owner}` only; "
+                         f"{ruleset.name or ruleset.source} runs the {ruleset.pass_name} pass")
+    return {name: declared[name].parse(value) for name, value in given.items()}
 
 
 class Bounded(click.ParamType):

@@ -30,7 +30,8 @@ from ..registry import Registry
 from ..tokens import REMOVALS
 
 COUNTS = ("round-half-up", "round", "floor", "ceil")
-SCORES = ("probability", "logit", "log-odds")
+#: what AOPC measures at each step (a protocol's ``score``)
+MEASURES = ("probability", "logit", "log-odds")
 FIELDS = ("removal", "grid", "count", "min_count", "min_length", "score")
 
 
@@ -72,8 +73,8 @@ class Protocol:
             raise InputError(f"unknown removal {self.removal!r}; {choices(REMOVALS, self.removal)}")
         if self.count not in COUNTS:
             raise InputError(f"unknown counting rule {self.count!r}; {choices(COUNTS, self.count)}")
-        if self.score not in SCORES:
-            raise InputError(f"unknown score {self.score!r}; {choices(SCORES, self.score)}")
+        if self.score not in MEASURES:
+            raise InputError(f"unknown score {self.score!r}; {choices(MEASURES, self.score)}")
         for what, value in (("--min-count", self.min_count), ("--min-length", self.min_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{what} must be an integer ≥ 0 (got {value!r})")

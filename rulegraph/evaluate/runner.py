@@ -188,7 +188,7 @@ class Evaluation:
         metrics = self.metrics(vocab)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, len(complete))
         summary.failed = failures(results, list(self.methods))
-        summary.scores = {n: m.quantity(self.options[n]) for n, m in self.methods.items()}
+        summary.scores = {n: m.units(self.options[n]) for n, m in self.methods.items()}
         summary.skipped = skipped
         summary.protocol = pr.summary(self.settings["aopc_k"], self.settings["aopc_step"])
         write(self.out, summary, metrics, self._context(summary), self.methods)

@@ -1,17 +1,19 @@
-"""Loaders: an exported model (ONNX file or ModelProto, torch.export program, fx GraphModule) → IR."""
+"""Loaders: an exported model (ONNX file or ModelProto, torch.export program, fx GraphModule) or a
+Hugging Face module in memory (captured with torch.export, once per module and weights) → IR."""
 from __future__ import annotations
 
 import json
 import logging
+import weakref
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModelError
+from ..exporters.to_fx import FX_METADATA
 from ..ir import Graph, Node
 
-#: the file inside a ``.pt2`` archive holding rulegraph's metadata (labels, length limit, output names),
-#: as the ONNX exports keep it in ``metadata_props``
-FX_METADATA = "rulegraph.json"
+#: Hugging Face modules captured so far: module → (its weights' versions, the graph)
+_CAPTURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def load(model: Any) -> Graph:
@@ -19,8 +21,10 @@ def load(model: Any) -> Graph:
 
     Accepts a path to an ``.onnx`` file (or a directory holding one), a ``.pt2`` file
     written by ``torch.export.save``, an ``onnx.ModelProto``, a
-    ``torch.export.ExportedProgram``, or a ``torch.fx.GraphModule`` produced by
-    ``torch.export``. A :class:`~rulegraph.ir.Graph` is returned unchanged.
+    ``torch.export.ExportedProgram``, a ``torch.fx.GraphModule`` produced by
+    ``torch.export``, or a Hugging Face model in memory (``…ForSequenceClassification``,
+    ``…ForCausalLM``…: captured with torch.export as ``rulegraph export`` would, with eager
+    attention; kept until its weights change). A :class:`~rulegraph.ir.Graph` is returned unchanged.
     """
     if isinstance(model, Graph):
         return model
@@ -47,8 +51,32 @@ def _load(model: Any) -> Graph:
     if isinstance(model, (torch.export.ExportedProgram, torch.fx.GraphModule)):
         from .fx import load_fx
         return load_fx(model)
+    if isinstance(model, torch.nn.Module) and hasattr(getattr(model, "config", None), "model_type"):
+        return _load_hf_module(model)
     raise ModelError(f"cannot load a {type(model).__name__}; give an .onnx path, an onnx.ModelProto, "
-                     "a torch.export.ExportedProgram or an fx GraphModule")
+                     "a torch.export.ExportedProgram, an fx GraphModule or a Hugging Face model")
+
+
+def _load_hf_module(module) -> Graph:
+    """A Hugging Face model captured in memory (:func:`rulegraph.exporters.hf.capture_hf`), with the
+    metadata an export would record; captured again only when its weights changed."""
+    from ..exporters.hf import capture_hf
+    from .fx import load_fx
+    versions = tuple(p._version for p in module.parameters())
+    held = _CAPTURED.get(module)
+    if held is not None and held[0] == versions:
+        return held[1]
+    try:
+        program, info = capture_hf(module)
+    except (ValueError, RuntimeError) as exc:
+        raise ModelError(f"cannot capture the {type(module).__name__} with torch.export: "
+                         f"{str(exc).splitlines()[0]}; export it with `rulegraph export` and explain the file") from None
+    metadata = {**info.metadata(), "rulegraph.outputs": json.dumps(list(info.outputs))}
+    graph = load_fx(program)
+    graph.source = f"hf:{info.source}"
+    graph = _with_metadata(graph, json.dumps(metadata), Path(info.source))
+    _CAPTURED[module] = (versions, graph)
+    return graph
 
 
 def _load_pt2(path: Path) -> Graph:

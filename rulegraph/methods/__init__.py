@@ -10,7 +10,7 @@ options and declared properties (:class:`~rulegraph.methods.base.Method`: ``addi
     random     seeded random scores
     gs         gradient sensitivity ‖∂f/∂x‖₂ per token (Li et al. 2016; Wu & Ong 2021 Eq. 1)
     ig         integrated gradients (Sundararajan et al. 2017): steps, baseline
-    loo        leave-one-out occlusion: mode (mask | unk | delete), score (logit | prob)
+    loo        leave-one-out occlusion: mode (mask | unk | delete), drop (logit | prob)
     attention  raw attention of one block (default the last), head-averaged row of the
                explained position
     rollout    attention rollout (Abnar & Zuidema 2020)
@@ -33,8 +33,10 @@ from typing import Any
 import torch
 
 from ..errors import InputError, choices
-from ..api import Explanation, explain
+from ..explanation import Explanation
 from ..loaders import load
+from ..options import PASS_OPTIONS
+from ..passes import apply
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
 from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
@@ -44,21 +46,15 @@ __all__ = ["BASELINES", "Method", "Option", "RELEVANCE", "Request", "REMOVALS", 
            "baseline", "explain_with", "get", "methods", "names", "token_input"]
 
 
-#: Options of a rule set with ``pass: decomposition`` (those of ``explain --alpha/--lambda/--variant``);
-#: an unset one keeps the rule file's value.
-DECOMPOSITION_OPTIONS = (
-    Option("alpha", str, None, "α of the bias reallocation: signed (Eq. 13), abs (Eq. 12), hybrid (Eq. 17)",
-           ("signed", "abs", "hybrid")),
-    Option("lambda", float, None, "threshold λ of hybrid α (Eq. 17)"),
-    Option("variant", str, None, "hat (D̂, bias reallocated) or bar (D̄, bias kept apart)", ("hat", "bar")),
-)
-
-
-def _rules_method(name: str) -> Method:
-    description, decomposition = "", False
+def _rules_method(rules: str | RuleSet) -> Method:
+    """A rule set (a name, a YAML path or a :class:`RuleSet`) as a method: its options are those
+    of the pass it runs (the command line's flags)."""
+    description, pass_name = "", "relevance"
+    loaded = rules if isinstance(rules, RuleSet) else None
+    name = (rules.name or rules.source) if loaded is not None else rules
     try:
-        rules = RuleSet.load(name)
-        description, decomposition = rules.description, rules.pass_name == "decomposition"
+        loaded = loaded or RuleSet.load(name)
+        description, pass_name = loaded.description, loaded.pass_name
     except Exception:  # a broken rule file is reported when it is used
         pass
 
@@ -69,30 +65,36 @@ def _rules_method(name: str) -> Method:
             kwargs.update(contrast=request.contrast, score=request.score)
         if request.objective is not None:
             kwargs.update(objective=request.objective)
-        if decomposition:
-            return explain(request.graph, RuleSet.load(name), request.inputs, request.target, alpha=options["alpha"],
-                             threshold=options["lambda"], variant=options["variant"], **kwargs)
-        return explain(request.graph, RuleSet.load(name), request.inputs, request.target, **kwargs)
-    return Method(name, description.strip() or f"rule set {name}", run,
-                  DECOMPOSITION_OPTIONS if decomposition else (), "rules", True, RELEVANCE)
+        given = {k: v for k, v in options.items() if v is not None}
+        return apply(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
+                     request.target, **kwargs, **given)
+    declared = PASS_OPTIONS.get(pass_name, ())
+    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, RELEVANCE)
 
 
 def names() -> list[str]:
     """Every method name: the baselines, then the shipped rule sets."""
-    return [*BASELINES, *sorted(n for n in shipped_rule_sets() if n not in BASELINES)]
+    return [*BASELINES, *sorted(n for n in shipped_rule_sets(None) if n not in BASELINES)]
 
 
 def methods() -> dict[str, Method]:
     """Name → :class:`Method` for the baselines and every shipped rule set (read now, so rule
     sets added later appear)."""
-    return {**dict(BASELINES.items()), **{n: _rules_method(n) for n in sorted(shipped_rule_sets()) if n not in BASELINES}}
+    return {**dict(BASELINES.items()), **{n: _rules_method(n) for n in sorted(shipped_rule_sets(None)) if n not in BASELINES}}
 
 
-def get(name: str) -> Method:
-    """The method called ``name``: a baseline, a shipped rule set, or a path to a YAML rule file."""
+def get(name: str | RuleSet) -> Method:
+    """The method called ``name``: a baseline, a shipped rule set, a path to a YAML rule file, or
+    a :class:`RuleSet` object."""
+    if isinstance(name, RuleSet):
+        return _rules_method(name)
+    if not isinstance(name, (str, Path)):
+        raise InputError(f"a method is a name (see `rulegraph methods`), a rule file path or a RuleSet; "
+                         f"got a {type(name).__name__}")
+    name = str(name)
     if name in BASELINES:
         return BASELINES.get(name)
-    if name in shipped_rule_sets():
+    if name in shipped_rule_sets(None):
         return _rules_method(name)
     path = Path(name)
     if path.suffix in (".yaml", ".yml"):
@@ -116,7 +118,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     option); rule sets only (baselines refuse them).
     """
     m = method if isinstance(method, Method) else get(method)
-    if (contrast is not None or target_score != "logit" or objective is not None) and m.kind != "rules":
+    if (contrast is not None or target_score != "logit" or objective is not None) and not m.rule_set:
         raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
     graph = load(model)
@@ -126,6 +128,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     e = m.run(request, **resolved)
     e.rules = m.name
     e.extra.setdefault("method", m.name)
-    if resolved:
-        e.extra.setdefault("options", resolved)
+    shown = {o.name: resolved[o.name] for o in m.options if o.cli}     # not the API's inputs (word ids…)
+    if shown:
+        e.extra.setdefault("options", shown)
     return e

@@ -10,41 +10,14 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import InputError, choices
+from ..errors import InputError
 from ..explanation import Explanation
+from ..options import Option, resolve
 from ..registry import Registry
 from .sequences import Vocab
 
 #: The scores of every rule set: contributions to the explained output.
 RELEVANCE = "relevance (logit units)"
-
-
-@dataclass(frozen=True)
-class Option:
-    """A declared method option: its type, default and (optionally) the valid choices."""
-
-    name: str
-    type: type
-    default: Any
-    help: str = ""
-    choices: tuple = ()
-
-    def parse(self, method: str, value: Any) -> Any:
-        if value is None and self.default is None:      # an option that is unset by default
-            return None
-        if isinstance(value, str) and self.type is not str:
-            try:
-                value = self.type(value)
-            except ValueError:
-                raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}") from None
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or isinstance(value, bool) != (self.type is bool):
-            raise InputError(f"option {method}.{self.name} must be {self.type.__name__}, got {value!r}")
-        if self.choices and value not in self.choices:
-            raise InputError(f"option {method}.{self.name}: {value!r} is not valid; "
-                             f"{choices([str(c) for c in self.choices], str(value))}")
-        return value
 
 
 @dataclass
@@ -62,7 +35,7 @@ class Request:
     vocab: Vocab | None = None
     audit: bool = True
     contrast: int | list[int] | None = None  # subtracted class (rulegraph.passes.base.select)
-    score: str = "logit"                     # "logit" or "logprob"
+    score: str = "logit"                     # the explained quantity: "logit" or "logprob"
     objective: Any = None                    # a rulegraph.objective.Objective explained instead
 
 
@@ -71,7 +44,7 @@ class Method:
     """A named explanation method and what its scores are, as the evaluation and the plots read it.
 
     ``additive``: its scores are contributions that should add up to the explained logit
-    (plotted in the conservation scatter). ``score``: the quantity a score is ("relevance
+    (plotted in the conservation scatter). ``unit``: the quantity a score is ("relevance
     (logit units)", "probability drop", "attention weight"), or a function of the resolved
     options giving it. ``seeded``: it has an int option ``seed``, which ``rulegraph evaluate``
     fills from ``--seed`` unless given. ``reference``: a reference point rather than an
@@ -82,27 +55,21 @@ class Method:
     description: str
     run: Callable[..., Explanation]
     options: tuple[Option, ...] = ()
-    kind: str = "baseline"              # "baseline" or "rules"
+    rule_set: bool = False              # a rule set (rulegraph.explain); otherwise a baseline
     additive: bool = False
-    score: str | Callable[[dict[str, Any]], str] = RELEVANCE
+    unit: str | Callable[[dict[str, Any]], str] = RELEVANCE
     seeded: bool = False
     reference: bool = False
 
     def resolve(self, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, with the defaults filled in."""
-        declared = {o.name: o for o in self.options}
-        unknown = [k for k in options if k not in declared]
-        if unknown:
-            valid = choices(list(declared), unknown[0]) if declared else "it takes no options"
-            raise InputError(f"method {self.name!r} has no option {unknown[0]!r}; {valid}")
-        return {name: o.parse(self.name, options[name]) if name in options else o.default
-                for name, o in declared.items()}
+        return resolve(self.options, options, self.name)
 
-    def quantity(self, options: dict[str, Any] | None = None) -> str:
+    def units(self, options: dict[str, Any] | None = None) -> str:
         """What this method's scores are, under ``options`` (the defaults when not given)."""
-        if callable(self.score):
-            return self.score(self.resolve(options or {}))
-        return self.score
+        if callable(self.unit):
+            return self.unit(self.resolve(options or {}))
+        return self.unit
 
 
 #: The baselines by name, in registration order (the import order of ``methods/baselines/``).
@@ -110,12 +77,12 @@ BASELINES: Registry[Method] = Registry("method", InputError)
 
 
 def baseline(name: str, description: str, *options: Option, additive: bool = False,
-             score: str | Callable[[dict[str, Any]], str] = RELEVANCE, reference: bool = False):
+             unit: str | Callable[[dict[str, Any]], str] = RELEVANCE, reference: bool = False):
     """Register a baseline: a function ``(request, **options) -> Explanation``."""
     seeded = any(o.name == "seed" and o.type is int for o in options)
 
     def register(fn):
-        BASELINES.add(name, Method(name, description, fn, tuple(options), "baseline", additive, score, seeded,
+        BASELINES.add(name, Method(name, description, fn, tuple(options), False, additive, unit, seeded,
                                    reference))
         return fn
     return register

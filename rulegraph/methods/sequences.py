@@ -36,6 +36,31 @@ def token_input(graph: Graph) -> str:
     return best
 
 
+def batch(graph: Graph, encoded: Sequence, pad: int) -> tuple[dict[str, Tensor], Tensor]:
+    """The graph's inputs for encoded texts (:class:`rulegraph.text.Encoded`) padded on the right to
+    the longest with ``pad`` (the token ids, and ``attention_mask`` / ``token_type_ids`` where the
+    graph has them), and the ``[batch, tokens]`` mask of positions never perturbed (special tokens
+    and padding)."""
+    width = max(len(e.tokens) for e in encoded)
+    names = [i.name for i in graph.inputs]
+    ids = torch.full((len(encoded), width), pad, dtype=torch.int64)
+    mask = torch.zeros((len(encoded), width), dtype=torch.int64)
+    types = torch.zeros((len(encoded), width), dtype=torch.int64)
+    special = torch.ones((len(encoded), width), dtype=torch.bool)
+    for b, e in enumerate(encoded):
+        n = len(e.tokens)
+        ids[b, :n] = e.inputs["input_ids"][0]
+        mask[b, :n] = 1
+        types[b, :n] = e.inputs["token_type_ids"][0]
+        special[b, :n] = torch.tensor(e.special)
+    feeds = {token_input(graph): ids}
+    if "attention_mask" in names:
+        feeds["attention_mask"] = mask
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = types
+    return feeds, special
+
+
 def _onnx_file(graph: Graph) -> str | None:
     path = graph.source.removeprefix("onnx:") if graph.source.startswith("onnx:") else None
     return path if path and Path(path).is_file() else None

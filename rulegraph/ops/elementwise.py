@@ -120,64 +120,27 @@ def neg(x):
     return -x
 
 
-@op("Abs", elementwise=True)
-def abs_(x):
-    return torch.abs(x)
+# -- unary math: one torch function each (their VJP where autograd on a recomputation would be slower) --
+
+def _unary(name, fn, vjp=None):
+    op(name, elementwise=True, vjp=vjp)(lambda x: fn(x))
 
 
-@op("Sign", elementwise=True)
-def sign(x):
-    return torch.sign(x)
-
-
-@op("Reciprocal", elementwise=True)
-def reciprocal(x):
-    return torch.reciprocal(x)
-
-
-@op("Sqrt", elementwise=True,
-    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] / (2 * outputs[0]) if wants[0] else None])
-def sqrt(x):
-    return torch.sqrt(x)
-
-
-@op("Exp", elementwise=True,
-    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] if wants[0] else None])
-def exp(x):
-    return torch.exp(x)
-
-
-@op("Log", elementwise=True)
-def log(x):
-    return torch.log(x)
-
-
-@op("Cos", elementwise=True,
-    vjp=lambda grads, inputs, outputs, wants, **_: [-grads[0] * torch.sin(inputs[0]) if wants[0] else None])
-def cos(x):
-    """Rotary position embeddings (Llama, Qwen, Mistral exports) take the Cos/Sin of position × frequency."""
-    return torch.cos(x)
-
-
-@op("Sin", elementwise=True,
-    vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * torch.cos(inputs[0]) if wants[0] else None])
-def sin(x):
-    return torch.sin(x)
-
-
-@op("Floor", elementwise=True)
-def floor(x):
-    return torch.floor(x)
-
-
-@op("Ceil", elementwise=True)
-def ceil(x):
-    return torch.ceil(x)
-
-
-@op("Round", elementwise=True)
-def round_(x):
-    return torch.round(x)
+for _name, _fn, _vjp in (
+    ("Abs", torch.abs, None),
+    ("Sign", torch.sign, None),
+    ("Reciprocal", torch.reciprocal, None),
+    ("Sqrt", torch.sqrt, lambda grads, inputs, outputs, wants, **_: [grads[0] / (2 * outputs[0]) if wants[0] else None]),
+    ("Exp", torch.exp, lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] if wants[0] else None]),
+    ("Log", torch.log, None),
+    # rotary position embeddings (Llama, Qwen, Mistral exports) take the Cos/Sin of position × frequency
+    ("Cos", torch.cos, lambda grads, inputs, outputs, wants, **_: [-grads[0] * torch.sin(inputs[0]) if wants[0] else None]),
+    ("Sin", torch.sin, lambda grads, inputs, outputs, wants, **_: [grads[0] * torch.cos(inputs[0]) if wants[0] else None]),
+    ("Floor", torch.floor, None),
+    ("Ceil", torch.ceil, None),
+    ("Round", torch.round, None),
+):
+    _unary(_name, _fn, _vjp)
 
 
 @op("Mod")

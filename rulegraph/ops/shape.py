@@ -373,20 +373,16 @@ def cumsum(x, axis, *, exclusive=0, reverse=0):
     return out.flip(axis) if reverse else out
 
 
-@op("ArgMax", float_output=False)
-def argmax(x, *, axis=0, keepdims=1, select_last_index=0):
-    if select_last_index:
-        n = x.shape[axis]
-        return n - 1 - torch.argmax(x.flip(axis), dim=axis, keepdim=bool(keepdims))
-    return torch.argmax(x, dim=axis, keepdim=bool(keepdims))
+def _arg_reduce(name: str, fn) -> None:
+    def forward(x, *, axis=0, keepdims=1, select_last_index=0):
+        if select_last_index:
+            return x.shape[axis] - 1 - fn(x.flip(axis), dim=axis, keepdim=bool(keepdims))
+        return fn(x, dim=axis, keepdim=bool(keepdims))
+    op(name, float_output=False)(forward)
 
 
-@op("ArgMin", float_output=False)
-def argmin(x, *, axis=0, keepdims=1, select_last_index=0):
-    if select_last_index:
-        n = x.shape[axis]
-        return n - 1 - torch.argmin(x.flip(axis), dim=axis, keepdim=bool(keepdims))
-    return torch.argmin(x, dim=axis, keepdim=bool(keepdims))
+_arg_reduce("ArgMax", torch.argmax)
+_arg_reduce("ArgMin", torch.argmin)
 
 
 @op("NonZero", data_dependent_shape=True, float_output=False)

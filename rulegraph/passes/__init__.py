@@ -8,10 +8,12 @@ the nodes the rule set reaches with its own rules:
 ``decomposition``  forward, every value carrying one component per input group plus a bias
                    component (:mod:`.decomposition`), audited for Σ components = value.
 
-Adding a pass is one module registering a :class:`~rulegraph.passes.base.Pass` subclass in
-:data:`PASSES`, plus a rule registry of the same name in :data:`rulegraph.propagation.RULES`.
+:func:`apply` runs a rule set on model inputs: the pass its ``pass:`` names, with that pass's
+options (:data:`rulegraph.options.PASS_OPTIONS`). Adding a pass is one module registering a
+:class:`~rulegraph.passes.base.Pass` subclass in :data:`PASSES`, its options, and a rule registry
+of the same name in :data:`rulegraph.propagation.RULES`.
 """
 from . import decomposition, relevance  # noqa: F401  (register on import)
-from .base import PASSES, Forward, Pass, forward, prepared
+from .base import PASSES, Forward, Pass, apply, forward, pass_of, prepared
 
-__all__ = ["PASSES", "Forward", "Pass", "forward", "prepared"]
+__all__ = ["PASSES", "Forward", "Pass", "apply", "forward", "pass_of", "prepared"]

@@ -42,7 +42,8 @@ import torch
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError
 from ..explanation import Explanation
-from ..objective import Objective
+from ..objective import QUANTITIES, Objective
+from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -114,11 +115,11 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
 class Pass:
     """Base class of a pass; registered in :data:`rulegraph.passes.PASSES` under the name a rule
     file's ``pass:`` gives. A pass's extra arguments (``explain(..., groups=…)``) are its
-    :attr:`options`; :meth:`run` walks the reached nodes and returns the explanation."""
+    options, declared in :data:`rulegraph.options.PASS_OPTIONS` under its name (the command line
+    and the methods read the same declaration); :meth:`run` walks the reached nodes and returns
+    the explanation."""
 
     name: ClassVar[str] = ""
-    #: keyword arguments of ``explain`` this pass takes, with their defaults
-    options: ClassVar[dict[str, Any]] = {}
     #: what becomes of relevance (or components) at a node without a rule under ``on_unmatched: warn``
     unmatched: ClassVar[str] = "relevance reaching them is dropped"
 
@@ -126,23 +127,43 @@ class Pass:
         raise NotImplementedError
 
     @classmethod
+    def options(cls) -> tuple[Option, ...]:
+        return PASS_OPTIONS.get(cls.name, ())
+
+    @classmethod
     def resolve(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` checked against the declared ones, defaults filled in."""
-        unknown = [k for k in options if k not in cls.options]
-        if unknown:
-            valid = ", ".join(cls.options) or "none"
-            raise InputError(f"the {cls.name} pass takes no argument {unknown[0]!r}; its arguments: {valid}")
-        return {**cls.options, **options}
+        return resolve(cls.options(), options, cls.name, noun="pass")
 
 
 #: pass name → :class:`Pass` subclass; a rule file's ``pass:`` names one (rulegraph.propagation.RULES has its rules)
 PASSES: Registry[type[Pass]] = Registry("pass", InputError)
 
 
+def pass_of(ruleset: RuleSet) -> type[Pass]:
+    """The pass that runs ``ruleset`` (its ``pass:``; the one place this is decided)."""
+    return PASSES.get(ruleset.pass_name)
+
+
 def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
     """The graph as the rule set sees it (loaded, canonized) and the rule set (read)."""
     ruleset = rules if isinstance(rules, RuleSet) else RuleSet.load(rules)
     return canonize(load(model), ruleset.canonize), ruleset
+
+
+def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
+          output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
+          dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
+          score: str = "logit", objective: Objective | None = None, **options: Any) -> Explanation:
+    """``rules`` applied to ``model``'s output for ``inputs``: the prologue (:func:`forward`), then
+    the pass the rule set names with its ``options`` (see :func:`rulegraph.explain`, which takes
+    text, token and class names, and any method, and calls this for rule sets)."""
+    graph, ruleset = prepared(model, rules)
+    chosen = pass_of(ruleset)
+    options = chosen.resolve(options)
+    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective)
+    return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
@@ -168,13 +189,15 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     out = values[output]
     if not torch.isfinite(out).all():
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
+    names = labels(graph)
+    if names and output == graph.outputs[0] and out.shape[-1] != len(names):
+        raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels names {len(names)} classes, but "
+                         f"the output {output!r} has {out.shape[-1]} per item")
     seed, targets, position = select(out, target, position, contrast, score, objective)
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)
 
 
-#: what ``score=`` takes: the logit itself, or the log-probability (see the module docstring)
-SCORES = ("logit", "logprob")
 
 
 def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit",
@@ -201,8 +224,8 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
     if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
         raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
-    if not isinstance(score, str) or score not in SCORES:
-        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
+    if not isinstance(score, str) or score not in QUANTITIES:
+        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
 
 
 def _per_item(index: Any, batch: int) -> list[int]:

@@ -40,7 +40,6 @@ Tensor = torch.Tensor
 
 #: elements per chunk of group components in elementwise rules (bounds temporaries)
 CHUNK_ELEMENTS = 1 << 25
-MODES = ("auto", "components", "linearized")
 
 
 @dataclass
@@ -61,9 +60,9 @@ class DecompositionAudit(Audit):
 
     ``conservation``: the explained output = Σ group contributions (``input_total``) +
     the bias component (``absorbed``) + ``residual``; ``breaks`` is always 0. Per node,
-    ``relevance_in`` is Σ of the forward value, ``relevance_out`` Σ of its components,
-    ``error`` the largest elementwise |Σ components − value| and ``relative_error`` that
-    over the largest |value|.
+    ``error`` is the largest elementwise |Σ components − value| and ``relative_error`` that
+    over the largest |value|; the relevance fields of a node or layer (``relevance_in``,
+    ``relevance_out``, ``absorbed``, ``breaks``) are 0, since components, not relevance, flow.
     """
 
     reconstruction: list[LayerReconstruction] = field(default_factory=list)
@@ -205,7 +204,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
                     linearized=linearized)
         result = rule.decompose(site)
-        for v, value, p in zip(node.outputs, outputs, result):
+        for v, value, p in zip(node.outputs, outputs, result, strict=True):
             if p is None or v not in wanted:
                 continue
             parts[v] = p
@@ -298,14 +297,10 @@ class DecompositionPass(Pass):
     :class:`DecompositionAudit`.
     """
 
-    options: ClassVar[dict[str, Any]] = dict(groups="token", word_ids=None, tokens=None, alpha=None,
-                                             threshold=None, variant=None, mode="auto")
     unmatched: ClassVar[str] = "their outputs are taken as constants"
 
     def run(self, forward: Forward, *, audit: bool, groups: Any, word_ids, tokens, alpha: str | None,
             threshold: float | None, variant: str | None, mode: str) -> Explanation:
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode == "auto":
             rules = effective_rules(forward.binding, options_of(alpha, threshold, variant))
             mode = "linearized" if linear_in_groups(rules) else "components"

@@ -193,13 +193,13 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
                     tainted=visit.tainted, incoming=arriving, audit=audit)
         contributions = visit.rule.propagate(site)
         if not audit:
-            for v, c, t in zip(node.inputs, contributions, visit.tainted):
+            for v, c, t in zip(node.inputs, contributions, visit.tainted, strict=True):
                 if c is not None and t:
                     incoming.setdefault(v, Incoming(env[v])).add(c)
             continue
         record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
                           entries_absorbed=[ledger.total(t) for t in site.absorbed])
-        for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources):
+        for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources, strict=True):
             if c is None:
                 continue
             entry = ledger.contribution(c, x)
@@ -297,8 +297,6 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
 @PASSES.register("relevance")
 class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
-
-    options: ClassVar[dict[str, Any]] = dict(record=())
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype

@@ -13,8 +13,8 @@ import torch
 
 from ..ops import unbroadcast, vjp
 from ..ops.nn import held_layer_norm_stats, norm_dims
-from ..tolerances import stabiliser
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
+from .numerics import divide, stabilize
 from .signal import Contribution, Site
 
 Tensor = torch.Tensor
@@ -97,8 +97,8 @@ class Epsilon(_GradientFamily):
         args = [torch.zeros_like(x) if i in constants else x for i, x in enumerate(site.inputs)]
         out = site.spec.forward(*args, **site.attrs)
         z = out[0] if isinstance(out, (tuple, list)) else out
-        stabilized = _stabilize(z, self.epsilon)
-        s = _divide(site.incoming[0].tensor, stabilized)
+        stabilized = stabilize(z, self.epsilon)
+        s = divide(site.incoming[0].tensor, stabilized)
         if site.audit:
             site.absorbed.append(s * (stabilized - z))
         wants = [c and i not in constants for i, c in enumerate(carried)]
@@ -115,20 +115,30 @@ class Zero(Epsilon):
     epsilon: float = param(0.0, NON_NEGATIVE)
 
 
-def _stabilize(z: Tensor, epsilon: float) -> Tensor:
-    """``z + ε·sign z`` with sign 0 := +1, as Zennit's stabiliser (ε floored per dtype: :func:`stabiliser`)."""
-    epsilon = stabiliser(epsilon, z.dtype)
-    return z + epsilon * (2 * (z >= 0).to(z.dtype) - 1) if epsilon else z
 
+@dataclass
+class _HeldFactor(Rule):
+    """A product with one factor held constant (the input the param :attr:`held` names): the
+    z-rule through the other factor, which conserves; the held factor gets none."""
 
-def _divide(r: Tensor, z: Tensor) -> Tensor:
-    """``r / z`` with 0/0 := 0 (LRP's convention where a denominator vanishes)."""
-    return torch.where(z == 0, torch.zeros((), dtype=z.dtype, device=z.device), r / torch.where(z == 0, 1.0, z))
+    held: ClassVar[str] = ""
 
+    def check(self, node, spec, tainted):
+        why = super().check(node, spec, tainted)
+        index = getattr(self, self.held)
+        if why is None and index >= len(node.inputs):
+            return f"{self.held}={index} but the node has {len(node.inputs)} inputs"
+        return why
+
+    def carries(self, node, spec, tainted):
+        return [t and i != getattr(self, self.held) for i, t in enumerate(tainted)]
+
+    def propagate(self, site):
+        return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
 
 
 @relevance_rule("ah")
-class AttentionHead(Rule):
+class AttentionHead(_HeldFactor):
     """AH rule (Ali et al. 2022, "XAI for Transformers: better explanations through conservative propagation", ICML, Sec. 4): in ``y_j = Σ_i x_i p_ij`` the attention probabilities
     ``p`` are constants, so ``R(x_i) = Σ_j x_i p_ij / Σ_i' x_i' p_i'j · R(y_j)`` and the
     queries and keys get none. Applies to the probabilities×values product; ``probs``
@@ -136,23 +146,12 @@ class AttentionHead(Rule):
     """
 
     probs: int = param(0, NON_NEGATIVE)
+    held: ClassVar[str] = "probs"
     ops: ClassVar[tuple[str, ...]] = ("MatMul", "Einsum", "Mul")
-
-    def check(self, node, spec, tainted):
-        why = super().check(node, spec, tainted)
-        if why is None and self.probs >= len(node.inputs):
-            return f"probs={self.probs} but the node has {len(node.inputs)} inputs"
-        return why
-
-    def carries(self, node, spec, tainted):
-        return [t and i != self.probs for i, t in enumerate(tainted)]
-
-    def propagate(self, site):
-        return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
 
 
 @relevance_rule("gate")
-class Gate(Rule):
+class Gate(_HeldFactor):
     """Signal-take-all for a gated product ``z = x ⊙ g``: the rule of Arras et al. for the multiplicative
     gates of an LSTM, ``R(gate) = 0``, ``R(signal) = R(z)`` (Arras et al. 2017, "Explaining recurrent neural
     network predictions in sentiment analysis", WASSA workshop at EMNLP; named signal-take-all in Arras et
@@ -170,21 +169,14 @@ class Gate(Rule):
     """
 
     gate: int = param(1, NON_NEGATIVE)
+    held: ClassVar[str] = "gate"
     ops: ClassVar[tuple[str, ...]] = ("Mul",)
 
     def check(self, node, spec, tainted):
         why = super().check(node, spec, tainted)
-        if why is None and self.gate >= len(node.inputs):
-            return f"gate={self.gate} but the node has {len(node.inputs)} inputs"
         if why is None and not any(self.carries(node, spec, tainted)):
             return f"the signal (the input other than gate={self.gate}) must depend on the model's input"
         return why
-
-    def carries(self, node, spec, tainted):
-        return [t and i != self.gate for i, t in enumerate(tainted)]
-
-    def propagate(self, site):
-        return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [site.ratio(0)])
 
 
 @relevance_rule("ln")

@@ -35,7 +35,8 @@ import torch
 from ..errors import RuleMatchError, RulegraphError
 from ..ir import block_index
 from .base import relevance_rule, param
-from .gradient import AttentionHead, _divide, _gradient_contributions
+from .gradient import AttentionHead, _gradient_contributions
+from .numerics import divide
 
 Tensor = torch.Tensor
 
@@ -51,7 +52,7 @@ def renormalise(r: Tensor, types: tuple[str, ...]) -> Tensor:
     denominator = sum(s.abs() for s in group_sums)
     for g, s in zip(groups, group_sums):
         if g:
-            factor[:, g] = (_divide(s.abs(), denominator) * _divide(total, s)).unsqueeze(1)
+            factor[:, g] = (divide(s.abs(), denominator) * divide(total, s)).unsqueeze(1)
     degenerate = (denominator == 0) & (total != 0)
     return torch.where(degenerate.unsqueeze(1), torch.ones_like(factor), factor)
 
@@ -93,7 +94,7 @@ class HeadMask(AttentionHead):
         if types is None:
             return _gradient_contributions(site, carried, [site.ratio(0)])
         kept = masked(site.incoming[0].tensor, types)
-        return _gradient_contributions(site, carried, [_divide(kept, out)])
+        return _gradient_contributions(site, carried, [divide(kept, out)])
 
     def types(self, node, heads: int) -> tuple[str, ...] | None:
         """The head types of ``node``'s block (``None``: every head kept)."""

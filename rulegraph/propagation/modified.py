@@ -12,7 +12,7 @@ import torch
 
 from ..errors import RuleMatchError
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
-from .gradient import _divide, _stabilize
+from .numerics import divide, stabilize
 from .signal import Contribution, Site
 
 Tensor = torch.Tensor
@@ -101,9 +101,9 @@ class _ModifiedWeights(Rule):
                     z, back = torch.func.vjp(lambda v, term=term: forward(v, term), term.x)
                 parts.append((term, z, back))
             z = sum(term.sign * z for term, z, _ in parts)
-            stabilized = _stabilize(z, self.stabilizer)
+            stabilized = stabilize(z, self.stabilizer)
             seed = r if group.mask is None else r * group.mask
-            s = _divide(seed, stabilized)
+            s = divide(seed, stabilized)
             for term, _, back in parts:
                 relevance = relevance + (group.coefficient * term.sign) * term.x * back(s)[0]
             if site.audit:

@@ -1,4 +1,4 @@
-"""Rules that move relevance without weighing it: routing (``pass``), ``identity`` and ``stop``."""
+"""Rules that move relevance without weighing it: ``route``, ``identity`` and ``stop``."""
 from __future__ import annotations
 
 from typing import ClassVar
@@ -6,13 +6,13 @@ from typing import ClassVar
 import torch
 
 from ..errors import RuleMatchError
-from .base import Rule, relevance_rule
+from .base import RULES, Rule, relevance_rule
 from .signal import Contribution
 
 Tensor = torch.Tensor
 
 
-@relevance_rule("pass")
+@relevance_rule("route")
 class Route(Rule):
     """Routing ops (Reshape, Transpose, Slice, Concat, Gather with fixed indices, Expand…):
     relevance follows the op's own index mapping, ``R_in = Jᵀ R_out`` with ``J`` a 0/1
@@ -67,3 +67,7 @@ class Stop(Rule):
 
     def propagate(self, site):
         return [None] * len(site.inputs)
+
+
+#: renamed, since "pass" names the relevance and decomposition passes (a rule file's ``pass:``)
+RULES["relevance"].rename("pass", "route")

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..ops import OpSpec, vjp
-from ..tolerances import stabiliser
+from .numerics import divide, stabilize
 
 Tensor = torch.Tensor
 
@@ -95,9 +95,8 @@ class Site:
         if inc is None:
             return None
         z = self.outputs[k]
-        stabilizer = stabiliser(stabilizer, z.dtype)
         if stabilizer:
-            denominator = z + stabilizer * (2 * (z >= 0).to(z.dtype) - 1)
+            denominator = stabilize(z, stabilizer)
             if inc.signal is not None:
                 s = inc.signal * z / denominator
             else:
@@ -107,4 +106,4 @@ class Site:
             return s
         if inc.signal is not None:
             return inc.signal
-        return torch.where(z == 0, torch.zeros((), dtype=z.dtype, device=z.device), inc.explicit / z)
+        return divide(inc.explicit, z)

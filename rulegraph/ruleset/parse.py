@@ -9,6 +9,7 @@ valid: …``.
 from __future__ import annotations
 
 import typing
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -86,6 +87,15 @@ class Parser:
         """A composed node as a Python value (safe tags only, already checked)."""
         return yaml.safe_load(yaml.serialize(node))
 
+    def current(self, node, name: str) -> str:
+        """A rule's name now: a renamed one is taken, with a warning naming the rule file's line."""
+        new = self.rules.renamed.get(name)
+        if new is None:
+            return name
+        warnings.warn(f"{self.source}:{node.start_mark.line + 1}: rule {name!r} is now {new!r}; the old name will be "
+                      "removed", stacklevel=2)
+        return new
+
     def fail(self, node: yaml.Node | None, message: str) -> RuleFileError:
         line = node.start_mark.line + 1 if node is not None else 1
         return RuleFileError(f"{self.source}:{line}: {message}")
@@ -139,13 +149,10 @@ class Parser:
         if "boundary" in top:
             rs.boundary = self.boundary(top["boundary"][1])
         if "canonize" in top:
-            rs.canonize = self.strings(top["canonize"][1], "canonize")
-            for name in rs.canonize:
-                if name not in CANONIZERS:
-                    raise self.fail(top["canonize"][1], f"unknown canonizer {name!r}; {choices(CANONIZERS, name)}")
+            rs.canonize = self.known(top["canonize"][1], "canonize", "canonizer", CANONIZERS)
         if "on_unmatched" in top:
             node = top["on_unmatched"][1]
-            value = str(self.scalar(node, "on_unmatched"))
+            value = self.current(node, str(self.scalar(node, "on_unmatched")))
             if value not in ("error", "warn") and value not in rules:
                 raise self.fail(node, f"on_unmatched must be error, warn or a rule name; "
                                       f"{choices(['error', 'warn', *rules], value)}")
@@ -188,7 +195,7 @@ class Parser:
         if "rule" not in fields:
             raise self.fail(node, f"rule entry has no `rule:`; {choices(rules)}")
         rule_node = fields["rule"][1]
-        rule_name = str(self.scalar(rule_node, "rule"))
+        rule_name = self.current(rule_node, str(self.scalar(rule_node, "rule")))
         if rule_name not in rules:
             raise self.fail(rule_node, f"unknown rule {rule_name!r}; {choices(rules, rule_name)}")
         cls = rules.get(rule_name)
@@ -200,10 +207,7 @@ class Parser:
         if "op" in fields:
             entry.ops = self.ops(fields["op"][1], "op", ("*",))
         if "trait" in fields:
-            entry.traits = self.strings(fields["trait"][1], "trait")
-            for trait in entry.traits:
-                if trait not in TRAITS:
-                    raise self.fail(fields["trait"][1], f"unknown op trait {trait!r}; {choices(TRAITS, trait)}")
+            entry.traits = self.known(fields["trait"][1], "trait", "op trait", TRAITS)
         if "name" in fields:
             entry.names = self.strings(fields["name"][1], "name")
         if "scope" in fields:
@@ -270,6 +274,14 @@ class Parser:
             out[index] = Pattern(self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS)),
                                  self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
         return out
+
+    def known(self, node, what: str, noun: str, valid) -> tuple[str, ...]:
+        """Names from a closed set (``valid``): an unknown one is an error naming the valid ones."""
+        names = self.strings(node, what)
+        for name in names:
+            if name not in valid:
+                raise self.fail(node, f"unknown {noun} {name!r}; {choices(valid, name)}")
+        return names
 
     def ops(self, node, what: str, words: tuple[str, ...]) -> tuple[str, ...]:
         """Op types (as registered, e.g. ``Softmax``), or the lowercase ``words`` this key also takes

@@ -176,7 +176,7 @@ class Worker:
         ids = feeds[registry.token_input(self.graph)]
         position = ids.shape[1] - 1 if next_token else None      # one text per task then
         call = functools.partial(registry.explain_with, self.graph, method, device=self.job.device, dtype=self.dtype,
-                                 vocab=self.vocab, audit=self.audit and method.kind == "rules", position=position,
+                                 vocab=self.vocab, audit=self.audit and method.rule_set, position=position,
                                  **self.options[name])
         if name not in self.warm:
             call({k: v[:1] for k, v in feeds.items()}, None if target is None else target[:1], special=special[:1])

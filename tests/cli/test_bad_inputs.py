@@ -59,7 +59,7 @@ def _files(folder: Path) -> None:
     (folder / "label-name.csv").write_text("text,label\nw1 w2,great\n")
     bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     bomb += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    (folder / "bomb.yaml").write_text("\n".join(bomb) + "\nrules:\n  - op: Add\n    rule: pass\n    note: *a8\n")
+    (folder / "bomb.yaml").write_text("\n".join(bomb) + "\nrules:\n  - op: Add\n    rule: route\n    note: *a8\n")
 
 
 def _rule(params: str, rule: str = "epsilon", op: str = "Gemm") -> str:
@@ -82,14 +82,14 @@ RULE_FILES = {
         "rule: gradient", "rule: linear"),
     "tag.yaml": "rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: !!python/object:os.system x}\n",
     "unknown-rule.yaml": "rules:\n  - op: Add\n    rule: epsilom\n",
-    "unknown-key.yaml": "rules:\n  - op: Add\n    rule: pass\n    param: {}\n",
+    "unknown-key.yaml": "rules:\n  - op: Add\n    rule: route\n    param: {}\n",
     "unknown-param.yaml": _rule("{epsilonn: 0.1}"),
     "param-type.yaml": _rule("{epsilon: lots}"),
-    "trait.yaml": "rules:\n  - trait: routeing\n    rule: pass\n",
-    "pass.yaml": "pass: backward\nrules:\n  - op: Add\n    rule: pass\n",
-    "canonize.yaml": "canonize: [batchnorms]\nrules:\n  - op: Add\n    rule: pass\n",
-    "boundary.yaml": "boundary: embedding\nrules:\n  - op: Add\n    rule: pass\n",
-    "unmatched.yaml": "on_unmatched: ignore\nrules:\n  - op: Add\n    rule: pass\n",
+    "trait.yaml": "rules:\n  - trait: routeing\n    rule: route\n",
+    "pass.yaml": "pass: backward\nrules:\n  - op: Add\n    rule: route\n",
+    "canonize.yaml": "canonize: [batchnorms]\nrules:\n  - op: Add\n    rule: route\n",
+    "boundary.yaml": "boundary: embedding\nrules:\n  - op: Add\n    rule: route\n",
+    "unmatched.yaml": "on_unmatched: ignore\nrules:\n  - op: Add\n    rule: route\n",
     "invalid.yaml": "rules: [\n  - op: X\n",
     "nolist.yaml": "rules: {op: Add}\n",
     "per-layer.yaml": "rules:\n  - op: Gemm\n    rule: epsilon\n    per_layer:\n      - {params: {epsilon: 1}}\n"
@@ -183,13 +183,16 @@ CASES = [
     ("target-range", [*E, "-r", "gi", *T, "--target", "5"], "target 5 is out of range; the output has 2 classes"),
     ("target-negative", [*E, "-r", "gi", *T, "--target", "-1"], "target -1 is out of range"),
     ("position-classifier", [*E, "-r", "gi", *T, "--position", "2"], "has no positions"),
-    ("target-text-pieces", [*E, "-r", "gi", *T, "--target", " w5 w6"], "--target ' w5 w6' is 2 tokens ('w5', 'w6')"),
-    ("target-text-unknown", [*E, "-r", "gi", *T, "--target", "zzz"], "--target 'zzz' is not in the tokenizer's vocab"),
+    ("target-text-pieces", [*E, "-r", "gi", *T, "--target", " w5 w6"],
+     "target ' w5 w6' is not a class of this model; its classes: negative, positive"),
+    ("target-text-unknown", [*E, "-r", "gi", *T, "--target", "zzz"], "target 'zzz' is not a class of this model"),
     ("target-text-no-tokens", [*E, "-r", "gi", *T, "--target", "  ?", "--tokenizer", "{dir}/ok.yaml"],
-     "needs the model's tokenizer"),
+     "is not a tokenizers tokenizer.json"),
     ("target-empty", [*E, "-r", "gi", *T, "--target", " "], "--target is empty"),
-    ("target-text-range", [*E, "-r", "gi", *T, "--target", " w5"], "target 10 is out of range; the output has 2"),
-    ("contrast-text-pieces", [*E, "-r", "gi", *T, "--target", "0", "--contrast", "w1 w2"], "--contrast 'w1 w2' is 2 tokens"),
+    ("target-text-token-on-a-classifier", [*E, "-r", "gi", *T, "--target", "[PAD]"],
+     "target '[PAD]' is not a class of this model; its classes: negative, positive"),
+    ("contrast-text-pieces", [*E, "-r", "gi", *T, "--target", "0", "--contrast", "w1 w2"],
+     "contrast 'w1 w2' is not a class of this model"),
     ("contrast-is-target", [*E, "-r", "gi", *T, "--target", "1", "--contrast", "1"], "contrast 1 is the target itself"),
     ("contrast-range", [*E, "-r", "gi", *T, "--contrast", "7"], "contrast 7 is out of range; the output has 2 classes"),
     ("contrast-baseline", [*E, "-m", "gs", *T, "--contrast", "0", "--target", "1"], "gs is a baseline"),
@@ -218,10 +221,10 @@ CASES = [
     ("generate-two-prompts", [*E, "-r", "gi", *T, *T, "--generate", "2"], "takes one prompt"),
     ("generate-png-exists", [*E, "-r", "gi", *T, "--generate", "2", "--png", "{dir}/existing.json"],
      "exists; pass --force"),
-    ("generate-alpha", [*E, "-r", "decomposition", *T, "--generate", "2", "--alpha", "signed"],
-     "--alpha does not apply with --generate"),
+    ("generate-alpha-relevance", [*E, "-r", "gi", *T, "--generate", "2", "--alpha", "signed"],
+     "--alpha applies to rule sets with `pass: decomposition` only"),
     ("batch-without-continuation", [*E, "-r", "gi", *T, "--batch", "4"], "--batch applies to --continuation"),
-    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image, --steps and --question do not apply"),
+    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image and --question do not apply"),
     ("audit-json-exists", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}/existing.json"], "exists; pass --force"),
     ("audit-json-directory", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}"], "is a directory"),
     # options

@@ -22,10 +22,10 @@ def test_generate_writes_the_matrix_everywhere(causal_lm, tmp_path, capsys):
     assert code == 0, captured.err
     assert "generated token" in captured.out and "relevance of each row token" in captured.out
     d = json.loads(j.read_text())
-    assert d["mode"] == "greedy" and d["rows"][:5] == PROMPT.split() and len(d["columns"]) == 3
+    assert d["mode"] == "greedy" and [r.strip() for r in d["rows"][:5]] == PROMPT.split() and len(d["columns"]) == 3
     assert len(d["matrix"]) == 7 and d["matrix"][6][:2] == [None, None] and d["matrix"][6][2] is not None
     assert all(abs(s["relative_error"]) < 1e-4 for s in d["steps"])
-    assert "<table>" in h.read_text() and d["columns"][0] in h.read_text()
+    assert "<table>" in h.read_text() and d["columns"][0].strip() in h.read_text()
     image = matplotlib.image.imread(str(p))
     assert image.ndim == 3 and image.shape[0] > 50
 
@@ -38,7 +38,7 @@ def test_continuation_batched_equals_one_by_one(causal_lm, tmp_path, capsys):
         assert main(["explain", str(path), "-r", "gi", "--continuation", "w7 w8 w9", "-t", PROMPT, "--dtype",
                      "float64", "--batch", batch, "--json", str(out)]) == 0, capsys.readouterr().err
         docs.append(json.loads(out.read_text()))
-    assert docs[0]["columns"] == ["w7", "w8", "w9"] and docs[0]["rows"][-2:] == ["w7", "w8"]
+    assert [c.strip() for c in docs[0]["columns"]] == ["w7", "w8", "w9"] and [r.strip() for r in docs[0]["rows"][-2:]] == ["w7", "w8"]
     for a, b in zip(sum(docs[0]["matrix"], []), sum(docs[1]["matrix"], [])):
         assert (a is None and b is None) or abs(a - b) < 1e-10
 
@@ -63,3 +63,54 @@ def test_bad_generation_input_is_one_line(causal_lm, argv, message, capsys):
     output = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
     assert code == 2 and "Traceback" not in output
     assert message in output, output
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    import tiny
+    folder = tmp_path_factory.mktemp("bart")
+    path = tiny.seq2seq_onnx(tiny.seq2seq("bart"), folder / "model.onnx")
+    tiny.tokenizer().save(str(folder / "tokenizer.json"))
+    return path
+
+
+SOURCE = "w5 w9 w14 w22"
+
+
+def test_an_encoder_decoder_generates_and_writes_the_matrix(bart, tmp_path, capsys):
+    """--generate on BART: the rows are the source then the target prefix (from the start token),
+    the terminal shows each group's share, the JSON the matrix, the PNG the heatmap."""
+    import tiny
+    j, p = tmp_path / "g.json", tmp_path / "g.png"
+    code = main(["explain", str(bart), "-r", "lrp-ah-ln", "--generate", "3", "-t", SOURCE, "--json", str(j),
+                 "--png", str(p)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "source share" in captured.out and "target share" in captured.out
+    d = json.loads(j.read_text())
+    source = tiny.tokenizer().encode(SOURCE).tokens
+    assert [r.strip() for r in d["rows"][:len(source)]] == source and len(d["rows"]) == len(source) + 3
+    assert d["groups"] == ["source"] * len(source) + ["target"] * 3 and len(d["columns"]) == 3
+    assert [a + b for a, b in zip(d["shares"]["source"], d["shares"]["target"])] == pytest.approx([1.0] * 3)
+    assert matplotlib.image.imread(str(p)).ndim == 3
+
+
+def test_the_deprecated_steps_flag_explains_the_given_prefix(bart, capsys):
+    """`--steps` with -i decoder_input_ids: a warning, then the prefix's tokens after the start explained
+    as --continuation does."""
+    assert main(["explain", str(bart), "-r", "gi", "-t", SOURCE, "-i", "decoder_input_ids=3,40,41", "--steps",
+                 "--dtype", "float64", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert "--steps is deprecated" in captured.err
+    d = json.loads(captured.out)
+    assert d["mode"] == "continuation" and [s["token"] for s in d["steps"]] == [40, 41]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--target", "5"], "--target does not apply"),
+    (["--position", "1"], "--position does not apply"),
+])
+def test_what_generation_cannot_take_is_one_line(bart, capsys, extra, message):
+    assert main(["explain", str(bart), "-r", "gi", "-t", SOURCE, "--generate", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

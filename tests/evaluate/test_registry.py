@@ -26,8 +26,8 @@ def test_every_metric_declares_name_direction_title_and_options(name):
     assert cls.title and cls.title.strip() == cls.title
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for o in cls.options:
-        assert o.help and o.type in (int, float) and o.key.isidentifier()
-        assert o.attr in fields and fields[o.attr].default == o.default      # the field's default is the declared one
+        assert o.help and o.type in (int, float) and o.name.isidentifier()
+        assert o.attribute in fields and fields[o.attribute].default == o.default      # the field's default is the declared one
         assert (o.low is None or o.default >= o.low) and (o.high is None or o.default <= o.high)
     assert cls.from_settings(M.Removal(), M.settings()).name == name
 

@@ -165,7 +165,7 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
 def test_a_method_that_fails_on_every_text_fails_the_run(model, data, tmp_path):
     rules = tmp_path / "partial.yaml"
     rules.write_text("name: partial\ndescription: only Gather has a rule\nboundary: embeddings\n"
-                     "on_unmatched: error\nrules:\n  - op: [Gather]\n    rule: pass\n")
+                     "on_unmatched: error\nrules:\n  - op: [Gather]\n    rule: route\n")
     evaluation = Evaluation(config(model, data, methods=("gi", str(rules))), tmp_path / "out", progress=False)
     with pytest.raises(InputError, match=r"failed on every text \(8 of 8\): .*no rule matches node 'mul'"):
         evaluation.run()

@@ -136,7 +136,7 @@ def test_the_onnxruntime_runtime_needs_an_onnx_file_in_float32(bert_onnx):
 
 
 def test_leave_one_out_delete_mode_shortens_the_sequence(model, bert_onnx):
-    e = run(bert_onnx, "loo", mode="delete", score="prob")
+    e = run(bert_onnx, "loo", mode="delete", drop="prob")
     with torch.no_grad():
         p = logits(model).softmax(-1)
         keep = [j for j in range(8) if j != 3]
@@ -193,7 +193,7 @@ def test_every_shipped_rule_set_is_a_method():
     listed = names()
     for name in shipped_rule_sets():
         assert name in listed
-        assert get(name).kind == "rules"
+        assert get(name).rule_set
     assert {"random", "gs", "ig", "loo", "attention", "rollout", "gi", "lrp-ah", "lrp-ah-ln"} <= set(listed)
 
 

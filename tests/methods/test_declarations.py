@@ -15,13 +15,13 @@ def test_baselines_register_in_the_import_order():
 
 def test_each_method_declares_what_its_scores_are():
     for name, m in methods().items():
-        assert m.quantity(), name
-        assert m.additive == (m.quantity() == RELEVANCE), name     # additive scores are relevance, and only they
-    assert get("loo").quantity() == "logit drop"
-    assert get("loo").quantity({"score": "prob"}) == "probability drop"
+        assert m.units(), name
+        assert m.additive == (m.units() == RELEVANCE), name     # additive scores are relevance, and only they
+    assert get("loo").units() == "logit drop"
+    assert get("loo").units({"drop": "prob"}) == "probability drop"
     assert [n for n, m in methods().items() if m.seeded] == ["random", "mask-lrp-random"]
     assert {n for n, m in methods().items() if m.reference} == {"random", "attention", "rollout", "lat"}
-    assert get("lat").quantity() == "attention share (sums to 1)"
+    assert get("lat").units() == "attention share (sums to 1)"
     assert [o.name for o in get("layer-saliency").options] == ["layer", "top_tau", "head"]
 
 

@@ -22,7 +22,7 @@ rules:
   - op: LayerNormalization
     rule: ln
   - trait: routing
-    rule: pass
+    rule: route
   - op: "*"
     rule: gradient
 """

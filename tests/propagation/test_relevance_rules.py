@@ -165,15 +165,15 @@ def test_identity_and_stop():
 def test_pass_routes_relevance_by_index(signal):
     x = rand(2, 3, 4)
     r = rand(4, 3, 2)
-    rel, _, _ = apply("pass", "Transpose", [x], r, signal=signal, perm=[2, 1, 0])
+    rel, _, _ = apply("route", "Transpose", [x], r, signal=signal, perm=[2, 1, 0])
     close(rel[0], r.permute(2, 1, 0))
     r = rand(2, 2, 4)
-    rel, _, _ = apply("pass", "Slice", [x, [1], [3], [1], [1]], r, tainted=[True, False, False, False, False])
+    rel, _, _ = apply("route", "Slice", [x, [1], [3], [1], [1]], r, tainted=[True, False, False, False, False])
     expected = torch.zeros_like(x)
     expected[:, 1:3] = r
     close(rel[0], expected)
     r = rand(2, 3, 4)
-    rel, _, _ = apply("pass", "Gather", [x, torch.tensor([0, 2, 0])], r, tainted=[True, False], axis=1)
+    rel, _, _ = apply("route", "Gather", [x, torch.tensor([0, 2, 0])], r, tainted=[True, False], axis=1)
     expected = torch.zeros_like(x)
     expected[:, 0] = r[:, 0] + r[:, 2]
     expected[:, 2] = r[:, 1]
@@ -183,11 +183,11 @@ def test_pass_routes_relevance_by_index(signal):
 def test_pass_through_concat_absorbs_the_constant_piece():
     x, c = rand(2, 3), rand(2, 2)
     r = rand(2, 5)
-    rel, _, _ = apply("pass", "Concat", [x, c], r, tainted=[True, False], axis=1)
+    rel, _, _ = apply("route", "Concat", [x, c], r, tainted=[True, False], axis=1)
     close(rel[0], r[:, :3])
     close(rel[1], r[:, 3:])
     x, r = rand(2, 1, 3), rand(2, 4, 3)
-    rel, _, _ = apply("pass", "Expand", [x, [2, 4, 3]], r, tainted=[True, False])
+    rel, _, _ = apply("route", "Expand", [x, [2, 4, 3]], r, tainted=[True, False])
     close(rel[0], r.sum(1, keepdim=True))
 
 

@@ -53,7 +53,7 @@ def test_epsilon_gamma_box_assignment(exports):
     assert {r for op, r in assigned if op == "Gemm"} == {"epsilon"}
     assert {r for op, r in assigned if op in ("AveragePool", "GlobalAveragePool")} == {"epsilon"}
     assert {r for op, r in assigned if op == "Relu"} == {"identity"}
-    assert {r for op, r in assigned if op in ("MaxPool", "Flatten")} == {"pass"}
+    assert {r for op, r in assigned if op in ("MaxPool", "Flatten")} == {"route"}
 
 
 def test_epsilon_plus_flat_assignment(exports):
@@ -106,7 +106,7 @@ rules:
   - op: [Relu]
     rule: identity
   - op: "*"
-    rule: pass
+    rule: route
 """
 
 

@@ -75,7 +75,7 @@ def test_golden_files_cover_exactly_the_shipped_rule_sets():
 
 def test_dump_round_trips():
     data = {"rules": "x", "exporter": "torchscript", "reached": 2, "unmatched": [],
-            "nodes": {"/b": {"op": "Add", "rule": "gradient(detach=[])"}, "/a": {"op": "MatMul", "rule": "pass"}}}
+            "nodes": {"/b": {"op": "Add", "rule": "gradient(detach=[])"}, "/a": {"op": "MatMul", "rule": "route"}}}
     text = dump(data)
     assert json.loads(text) == data
     assert list(json.loads(text)["nodes"]) == ["/b", "/a"]        # order kept as written (graph order)
@@ -118,7 +118,7 @@ def test_assignments_do_what_the_readme_table_says(graphs, model):
         return [e["rule"] for e in got[rules].values() if e["op"] == op]
 
     for name, e in got["gi"].items():                       # GI: the gradient rule, routing passes
-        assert e["rule"] == ("pass" if e["op"] in ROUTING else "gradient(detach=[])"), name
+        assert e["rule"] == ("route" if e["op"] in ROUTING else "gradient(detach=[])"), name
     for rules in ("lrp-ah", "lrp-ah-ln", "epsilon", "cp-lrp"):
         ah = [n for n, e in got[rules].items() if e["rule"].startswith("ah")]
         assert len(ah) == blocks, rules                      # one probabilities × values product per block

@@ -30,8 +30,8 @@ def error(text: str) -> str:
      "my.yaml:4: param 'epsilon' must be float, got 'lots'"),
     ("rules:\n  - op: Add\n    rule: stop\n    params: {x: 1}\n", "my.yaml:4: rule 'stop' has no param 'x'; it takes no params"),
     ("rules:\n  - op: Add\n    rule: gradient\n    params: {detach: [one]}\n", "my.yaml:4: param 'detach' must be"),
-    ("on_unmatched: ignore\nrules:\n  - op: Add\n    rule: pass\n", "my.yaml:1: on_unmatched must be error, warn"),
-    ("boundary: embedding\nrules:\n  - op: Add\n    rule: pass\n",
+    ("on_unmatched: ignore\nrules:\n  - op: Add\n    rule: route\n", "my.yaml:1: on_unmatched must be error, warn"),
+    ("boundary: embedding\nrules:\n  - op: Add\n    rule: route\n",
      "my.yaml:1: unknown boundary 'embedding'; did you mean 'embeddings'?"),
     ("rules:\n  - op: MatMul\n    inputs: {zero: {from: Softmax}}\n    rule: ah\n",
      "my.yaml:3: input position must be an integer"),
@@ -99,10 +99,10 @@ def test_rule_that_cannot_apply_names_the_line_and_the_node(bert_onnx):
     with pytest.raises(RuleMatchError, match=r"x.yaml:2: rule 'ln' cannot apply to node '.*MatMul' \(op MatMul\): "
                                              r"it applies to LayerNormalization"):
         rules.bind(rulegraph.load(bert_onnx)).require_complete()
-    rules = RuleSet.from_yaml("rules:\n  - op: Add\n    rule: pass\n  - op: '*'\n    rule: gradient\n", source="y.yaml")
+    rules = RuleSet.from_yaml("rules:\n  - op: Add\n    rule: route\n  - op: '*'\n    rule: gradient\n", source="y.yaml")
     binding = rules.bind(rulegraph.load(bert_onnx))
-    assert len(binding.problems) > 1 and all("y.yaml:2: rule 'pass' cannot apply" in str(p) for p in binding.problems)
-    with pytest.raises(RuleMatchError, match="y.yaml:2: rule 'pass' cannot apply .* only to routing ops.*more problem"):
+    assert len(binding.problems) > 1 and all("y.yaml:2: rule 'route' cannot apply" in str(p) for p in binding.problems)
+    with pytest.raises(RuleMatchError, match="y.yaml:2: rule 'route' cannot apply .* only to routing ops.*more problem"):
         binding.require_complete()
 
 
@@ -156,17 +156,17 @@ def test_loading_the_same_file_twice_gives_the_same_rule_set(tmp_path):
 def test_trait_routing_selects_exactly_the_routing_ops(bert_onnx):
     from rulegraph.ops import lookup
     graph = rulegraph.load(bert_onnx)
-    rules = RuleSet.from_yaml("rules:\n  - trait: routing\n    rule: pass\n  - op: '*'\n    rule: gradient\n",
+    rules = RuleSet.from_yaml("rules:\n  - trait: routing\n    rule: route\n  - op: '*'\n    rule: gradient\n",
                               source="t.yaml")
     binding = rules.bind(graph)
     for node in binding.reached:
         routing = lookup(node.op, node.domain).routing
-        assert (binding.assignments[node.name].rule.name == "pass") == routing, node.op
-    assert any(binding.assignments[n.name].rule.name == "pass" for n in binding.reached)
+        assert (binding.assignments[node.name].rule.name == "route") == routing, node.op
+    assert any(binding.assignments[n.name].rule.name == "route" for n in binding.reached)
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("rules:\n  - trait: routeing\n    rule: pass\n", "my.yaml:2: unknown op trait 'routeing'; did you mean 'routing'?"),
+    ("rules:\n  - trait: routeing\n    rule: route\n", "my.yaml:2: unknown op trait 'routeing'; did you mean 'routing'?"),
     ("rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: -0.1}\n",
      "my.yaml:4: param 'epsilon' of rule 'epsilon' must be ≥ 0, got -0.1"),
     ("rules:\n  - op: Conv\n    rule: gamma\n    params:\n      gamma: -1\n",
@@ -174,7 +174,7 @@ def test_trait_routing_selects_exactly_the_routing_ops(bert_onnx):
     ("rules:\n  - op: Conv\n    rule: zplus\n    params: {stabilizer: -1.0e-6}\n", "my.yaml:4: param 'stabilizer'"),
     ("pass: decomposition\nrules:\n  - op: Relu\n    rule: activation\n    params: {threshold: 2}\n",
      "my.yaml:5: param 'threshold' of rule 'activation' must be ≤ 1, got 2.0"),
-    ("pass: backward\nrules:\n  - op: Add\n    rule: pass\n", "my.yaml:1: unknown pass 'backward'"),
+    ("pass: backward\nrules:\n  - op: Add\n    rule: route\n", "my.yaml:1: unknown pass 'backward'"),
     ("rules:\n  - op: Add\n    rule: epsilon\n    params: {epsilon: !!python/object:os.system x}\n",
      "my.yaml:4: tag 'tag:yaml.org,2002:python/object:os.system' is not allowed in a rule file"),
 ])
@@ -185,7 +185,14 @@ def test_domains_traits_and_tags_are_checked_where_the_file_is_read(text, expect
 def test_an_alias_bomb_is_refused_before_it_expands():
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
-    text = "\n".join(levels) + "\nrules:\n  - op: Add\n    rule: pass\n    note: *a8\n"
+    text = "\n".join(levels) + "\nrules:\n  - op: Add\n    rule: route\n    note: *a8\n"
     message = error(text)
     assert "expands to more than 100,000 YAML nodes" in message and message.startswith("my.yaml:")
     assert len(message) < 300
+
+
+def test_a_renamed_rule_is_taken_with_a_warning_naming_the_line():
+    """`pass` became `route` (one name, one meaning: a pass is relevance or decomposition)."""
+    with pytest.warns(UserWarning, match=r"my.yaml:3: rule 'pass' is now 'route'"):
+        rules = RuleSet.from_yaml("rules:\n  - trait: routing\n    rule: pass\n", source="my.yaml")
+    assert rules.entries[0].rule.name == "route"

@@ -33,8 +33,8 @@ class AOPC(Deletion):
     title = "AOPC: p(ŷ|x) − p(ŷ|x̃ᵏ)"
     x_label = "% of tokens removed (most relevant first)"
     options = (
-        Option("k_max", "aopc_k", int, 20, "AOPC: mean over k = 0…K % removed", 0, 100),
-        Option("k_step", "aopc_step", int, 1, "AOPC: k in steps of this many %", 1, 100),
+        Option("aopc_k", int, 20, "AOPC: mean over k = 0…K % removed", low=0, high=100, attr="k_max"),
+        Option("aopc_step", int, 1, "AOPC: k in steps of this many %", low=1, high=100, attr="k_step"),
     )
     protocol = ("grid", "score")
     k_max: int = 20

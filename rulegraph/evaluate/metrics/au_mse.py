@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...tokens import Tokens
 from .auac import Fractions
-from .base import Case, ModelFn, Removal, Result, area, compute, metric
+from .base import Case, ModelFn, Removal, Result, compute, metric
 
 
 @metric("au-mse")
@@ -16,17 +15,11 @@ class AUMSE(Fractions):
     title = "pruning (AU-MSE): MSE of logits"
     x_label = "fraction of tokens removed (least |relevant| first)"
 
-    def pruned(self, case: Case, f: float) -> Tokens:
-        order = case.least_abs_first()
-        return self.removal.apply(case.tokens, order[:self.removal.count(f, len(order))])
+    def order(self, case):
+        return case.least_abs_first()
 
-    def inputs(self, case):
-        return [case.tokens, *(self.pruned(case, f) for f in self.xs())]
-
-    def reduce(self, case, logits):
-        y0 = logits[case.tokens].double()
-        curve = [float(((y0 - logits[self.pruned(case, f)].double()) ** 2).mean()) for f in self.xs()]
-        return Result(area(curve, self.xs()), curve)
+    def point(self, case, logits, y):
+        return float(((logits[case.tokens].double() - y.double()) ** 2).mean())
 
 
 def au_mse(model: ModelFn, case: Case, removal: Removal, steps: int = 20) -> Result:

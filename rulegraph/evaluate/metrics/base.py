@@ -10,10 +10,10 @@ hands the logits back; :func:`compute` does the same for one example.
 Each metric *declares* what the command line, the runner, the plots and the docs read:
 ``name`` (its registry key), ``default`` (in the default metric set), ``higher_is_better``
 (the direction ↑/↓), ``title`` (plots and tables), ``x_label`` (its curve's axis) and
-``options``: typed :class:`Option` s with a default, a help text and a valid range. An
-option's ``key`` is its name in the flat settings (``config.json``) and on the command line
-(``aopc_k`` → ``--aopc-k``); metrics that share a knob (the curve ``steps``) declare the
-same key, and the declarations must agree.
+``options``: typed :class:`~rulegraph.options.Option` s with a default, a help text and a valid
+range. An option's ``name`` is its key in the flat settings (``config.json``) and on the command
+line (``aopc_k`` → ``--aopc-k``), its ``attr`` the metric's field it sets; metrics that share a
+knob (the curve ``steps``) declare the same name, and the declarations must agree.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from ...errors import InputError, choices
+from ...options import Option
 from ...registry import Registry
 from ..protocols import count as counting
 from ...tokens import Tokens
@@ -103,41 +104,6 @@ def reference(case: Case, logits: dict[Tokens, Tensor]) -> int:
     return case.label if case.label is not None else int(logits[case.tokens].argmax())
 
 
-@dataclass(frozen=True)
-class Option:
-    """A declared metric option: the attribute it sets, its settings/CLI key, type, default,
-    help and valid range (``low``/``high`` inclusive, ``None``: unbounded)."""
-
-    attr: str
-    key: str
-    type: type
-    default: Any
-    help: str
-    low: float | None = None
-    high: float | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.key.replace("_", "-")
-
-    def range(self) -> str:
-        if self.low is not None and self.high is not None:
-            return f"{self.low}…{self.high}"
-        return f"≥ {self.low}" if self.low is not None else f"≤ {self.high}" if self.high is not None else "any"
-
-    def check(self, owner: str, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = self.type(value)
-            except ValueError:
-                raise InputError(f"{owner}: {self.flag} must be {self.type.__name__}, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, self.type):
-            raise InputError(f"{owner}: {self.flag} must be {self.type.__name__}, got {value!r}")
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise InputError(f"{owner}: {self.flag} must be in {self.range()} (got {value})")
-        return value
-
-
 @dataclass
 class Metric:
     """Base class of the metrics; see the module docstring for the declarations."""
@@ -154,14 +120,14 @@ class Metric:
 
     def __post_init__(self):
         for o in self.options:
-            setattr(self, o.attr, o.check(self.title or self.name, getattr(self, o.attr)))
+            setattr(self, o.attribute, o.parse(getattr(self, o.attribute), f"{self.title or self.name}: {o.flag}"))
 
     @classmethod
     def from_settings(cls, removal: Removal, settings: dict[str, Any], protocol: dict[str, Any] | None = None) -> "Metric":
         """This metric with its options read from the flat settings (missing keys: the defaults) and
         the protocol fields it declares from ``protocol``."""
         extra = {k: v for k, v in (protocol or {}).items() if k in cls.protocol}
-        return cls(removal, **{o.attr: settings.get(o.key, o.default) for o in cls.options}, **extra)
+        return cls(removal, **{o.attribute: settings.get(o.name, o.default) for o in cls.options}, **extra)
 
     @classmethod
     def direction(cls) -> str:
@@ -190,10 +156,10 @@ def metric(name: str):
     def register(cls: type[Metric]) -> type[Metric]:
         declared = all_options()
         for o in cls.options:
-            other = declared.get(o.key)
+            other = declared.get(o.name)
             if other is not None and (other.type, other.default, other.low, other.high) != \
                     (o.type, o.default, o.low, o.high):
-                raise RuntimeError(f"metric {name!r} declares option {o.key!r} unlike another metric")
+                raise RuntimeError(f"metric {name!r} declares option {o.name!r} unlike another metric")
         METRICS.add(name, cls)
         return cls
     return register
@@ -204,7 +170,7 @@ def all_options() -> dict[str, Option]:
     out: dict[str, Option] = {}
     for _, cls in METRICS.items():
         for o in cls.options:
-            out.setdefault(o.key, o)
+            out.setdefault(o.name, o)
     return out
 
 
@@ -220,7 +186,7 @@ def settings(given: dict[str, Any] | None = None) -> dict[str, Any]:
     unknown = [k for k in given if k not in declared]
     if unknown:
         raise InputError(f"unknown metric option {unknown[0]!r}; {choices(list(declared), unknown[0])}")
-    return {key: o.check("metric settings", given[key]) if key in given else o.default
+    return {key: o.parse(given[key], f"metric settings: {o.flag}") if key in given else o.default
             for key, o in declared.items()}
 
 

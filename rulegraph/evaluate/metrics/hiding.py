@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...tokens import Tokens
 from .auac import Fractions
-from .base import Case, ModelFn, Removal, Result, area, compute, correct, metric, reference
+from .base import Case, ModelFn, Removal, Result, compute, correct, metric, reference
 
 
 @metric("hiding")
@@ -18,17 +17,8 @@ class Hiding(Fractions):
     title = "hiding game: accuracy"
     x_label = "fraction of tokens hidden (most relevant first)"
 
-    def hidden(self, case: Case, f: float) -> Tokens:
-        order = case.most_relevant_first()
-        return self.removal.apply(case.tokens, order[:self.removal.count(f, len(order))])
-
-    def inputs(self, case):
-        return [case.tokens, *(self.hidden(case, f) for f in self.xs())]
-
-    def reduce(self, case, logits):
-        ref = reference(case, logits)
-        curve = [correct(logits[self.hidden(case, f)], ref) for f in self.xs()]
-        return Result(area(curve, self.xs()), curve)
+    def point(self, case, logits, y):
+        return correct(y, reference(case, logits))
 
 
 def hiding(model: ModelFn, case: Case, removal: Removal, steps: int = 20) -> Result:

@@ -14,7 +14,7 @@ class LOdds(Deletion):
     higher_is_better = False
     title = "LOdds: log p(ŷ|x̃ᵏ) − log p(ŷ|x)"
     x_label = "% of tokens removed"
-    options = (Option("k", "lodds_k", int, 20, "LOdds: % removed", 0, 100),)
+    options = (Option("lodds_k", int, 20, "LOdds: % removed", low=0, high=100, attr="k"),)
     k: int = 20
 
     def __post_init__(self):

@@ -4,28 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...tokens import Tokens
-from .auac import Fractions
-from .base import Case, ModelFn, Removal, Result, area, compute, correct, metric, reference
+from .base import Case, ModelFn, Removal, Result, compute, metric
+from .hiding import Hiding
 
 
 @metric("revealing")
 @dataclass
-class Revealing(Fractions):
+class Revealing(Hiding):
+    higher_is_better = True
     title = "revealing game: accuracy"
     x_label = "fraction of tokens revealed (most relevant first)"
 
-    def revealed(self, case: Case, f: float) -> Tokens:
-        order = case.most_relevant_first()
-        return self.removal.apply(case.tokens, order[self.removal.count(f, len(order)):])
-
-    def inputs(self, case):
-        return [case.tokens, *(self.revealed(case, f) for f in self.xs())]
-
-    def reduce(self, case, logits):
-        ref = reference(case, logits)
-        curve = [correct(logits[self.revealed(case, f)], ref) for f in self.xs()]
-        return Result(area(curve, self.xs()), curve)
+    def selected(self, order, n):
+        return order[n:]
 
 
 def revealing(model: ModelFn, case: Case, removal: Removal, steps: int = 20) -> Result:

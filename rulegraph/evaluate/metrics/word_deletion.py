@@ -15,7 +15,7 @@ class WordDeletion(Metric):
     higher_is_better = False
     title = "accuracy vs words deleted"
     x_label = "words deleted (most relevant first)"
-    options = (Option("max_words", "words", int, 10, "word-deletion: up to this many words", 1, 10_000),)
+    options = (Option("words", int, 10, "word-deletion: up to this many words", low=1, high=10_000, attr="max_words"),)
     max_words: int = 10
 
     def xs(self) -> list[float]:

@@ -15,7 +15,7 @@ in this order (the order ``rulegraph methods`` lists them):
   probabilities; a block's output, :func:`rulegraph.ir.hidden_states`) from the ``gi`` pass
   (``walk(record_at=...)``).
 
-A new baseline is one file here with ``@baseline(name, description, Option(...), score=...)``,
+A new baseline is one file here with ``@baseline(name, description, Option(...), unit=...)``,
 added to the import list below, and its test in ``tests/methods/``.
 """
 from __future__ import annotations

@@ -53,7 +53,7 @@ def attention_probabilities(req: Request) -> tuple[list[Tensor], Tensor, list[in
           Option("block", int, -1, "which attention block (0-based; negative counts from the last)"),
           Option("row", int, 0, "query position read: 0 = [CLS] (BERT-style classifiers); negative counts back "
                  "from the last real token (−1 for decoder classifiers)"),
-          score="attention weight (heads averaged)", reference=True)
+          unit="attention weight (heads averaged)", reference=True)
 def raw_attention(req: Request, block: int, row: int) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
     if not -len(probs) <= block < len(probs):

@@ -42,7 +42,7 @@ def relevance_map(weighted: list[Tensor]) -> Tensor:
           "explained position (its own entry keeps the identity's 1)",
           Option("row", int, 0, "query position read: 0 = [CLS] (BERT-style classifiers); negative counts back "
                  "from the last real token (−1 for decoder classifiers)"),
-          score="gradient-weighted attention relevance (Chefer Eq. 6)")
+          unit="gradient-weighted attention relevance (Chefer Eq. 6)")
 def generic_attention_explainability(req: Request, row: int) -> Explanation:
     values = attention_values(req.graph)
     weighted, env, out, targets, position = gradient_times_value(req, values)

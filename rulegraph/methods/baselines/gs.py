@@ -9,7 +9,7 @@ from .common import by_key, explanation, forward, gradients
 
 @baseline("gs", "gradient sensitivity: the L2 norm over the hidden dimension of ∂f/∂x at the embeddings "
           "(Li et al. 2016; Wu & Ong 2021 Eq. 1); unsigned",
-          score="gradient norm ‖∂f/∂x‖₂")
+          unit="gradient norm ‖∂f/∂x‖₂")
 def gradient_sensitivity(req: Request) -> Explanation:
     _, out, targets, position = forward(req, frozenset())
     grads, _, out, binding = gradients(req, req.inputs, targets)

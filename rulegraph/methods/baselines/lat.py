@@ -40,7 +40,7 @@ def trace(probs: list[Tensor], rows: list[int]) -> tuple[Tensor, list[list[float
           "only; conserving (sums to 1 at every block)",
           Option("row", int, 0, "query position traced: 0 = [CLS] (BERT-style classifiers); negative counts back "
                  "from the last real token (−1 for decoder classifiers)"),
-          score="attention share (sums to 1)", reference=True)
+          unit="attention share (sums to 1)", reference=True)
 def layerwise_attention_tracing(req: Request, row: int) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
     rows = query_rows(req, row, probs[0].shape[0], probs[0].shape[-1])

@@ -93,7 +93,7 @@ def _decode(req: Request, h: Tensor, head: str | None) -> tuple[Tensor, str]:
                  "(Alg. 1 line 8); unset: all"),
           Option("head", str, None, "ONNX LM head mapping hidden states to vocabulary logits; unset: the tied "
                  "word-embedding matrix"),
-          score="decoded Grad-CAM saliency")
+          unit="decoded Grad-CAM saliency")
 def layer_saliency(req: Request, layer: int | None, top_tau: int | None, head: str | None) -> Explanation:
     states = hidden_states(req.graph)
     count = len(states) - 1

@@ -15,12 +15,12 @@ from .common import BATCH_TOKENS, explanation, forward, never_perturbed
           "perturbed sequences batched",
           Option("mode", str, "mask", "how the token is removed: replaced by [MASK] (or [UNK] without one), "
                  "by [UNK], or deleted", REMOVALS),
-          Option("score", str, "logit", "difference of the explained logit or of its softmax probability",
+          Option("drop", str, "logit", "the drop measured: of the explained logit, or of its softmax probability",
                  ("logit", "prob")),
           Option("runtime", str, "auto", "what runs the perturbed forwards: auto (onnxruntime for an ONNX file "
                  "on the CPU in float32, else the interpreter), rulegraph, onnxruntime", RUNTIMES),
-          score=lambda options: "logit drop" if options["score"] == "logit" else "probability drop")
-def leave_one_out(req: Request, mode: str, score: str, runtime: str) -> Explanation:
+          unit=lambda options: "logit drop" if options["drop"] == "logit" else "probability drop")
+def leave_one_out(req: Request, mode: str, drop: str, runtime: str) -> Explanation:
     if mode != "delete" and req.vocab is None:
         raise InputError(f"loo mode {mode!r} needs the tokenizer's [MASK]/[UNK] ids; explain text with a tokenizer "
                          "or use -o loo.mode=delete")
@@ -46,7 +46,7 @@ def leave_one_out(req: Request, mode: str, score: str, runtime: str) -> Explanat
                 seqs.append(tokens.remove([i], replacement))
                 where.append((b, i))
     logits = model(seqs)
-    value = logits if score == "logit" else logits.softmax(-1)
+    value = logits if drop == "logit" else logits.softmax(-1)
     scores = torch.zeros(ids.shape, dtype=torch.float64)
     reference = {}
     for (b, i), row in zip(where, value):
@@ -54,4 +54,4 @@ def leave_one_out(req: Request, mode: str, score: str, runtime: str) -> Explanat
             reference[b] = row[targets[b]]
         else:
             scores[b, i] = reference[b] - row[targets[b]]
-    return explanation(req, out, targets, position, {key: scores}, mode=mode, score=score)
+    return explanation(req, out, targets, position, {key: scores}, mode=mode, drop=drop)

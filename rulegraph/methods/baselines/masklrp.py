@@ -27,9 +27,10 @@ from ...errors import InputError
 from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import prepare
+from ...passes import apply
 from ...passes.base import select
-from ...propagation.gradient import _divide
 from ...propagation.masked import masked
+from ...propagation.numerics import divide
 from ...ruleset import RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
@@ -90,8 +91,7 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
         raise InputError("mask-lrp needs attention blocks (a Softmax feeding the value product); none found")
     rules = rule_set(masks)
     nodes = [req.graph.node(b.product) for b in blocks]
-    from ...api import explain
-    e = explain(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+    e = apply(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
                 device=req.device, dtype=req.dtype, audit=req.audit, record=[n.outputs[0] for n in nodes])
     binding = rules.bind(req.graph)
     plan = prepare(req.graph, req.device, req.dtype)
@@ -106,7 +106,7 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
         a, v, o = env[node.inputs[0]], env[node.inputs[1]], env[node.outputs[0]]
         rule = binding.assignments[node.name].rule                                       # the head mask
         kept = masked(e.recorded[node.outputs[0]].to(o), rule.types(node, b.heads))     # R', masked
-        s = _divide(kept, o)                                                             # R' / O
+        s = divide(kept, o)                                                             # R' / O
         r_attention = a * torch.einsum("bhkd,bhqd->bhqk", v, s)                          # Σ_d A_qk V_kd R'_qd / O_qd
         cam = (grad * r_attention).mean(1).clamp(min=0)                                  # Eq. 10 (heads averaged, ⁺)
         cam = cam + torch.eye(cam.shape[-1], dtype=cam.dtype, device=cam.device)
@@ -128,7 +128,7 @@ def _masks(path: str) -> HeadMasks | None:
           "identity, rolled out over the blocks; the row of the explained position",
           Option("masks", str, "", "mask file of `rulegraph heads calibrate` (empty: every head kept)"),
           Option("row", int, 0, "query position read: 0 = [CLS]; negative counts back from the last real token"),
-          score="rolled-out attention relevance")
+          unit="rolled-out attention relevance")
 def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
     return mask_lrp(req, _masks(masks), row)
 
@@ -138,7 +138,7 @@ def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
           Option("masks", str, "", "mask file whose mask rate (and type counts) the random mask keeps"),
           Option("seed", int, 0, "seed of the shuffle"),
           Option("row", int, 0, "query position read, as for mask-lrp-rollout"),
-          score="rolled-out attention relevance")
+          unit="rolled-out attention relevance")
 def mask_lrp_random(req: Request, masks: str, seed: int, row: int) -> Explanation:
     if not masks:
         raise InputError("mask-lrp-random needs -o mask-lrp-random.masks=FILE (its mask rate is kept)")

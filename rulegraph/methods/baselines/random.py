@@ -14,7 +14,7 @@ from .common import explanation, forward
 
 @baseline("random", "uniform random scores in [0, 1), seeded by `seed` and the token ids (so a batch "
           "gives the same scores as one-by-one)", Option("seed", int, 0, "random seed"),
-          score="random number in [0, 1)", reference=True)
+          unit="random number in [0, 1)", reference=True)
 def random_scores(req: Request, seed: int) -> Explanation:
     key = token_input(req.graph)
     ids = req.inputs[key]

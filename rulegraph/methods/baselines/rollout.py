@@ -28,7 +28,7 @@ def rollout_matrix(probs: list[Tensor], residual: float = 0.5) -> Tensor:
           "normalised), multiplied through the blocks; the row of the explained position",
           Option("row", int, 0, "query position read (as for attention)"),
           Option("residual", float, 0.5, "weight of the identity (the residual connection)"),
-          score="attention weight (rolled out)", reference=True)
+          unit="attention weight (rolled out)", reference=True)
 def attention_rollout(req: Request, row: int, residual: float) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
     r = rollout_matrix(probs, residual)

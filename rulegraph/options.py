@@ -1,0 +1,113 @@
+"""Declared options: the knobs a method, a pass or a metric takes, each declared once with its
+type, default, valid choices or range, and help.
+
+The API checks a value against its declaration (:meth:`Option.parse`), the command line makes a
+flag of it (:attr:`Option.flag`), ``rulegraph methods`` lists it. A pass's options are declared
+here (:data:`PASS_OPTIONS`) rather than in ``passes/``, so that the command line reads them
+without importing torch; the pass, the methods that run it (every rule set with that ``pass:``)
+and the command line all read this one declaration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError, choices as valid
+
+
+@dataclass(frozen=True)
+class Option:
+    """A declared option. ``type``: a type or a tuple of types (a string given for another type
+    is converted with the first); ``choices``: the valid values, if a closed set; ``low`` /
+    ``high``: the valid range (inclusive); ``default`` ``None``: unset unless given (e.g. "the
+    rule file's value"); ``cli``: shown on the command line (``False``: the Python API only);
+    ``attr``: the attribute it sets where that differs from ``name`` (a metric's field)."""
+
+    name: str
+    type: type | tuple[type, ...]
+    default: Any
+    help: str = ""
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
+    cli: bool = True
+    attr: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def attribute(self) -> str:
+        return self.attr or self.name
+
+    @property
+    def types(self) -> tuple[type, ...]:
+        return self.type if isinstance(self.type, tuple) else (self.type,)
+
+    def type_name(self) -> str:
+        return " or ".join(t.__name__ for t in self.types)
+
+    def range(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"{self.low}…{self.high}"
+        return f"≥ {self.low}" if self.low is not None else f"≤ {self.high}" if self.high is not None else "any"
+
+    def parse(self, value: Any, what: str | None = None) -> Any:
+        """``value`` converted and checked, or an :class:`InputError` naming ``what`` (default the flag)."""
+        what = what or self.flag
+        if value is None and self.default is None:          # unset by default, and not given
+            return None
+        types = self.types
+        if isinstance(value, str) and str not in types:
+            try:
+                value = types[0](value)
+            except ValueError:
+                raise InputError(f"{what} must be {self.type_name()}, got {value!r}") from None
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, types) or isinstance(value, bool) != (bool in types):
+            raise InputError(f"{what} must be {self.type_name()}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise InputError(f"{what}: {value!r} is not valid; {valid([str(c) for c in self.choices], str(value))}")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            raise InputError(f"{what} must be in {self.range()} (got {value})")
+        return value
+
+
+def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, noun: str = "method") -> dict[str, Any]:
+    """``given`` checked against ``declared`` (an unknown name is an error naming the valid ones),
+    every declared option filled in: the value given, else its default. ``noun`` and ``owner``
+    name what takes them in messages (``method 'ig' has no option …``, ``option ig.steps must …``)."""
+    names = {o.name: o for o in declared}
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        hint = valid(list(names), unknown[0]) if names else "it takes no options"
+        raise InputError(f"{noun} {owner!r} has no option {unknown[0]!r}; {hint}")
+    return {name: o.parse(given[name], f"option {owner}.{name}") if name in given else o.default
+            for name, o in names.items()}
+
+
+#: pass name → its options (``explain(..., groups=…)``, ``--groups``, a rule set's method options)
+PASS_OPTIONS: dict[str, tuple[Option, ...]] = {
+    "relevance": (
+        Option("record", (list, tuple), (), "the relevance at these graph values too (Explanation.recorded)",
+               cli=False),
+    ),
+    "decomposition": (
+        Option("groups", (str, list), "token", "the input partition: token, word, source:K (source vs target "
+               "prefix), or position ranges such as 0-3,4-9"),
+        Option("alpha", str, None, "α of the ReLU bias reallocation: signed (Eq. 13), abs (Eq. 12), hybrid "
+               "(Eq. 17); default: the rule file's", ("signed", "abs", "hybrid")),
+        Option("threshold", float, None, "λ of hybrid α (Eq. 17); default: the rule file's (0.1)", low=0.0, high=1.0),
+        Option("variant", str, None, "hat (D̂, the bias reallocated) or bar (D̄, the bias kept as its own component); "
+               "default: the rule file's", ("hat", "bar")),
+        Option("mode", str, "auto", "components (every group carried through the graph), linearized (one group and "
+               "a backward pass: signed α or D̄ only), auto (linearized where it applies)",
+               ("auto", "components", "linearized")),
+        Option("word_ids", list, None, "per batch item, each token's word index (groups=word; filled from the text)",
+               cli=False),
+        Option("tokens", list, None, "per batch item, the token texts labelling the groups (filled from the text)",
+               cli=False),
+    ),
+}

@@ -1,0 +1,109 @@
+"""Figures (matplotlib): an explanation's tokens as coloured bars, a generation's matrix as a
+heatmap, an image's relevance beside the image. ``Explanation.plot``, ``Generation.plot`` and
+``rulegraph explain --png`` use the same functions. matplotlib is imported when a figure is made."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .colour import POSITIVE, NEGATIVE, explained_name, token_texts
+
+
+def _pyplot():
+    import matplotlib
+    if matplotlib.get_backend().lower() not in ("agg",) and not _interactive():
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _interactive() -> bool:
+    import sys
+    return "ipykernel" in sys.modules
+
+
+def save(fig, path: str | Path) -> Path:
+    """``fig`` as a PNG at ``path`` (its folder made), then closed."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def explanation_figure(e, item: int = 0, ax=None):
+    """Each token's score as a bar (red for the explained output, blue against), the tokens on the
+    axis; the title says what was explained. Returns the figure."""
+    plt = _pyplot()
+    key = next(iter(e.relevance))
+    scores = e.scores(key, item)
+    tokens = [t.strip() or repr(t) for t in token_texts(e, item, len(scores))]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(min(2 + 0.45 * len(tokens), 16), 3.2))
+    else:
+        fig = ax.figure
+    colours = [tuple(c / 255 for c in (POSITIVE if s >= 0 else NEGATIVE)) for s in scores]
+    ax.bar(range(len(scores)), scores, color=colours)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=9)
+    ax.set_ylabel("relevance")
+    ax.set_title(f"{e.rules}: {explained_name(e, item)} = {e.output_value[item]:.4g}", fontsize=10)
+    return fig
+
+
+def generation_figure(g, title: str = ""):
+    """The matrix as a heatmap: red for, blue against, each column scaled to its largest |relevance|,
+    grey where a row is not an input of the step. Returns the figure."""
+    import matplotlib
+    import numpy as np
+
+    from .page import scales
+    plt = _pyplot()
+    m = g.matrix.numpy() / np.array(scales(g))[None, :]
+    rows, cols = m.shape
+    fig, ax = plt.subplots(figsize=(min(2 + 0.45 * cols, 14), min(1.5 + 0.22 * rows, 40)))
+    cmap = matplotlib.colormaps["bwr"].copy()
+    cmap.set_bad("#eeeeee")
+    shown = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    every = max(1, rows // 60)
+    labels = [t.strip() or repr(t) for t in g.rows]
+    ax.set_yticks(range(0, rows, every), [labels[r] for r in range(0, rows, every)], fontsize=8)
+    ax.set_xticks(range(cols), [t.strip() or repr(t) for t in g.columns], rotation=90, fontsize=8)
+    if g.groups and g.groups[-1] != g.groups[0]:
+        ax.axhline(g.groups.index(g.groups[-1]) - 0.5, color="black", linewidth=0.8)
+    ax.set_xlabel("generated token")
+    ax.set_ylabel(" and ".join(dict.fromkeys(g.groups)) + " tokens")
+    ax.set_title(title or f"{g.method}: relevance per generated token", fontsize=10)
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04, label="relevance / column's max |relevance|")
+    return fig
+
+
+def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = ""):
+    """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the
+    de-normalised input image and as an overlay on it when ``image`` is given. Returns the figure."""
+    import numpy as np
+    import torch
+
+    from ..image import pixel_map
+    plt = _pyplot()
+    heat = pixel_map(relevance)
+    bound = float(np.abs(heat).max()) or 1.0
+    panels = 3 if image is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
+    if image is not None:
+        x = image.detach().double().cpu()[0] if image.dim() == 4 else image.detach().double().cpu()
+        x = x * torch.tensor(std, dtype=x.dtype).reshape(3, 1, 1) + torch.tensor(mean, dtype=x.dtype).reshape(3, 1, 1)
+        picture = x.clamp(0, 1).permute(1, 2, 0).numpy()
+        axes[0][0].imshow(picture)
+        axes[0][0].set_title("input")
+        axes[0][1].imshow(picture)
+        axes[0][1].imshow(heat, cmap="bwr", vmin=-bound, vmax=bound, alpha=0.55)
+        axes[0][1].set_title("overlay")
+    ax = axes[0][-1]
+    shown = ax.imshow(heat, cmap="bwr", vmin=-bound, vmax=bound)
+    ax.set_title(title or "relevance")
+    fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
+    for a in axes[0]:
+        a.axis("off")
+    return fig

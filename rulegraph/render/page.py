@@ -1,0 +1,199 @@
+"""Self-contained HTML: an explanation (the tokens on their colours with each score, the
+conservation figures in words, the per-layer chart), several on one page, and a generation's
+matrix. ``Explanation._repr_html_`` and ``rulegraph explain --html`` use the same functions."""
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from .colour import NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, shade, token_texts, verdict
+
+if TYPE_CHECKING:       # the explanation shows itself with these functions: no import back at run time
+    from ..audit import Audit
+    from ..explanation import Explanation
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}
+h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}
+.tokens{font-size:1.1em;line-height:1.2em}
+.tok{display:inline-block;text-align:center;padding:.2em .25em;margin:.1em 0;border-radius:3px}
+.tok small{display:block;font-size:.62em;opacity:.85;color:inherit} .special{outline:1px dashed #888}
+.note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
+table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
+td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee} td:first-child,th:first-child{text-align:left}
+.ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
+small{color:#666}
+"""
+
+
+def _span(tok: str, score: float, scale: float, special: bool) -> str:
+    """A token with its score printed under it, on its colour, in the ink that reads on it."""
+    colour = shade(score, scale)
+    lead = " " if tok.startswith(" ") else ""
+    cls = "tok special" if special else "tok"
+    return (f'{lead}<span class="{cls}" style="background:rgb{colour};color:{ink(colour)}" '
+            f'title="{score:+.6g}">{html.escape(tok.lstrip(" "))}<small>{score:+.2g}</small></span>')
+
+
+def _layer_chart(audit: Audit) -> str:
+    """Grouped horizontal bars per layer: relevance in, out, absorbed, breaks (inline SVG)."""
+    series = [("in", "#555"), ("out", "#999"), ("absorbed", "#d4a017"), ("breaks", "#c22")]
+    rows = [(layer.name, [layer.relevance_in, layer.relevance_out, layer.absorbed, layer.breaks])
+            for layer in audit.layers]
+    scale = max((abs(v) for _, vals in rows for v in vals), default=1.0) or 1.0
+    bar, gap, label_w, half = 7, 10, 90, 220
+    height = len(rows) * (4 * bar + gap) + 30
+    axis_y = height - 20
+    height += 16
+    parts = [f'<svg width="{label_w + 2 * half + 40}" height="{height}" font-size="11">',
+             f'<line x1="{label_w + half}" y1="0" x2="{label_w + half}" y2="{axis_y}" stroke="#aaa"/>',
+             f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + 2 * half}" y2="{axis_y}" stroke="#aaa"/>']
+    for frac in (-1, -0.5, 0, 0.5, 1):       # the axis: relevance, one scale for every bar
+        x = label_w + half + frac * half
+        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#aaa"/>'
+                     f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{frac * scale:+.3g}</text>')
+    y = 5
+    for name, vals in rows:
+        parts.append(f'<text x="0" y="{y + 2 * bar + 3}">{html.escape(name)}</text>')
+        for (label, colour), v in zip(series, vals):
+            w = abs(v) / scale * half
+            x = label_w + half - (w if v < 0 else 0)
+            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{bar - 1}" fill="{colour}">'
+                         f'<title>{label}: {v:+.4g}</title></rect>')
+            y += bar
+        y += gap
+    legend_x = label_w
+    for label, colour in series:
+        parts.append(f'<rect x="{legend_x}" y="{height - 12}" width="10" height="10" fill="{colour}"/>'
+                     f'<text x="{legend_x + 14}" y="{height - 3}">{label}</text>')
+        legend_x += 80
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def explanation_fragment(e: Explanation, heading: str = "") -> str:
+    """One explanation (every batch item) as HTML without the page around it: what a notebook shows."""
+    body = [f'<div class="rulegraph"><style>{_CSS}</style>', _legend()]
+    for item in range(e.batch_size):
+        body.append(_item(e, item, heading if e.batch_size == 1 else f"{heading} item {item + 1}".strip()))
+    body.append("</div>")
+    return "".join(body)
+
+
+def explanations_page(results: list[Explanation], model: str = "") -> str:
+    """A self-contained page: per explanation the heatmap, the conservation figures and the layer chart."""
+    body = [f"<h1>rulegraph explanation</h1><p><small>model {html.escape(model)}</small></p>", _legend()]
+    for i, e in enumerate(results):
+        for item in range(e.batch_size):
+            text = _text(e, item)
+            body.append(_item(e, item, f"{i + 1}. {text}" if len(results) > 1 or text else ""))
+    return _page("rulegraph explanation", "".join(body))
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def _legend() -> str:
+    return (f'<p class="legend"><span style="background:rgb{POSITIVE};color:#fff">for the output</span>'
+            f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span></p>')
+
+
+def _text(e: Explanation, item: int) -> str:
+    text = e.extra.get("text")
+    return text[item] if isinstance(text, list) else (text or "")
+
+
+def _item(e: Explanation, item: int, heading: str) -> str:
+    """One batch item: the tokens on their colours, what was explained, the conservation in words."""
+    key = next(iter(e.relevance))
+    scores = e.scores(key, item)
+    tokens = token_texts(e, item, len(scores))
+    special = e.special[item] if e.special else [False] * len(tokens)
+    scale = colour_scale(scores, special)
+    parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
+    parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
+                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code></p>")
+    parts.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
+                                               zip(tokens, scores, special)) + "</p>")
+    note = mass_note(tokens, scores, special)
+    if note:
+        parts.append(f'<p class="note">{html.escape(note)}</p>')
+    if e.audit is not None:
+        c = e.audit.conservation
+        status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
+        rows = [("explained output", f"{c.output_value:+.5g}")]
+        rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
+        rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
+                 ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
+        parts.append("<table><tr><th>conservation</th><th></th></tr>" +
+                     "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>")
+        parts.append(f'<p class="verdict">{html.escape(verdict(e))}</p>')
+        if e.audit.layers:
+            parts.append("<p><small>relevance per layer, summed over the layer's border (in: from the layer "
+                         "above, out: to the layer below), what its constants absorbed and what its "
+                         "non-conservative rules broke; bars share one scale, positive to the right</small></p>")
+            parts.append(_layer_chart(e.audit))
+    return "".join(parts)
+
+
+# -- a generation's matrix ---------------------------------------------------------------------
+
+def scales(g) -> list[float]:
+    """Each step's largest |relevance|: a column's colours are on its own scale."""
+    return [max((abs(x) for x in s.scores), default=0.0) or 1.0 for s in g.steps]
+
+
+def matrix_cells(g):
+    """Per matrix row: its token, its group, and per step ``(value, colour)`` or ``None`` where the
+    step does not see the row (the row comes after the step's position)."""
+    import math
+    columns = scales(g)
+    matrix = g.matrix
+    for r, (tok, group) in enumerate(zip(g.rows, g.groups)):
+        values = [float(matrix[r, c]) for c in range(len(g.steps))]
+        yield tok, group, [None if math.isnan(x) else (x, shade(x, columns[c])) for c, x in enumerate(values)]
+
+
+def generation_fragment(g, model: str = "") -> str:
+    """The matrix as a coloured table (hover for exact values) and the steps, without the page."""
+    head = "".join(f"<th><div>{html.escape(c)}</div></th>" for c in g.columns)
+    body = []
+    for tok, group, cells in matrix_cells(g):
+        tds = "".join('<td class="none"></td>' if cell is None else
+                      f'<td style="background:rgb{cell[1]};color:{ink(cell[1])}" title="{cell[0]:+.6g}">{cell[0]:+.2g}</td>'
+                      for cell in cells)
+        body.append(f'<tr class="{group}"><th>{html.escape(tok)}</th>{tds}</tr>')
+    shares = g.shares()
+    steps = "".join(
+        f"<tr><td>{i + 1}</td><td>{html.escape(s.text)}</td><td>{s.probability:.3f}</td><td>{s.output_value:.5g}</td>"
+        + "".join(f"<td>{'—' if v[i] != v[i] else f'{100 * float(v[i]):.0f}%'}</td>" for v in shares.values())
+        + f"<td>{'' if s.residual is None else f'{s.residual:+.2e}'}</td></tr>" for i, s in enumerate(g.steps))
+    prompt = html.escape(g.prompt or "")
+    generated = html.escape(g.continuation or "")
+    model_line = f"model {html.escape(model)}, " if model else ""
+    return (
+        f'<div class="rulegraph-matrix"><style>{_MATRIX_CSS.replace("LAST", g.groups[-1] if g.groups else "x")}</style>'
+        f"<p><small>{model_line}method <code>{html.escape(g.method)}</code>, {g.mode}</small></p>"
+        f"<p>{'source' if g.groups and g.groups[0] == 'source' else 'prompt'}: <b>{prompt}</b><br>"
+        f"{'generated' if g.mode == 'greedy' else 'continuation'}: <b>{generated}</b></p>"
+        f'<p class="legend"><span style="background:rgb{POSITIVE};color:#fff">for the generated token</span>'
+        f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span> each column on its own scale; '
+        f"rows in italics: the {html.escape(g.groups[-1] if g.groups else '')} prefix; grey: not an input of that step</p>"
+        f"<table><tr><th>row \\ generated</th>{head}</tr>{''.join(body)}</table>"
+        "<h3>steps</h3><table><tr><th>step</th><th>token</th><th>p</th><th>explained</th>"
+        + "".join(f"<th>{html.escape(name)} share</th>" for name in shares) +
+        f"<th>residual</th></tr>{steps}</table></div>")
+
+
+def generation_page(g, model: str = "") -> str:
+    """A self-contained page of :func:`generation_fragment`."""
+    return _page("rulegraph generation", f"<h1>rulegraph: explained generation</h1>{generation_fragment(g, model)}")
+
+
+_MATRIX_CSS = ("body{font-family:sans-serif;margin:2em}.rulegraph-matrix table{border-collapse:collapse;font-size:12px}"
+               ".rulegraph-matrix td,.rulegraph-matrix th{border:1px solid #ddd;padding:2px 5px}"
+               ".rulegraph-matrix th div{writing-mode:vertical-rl;transform:rotate(180deg)}"
+               ".rulegraph-matrix td.none{background:#f4f4f4}.rulegraph-matrix tr.LAST th{font-style:italic}"
+               ".legend span{padding:2px 6px;margin-right:6px}")
