@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import machine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,7 +145,7 @@ def main() -> None:
     rev = {w: subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True).stdout.strip() for w, path in (("old", args.old), ("new", REPO))}
     lines = ["# Two checkouts side by side\n",
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {platform.machine()} · old {rev['old']} · new "
+             f"{machine(2)} · old {rev['old']} · new "
              f"{rev['new']} (with its uncommitted changes) · median of {args.rounds} interleaved rounds · 2 threads\n",
              "| case | old | new | new / old |", "|---|---:|---:|---:|"]
     for case in cases:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import machine
 
 import torch
 
@@ -112,8 +113,7 @@ def main() -> int:
                 rates.setdefault((method, variant), []).append(throughput(model, csv_path, method, variant, folder))
     ray.shutdown()
     lines = [f"# Dataset engines: local vs Ray (measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
-             f"Machine: {platform.processor() or platform.machine()}, {len(__import__('os').sched_getaffinity(0))} "
-             f"cores, torch {torch.__version__}, ray {ray.__version__}. {args.n} Rotten Tomatoes sentences (demo "
+             f"Machine: {machine()}, ray {ray.__version__}. {args.n} Rotten Tomatoes sentences (demo "
              f"model), batches of 16 bucketed by length; median of {args.rounds} interleaved rounds, examples/s "
              f"(each run includes spawning its workers and loading the model). Ray cluster start: "
              f"{cluster_seconds:.1f} s, once.", "",

@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import cpu_name
 
 import torch
 
@@ -139,16 +140,6 @@ def agreement(length: int, model_path: Path, mode: str) -> float:
     ours = torch.tensor([g["score"] for g in e.extra["decomposition"]["groups"]], dtype=torch.float64)
     theirs = pydec_bert(model.double(), **x).components[:, 0, e.target[0]]
     return float((ours - theirs).abs().max() / theirs.abs().max())
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:

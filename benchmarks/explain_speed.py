@@ -7,25 +7,23 @@ its conservation audit, the default, and without); torch autograd Gradient×Inpu
 the original Hugging Face module (forward + backward to the word embeddings). All
 float32, batch 1, on real text cut to the given token count. The methods run
 interleaved, round after round, so a busy machine slows them alike; the table shows
-the median and the interquartile range. Targets (issue: core): explain ≤ 1.2× torch
-GI and ≤ 3× onnxruntime forward.
+the median and the interquartile range. The autograd baseline computes no weight gradients
+(:func:`harness.gradient_times_input`), as an explanation needs none. Targets: explain ≤ 1.2×
+torch GI and ≤ 3× onnxruntime forward.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from harness import REPO, gradient_times_input, interleave, machine, quartiles, report
+
 sys.path.insert(0, str(REPO / "examples" / "sentiment"))
 
 import data  # noqa: E402
@@ -46,16 +44,6 @@ def inputs_of_length(encoder: TextEncoder, length: int) -> dict[str, torch.Tenso
         enc = encoder.encode(text)
     assert enc.inputs["input_ids"].shape[1] == length
     return enc.inputs
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main(argv=None) -> int:
@@ -84,54 +72,30 @@ def main(argv=None) -> int:
         feeds = inputs_of_length(encoder, length)
         numpy_feeds = {k: v.numpy() for k, v in feeds.items()}
 
-        def torch_gi():
-            words = module.bert.embeddings.word_embeddings(feeds["input_ids"]).detach().requires_grad_(True)
-            logits = module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
-                            token_type_ids=feeds["token_type_ids"]).logits
-            logits[0, logits[0].argmax()].backward()
-            return (words * words.grad).sum(-1)
-
+        torch_gi = gradient_times_input(
+            module, lambda: module.bert.embeddings.word_embeddings(feeds["input_ids"]),
+            lambda words: module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
+                                 token_type_ids=feeds["token_type_ids"]).logits,
+            lambda logits: logits[0, logits[0].argmax()])
         methods = {
             "onnxruntime forward": lambda: session.run(None, numpy_feeds),
             "rulegraph forward": lambda: plan.run(feeds, keep=frozenset()),
             "rulegraph explain lrp-ah-ln (with audit)": lambda: rulegraph.explain(graph, rules, feeds),
             "rulegraph explain lrp-ah-ln (no audit)": lambda: rulegraph.explain(graph, rules, feeds, audit=False),
-            "torch autograd GI (HF module)": torch_gi,
+            "torch autograd GI (HF module, no weight gradients)": torch_gi,
         }
-        times = {name: [] for name in methods}
-        for fn in methods.values():  # warm-up: plans, shape caches, allocator
-            fn(), fn()
-        rounds = args.rounds if length <= 128 else max(5, args.rounds // 3)
-        for _ in range(rounds):
-            for name, fn in methods.items():
-                start = time.perf_counter()
-                fn()
-                times[name].append((time.perf_counter() - start) * 1e3)
+        times = interleave(methods, args.rounds if length <= 128 else max(5, args.rounds // 3))
         for name, ts in times.items():
-            q1, median, q3 = np.percentile(ts, [25, 50, 75])
-            rows.append((length, name, median, q1, q3))
+            median, q1, q3 = quartiles(ts)
+            rows.append([length, name, f"{median:.1f} ms", f"{q1:.1f}–{q3:.1f} ms"])
         explain = statistics.median(times["rulegraph explain lrp-ah-ln (with audit)"])
-        rows.append((length, "ratio explain / torch GI (target ≤ 1.2)",
-                     explain / statistics.median(times["torch autograd GI (HF module)"]), None, None))
-        rows.append((length, "ratio explain / onnxruntime forward (target ≤ 3)",
-                     explain / statistics.median(times["onnxruntime forward"]), None, None))
-
-    header = (f"# explain speed — demo model (MiniLM-L6 + head, float32, batch 1)\n\n"
-              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {cpu_name()} · {threads} torch threads · "
-              f"torch {torch.__version__} · onnxruntime {ort.__version__} · {args.rounds} rounds "
-              f"(fewer above 128 tokens), interleaved\n\n"
-              "| tokens | method | median | IQR |\n|---:|---|---:|---|\n")
-    lines = []
-    for length, name, median, q1, q3 in rows:
-        if q1 is None:
-            lines.append(f"| {length} | {name} | **{median:.2f}×** | |")
-        else:
-            lines.append(f"| {length} | {name} | {median:.1f} ms | {q1:.1f}–{q3:.1f} ms |")
-    report = header + "\n".join(lines) + "\n"
-    print(report)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
-    print(f"written to {args.out}")
+        gi = statistics.median(times["torch autograd GI (HF module, no weight gradients)"])
+        rows.append([length, "ratio explain / torch GI (target ≤ 1.2)", f"**{explain / gi:.2f}×**", ""])
+        rows.append([length, "ratio explain / onnxruntime forward (target ≤ 3)",
+                     f"**{explain / statistics.median(times['onnxruntime forward']):.2f}×**", ""])
+    report(args.out, "explain speed — demo model (MiniLM-L6 + head, float32, batch 1)",
+           [f"{machine(threads)} · {args.rounds} rounds (fewer above 128 tokens), interleaved"],
+           ["tokens", "method", "median", "IQR"], rows)
     return 0
 
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 from importlib import metadata
-import platform
 import statistics
 import sys
 import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import interleave, machine
 
 import torch
 
@@ -123,18 +122,6 @@ def resnet_pair(folder: Path):
         "EpsilonGammaBox, torchvision ResNet-18 (random weights), 224×224", torchvision.__version__
 
 
-def race(calls: dict, rounds: int) -> dict[str, list[float]]:
-    for f in calls.values():      # warm-up
-        f()
-    times = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, f in calls.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return times
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -150,14 +137,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for build in (lambda: resnet_pair(Path(tmp)), lambda: bert_pair(args.length, Path(tmp))):
             calls, title, version = build()
-            times = race(calls, args.rounds)
-            rows = [(k, statistics.median(v), min(v)) for k, v in times.items()]
+            times = interleave(calls, args.rounds, warmup=1)
+            rows = [(k, statistics.median(v) / 1e3, min(v) / 1e3) for k, v in times.items()]
             sections.append((title, rows))
             for k, med, lo in rows:
                 print(f"{title}: {k:22s} median {med * 1000:8.1f} ms  min {lo * 1000:8.1f} ms", flush=True)
     lines = ["# rulegraph vs LXT and Zennit: time per explanation", "",
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC · {platform.processor() or platform.machine()} · "
-             f"torch {torch.__version__} · {args.threads} threads · float32, batch 1, CPU · "
+             f"{machine(args.threads)} · float32, batch 1, CPU · "
              f"LXT {metadata.version('lxt')} · Zennit {metadata.version('zennit')} · "
              f"{args.rounds} interleaved rounds after a warm-up · load average {load_before:.1f} → "
              f"{os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs; other processes share them)", "",

@@ -41,6 +41,8 @@ ATTENTIONS = ("eager", "sdpa")
 PADDING_OFFSET_MODEL_TYPES = frozenset(
     {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "data2vec-text", "longformer", "mpnet"}
 )
+#: The id range of a model that reads Unicode code points and has no vocabulary (CANINE).
+CODE_POINTS = 0x110000
 #: ONNX file and tokenizer file names in an export directory.
 MODEL_FILE = "model.onnx"
 FX_FILE = "model.pt2"
@@ -71,7 +73,8 @@ class HFInfo:
         input_names: the inputs the model takes: ``input_ids``, ``attention_mask`` and,
             for models with more than one token type (BERT), ``token_type_ids``; or
             ``pixel_values`` for an image classifier.
-        vocab_size: the size of the token vocabulary (0 for an image classifier).
+        vocab_size: the size of the token vocabulary (0 for an image classifier; :data:`CODE_POINTS`
+            for a model that reads characters and has no vocabulary, CANINE).
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
         task: the :data:`TASKS` entry the model was loaded as.
@@ -79,7 +82,9 @@ class HFInfo:
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
         decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
-        eos_token_id: the end-of-sequence token of a language model, if the config names one.
+        eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
+            (whose rows must each end in it), if the config names one.
+        encoder_decoder: the model is an encoder–decoder (BART, T5…).
     """
 
     model_type: str
@@ -96,6 +101,7 @@ class HFInfo:
     image_std: tuple[float, ...] | None = None
     decoder_start: int | None = None
     eos_token_id: int | None = None
+    encoder_decoder: bool = False
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model."""
@@ -109,6 +115,11 @@ class HFInfo:
                       for k, v in optional.items() if v is not None})
         return props
 
+    @property
+    def _eos_rows(self) -> bool:
+        """An encoder–decoder classifier reads each row's last eos token (BART, T5)."""
+        return self.encoder_decoder and self.task == "sequence-classification" and self.eos_token_id is not None
+
     def example_inputs(self, batch: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
         """Deterministic example inputs for tracing (see the task's ``example``)."""
         if batch < 2:
@@ -117,7 +128,8 @@ class HFInfo:
 
 
 def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
-    """Token ids and a mask whose last row is right-padded.
+    """Token ids and a mask whose last row is right-padded; an encoder–decoder classifier's rows each
+    end in one eos token (the classification head's check).
 
     The padding matters: traced code that takes a shortcut for an all-ones mask
     would otherwise bake that shortcut into the export.
@@ -130,6 +142,12 @@ def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     mask[-1, length // 2 + 1 :] = 0
     if info.pad_token_id is not None:
         ids = ids.masked_fill(mask == 0, info.pad_token_id)
+    if info._eos_rows:
+        # an encoder–decoder classifier (BART, T5) reads the hidden state at each row's last eos token
+        # and checks that every row holds as many eos tokens: one, at the end of each row's tokens
+        other = first if first != info.eos_token_id else first + 1
+        ids = ids.masked_fill(ids == info.eos_token_id, other)
+        ids[torch.arange(batch), mask.sum(1) - 1] = info.eos_token_id
     inputs = {"input_ids": ids, "attention_mask": mask}
     if "token_type_ids" in info.input_names:
         inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
@@ -368,7 +386,8 @@ def export_hf(
     the outputs of the ``task`` (:data:`TASKS`: ``logits``, or ``start_logits`` and ``end_logits``
     for span QA), and metadata
     ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
-    ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text) or
+    ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text; an encoder–decoder
+    classifier also ``rulegraph.eos_token_id``, which ends every row) or
     ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
     ``metadata`` are added and take precedence. Weights above ``external_data`` bytes (and always
     over 2 GiB) go to ``model.onnx.data`` beside it (see :func:`~rulegraph.exporters.export_onnx`).
@@ -500,6 +519,7 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     only where the model has more than one token type) from a loaded text model's config."""
     config = model.config
     spec = TASKS.get(task)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     inputs = tuple(inspect.signature(spec.wrapper.forward).parameters)[1:]
     forward_params = inspect.signature(model.forward).parameters
     if not (getattr(config, "type_vocab_size", 0) > 1 and "token_type_ids" in forward_params):
@@ -515,7 +535,9 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         task=task,
         outputs=spec.outputs,
         decoder_start=_token_id(config, "decoder_start_token_id") if "decoder_input_ids" in inputs else None,
-        eos_token_id=_token_id(config, "eos_token_id") if not spec.labelled else None,
+        # a language model's, and an encoder–decoder classifier's (each row must end in it)
+        eos_token_id=_token_id(config, "eos_token_id") if not spec.labelled or encoder_decoder else None,
+        encoder_decoder=encoder_decoder,
     )
 
 
@@ -576,16 +598,14 @@ TASKS.add("seq2seq-lm", Task("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FI
 
 
 def _vocab_size(model: torch.nn.Module, model_dir: Path) -> int:
-    """The token vocabulary's size: ``config.vocab_size``, else the rows of the input embeddings."""
+    """The token vocabulary's size: ``config.vocab_size``, else the rows of the input embeddings, else
+    :data:`CODE_POINTS` (a model reading characters, CANINE)."""
     size = getattr(model.config, "vocab_size", None)
     if isinstance(size, int) and size > 0:
         return size
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     rows = getattr(embeddings, "num_embeddings", None)
-    if isinstance(rows, int) and rows > 0:
-        return rows
-    raise ValueError(f"{model_dir / 'config.json'} has no vocab_size and the model has no input embedding table "
-                     "to read it from; add \"vocab_size\" to config.json")
+    return rows if isinstance(rows, int) and rows > 0 else CODE_POINTS
 
 
 def _image_size(config: object, processor: dict, model_dir: Path) -> tuple[int, int]:

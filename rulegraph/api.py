@@ -104,13 +104,20 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     if encoded:
         e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]
         e.extra["text"] = encoded[0].text if len(encoded) == 1 else [x.text for x in encoded]
-    elif encoder is not None and "input_ids" in inputs:
+    elif isinstance(inputs, dict) and "input_ids" in inputs:       # ids given: shown as tokens where a tokenizer is known
+        encoder = encoder or _encoder(model, graph, tokenizer, required=False)
         ids = torch.as_tensor(inputs["input_ids"])
-        if ids.dim() == 2:
+        if encoder is not None and ids.dim() == 2:
             e.tokens = [[encoder.tokenizer.id_to_token(int(i)) or str(int(i)) for i in row] for row in ids.tolist()]
             e.texts = [encoder.texts(row) for row in ids.tolist()]
     if encoder is not None and not names:
         name_tokens(e, encoder)
+    images = {k: torch.as_tensor(v).detach().cpu() for k, v in (inputs or {}).items()
+              if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4}
+    if images:
+        from .image import preprocessing
+        pre = preprocessing(graph.metadata)
+        e.pixels, e.normalization = images, (pre["mean"], pre["std"])
     return e
 
 

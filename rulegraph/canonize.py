@@ -15,6 +15,7 @@ import torch
 
 from .errors import RuleFileError
 from .ir import Graph, Node
+from .quantization import dequantize
 from .ops import lookup
 from .registry import Registry
 
@@ -96,4 +97,5 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
     return None
 
 
-from . import quantization  # noqa: E402,F401  (registers the "quantization" canonizer)
+
+CANONIZERS.add("quantization", dequantize)

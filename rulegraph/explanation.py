@@ -33,6 +33,8 @@ class Explanation:
     special: list[list[bool]] | None = None     # per item, which tokens are special ([CLS], [SEP]…)
     labels: list[str] | None = None
     names: dict[int, str] = field(default_factory=dict)   # output index → its token's text (language models)
+    pixels: dict[str, Tensor] = field(default_factory=dict)   # image inputs (normalised), to show beside their relevance
+    normalization: tuple | None = None          # (mean, std) of those images, per channel
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)

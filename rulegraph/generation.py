@@ -193,11 +193,13 @@ class _Layout:
 
 
 def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inputs: dict[str, Any] | None = None,
-             steps: int | None = None, continuation: str | Sequence[int] | None = None,
+             max_new_tokens: int | None = None, continuation: str | Sequence[int] | None = None,
              tokenizer: str | Path | None = None, options: dict[str, Any] | None = None, batch: int = 1,
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
-             score: str = "logit", progress: Callable[[int], None] | None = None) -> Generation:
-    """Generate ``steps`` tokens greedily after a prompt (or take ``continuation``) and explain each.
+             score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
+             steps: int | None = None) -> Generation:
+    """Generate up to ``max_new_tokens`` tokens greedily after a prompt (or take ``continuation``)
+    and explain each.
 
     ``model``: a causal language model whose output (``output``, default the first) is
     ``[batch, positions, vocab]``, or an encoder–decoder export (inputs ``input_ids``,
@@ -209,8 +211,10 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     ``tokenizer.json`` beside the model) or ``inputs`` (``{"input_ids": [1, P]}``; an
     encoder–decoder may add its ``decoder_input_ids`` ``[1, T]``, a prefix that starts with the
     start token: its tokens after the start are then the continuation). ``continuation``: text
-    (tokenized without special tokens) or token ids to explain instead of generating. Exactly
-    ``steps`` tokens are generated (an end-of-text token does not stop it). ``batch``:
+    (tokenized without special tokens) or token ids to explain instead of generating. Generation
+    stops after the end-of-sequence token (the export's ``rulegraph.eos_token_id``, else the
+    tokenizer's ``</s>`` / ``<|endoftext|>``…), which is explained too, unless ``ignore_eos``.
+    ``steps``: the former name of ``max_new_tokens``. ``batch``:
     continuation steps explained per call (each call's audit is the sum over its steps).
     ``progress`` is called with the number of steps done after each call. ``score``: as in
     :func:`rulegraph.explain`.
@@ -222,9 +226,16 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     from .objective import QUANTITIES
     from .text import TextEncoder
 
+    if steps is not None:
+        import warnings
+        warnings.warn("generate(steps=N) is now generate(max_new_tokens=N); steps= will be removed", stacklevel=2)
+        if max_new_tokens is not None:
+            raise InputError("give max_new_tokens=N (steps= is its former name), not both")
+        max_new_tokens = steps
+    steps = max_new_tokens
     if (steps is None) == (continuation is None) and not _has_prefix(inputs):
-        raise InputError("give steps=N (greedy generation) or continuation=… (tokens to explain), not both"
-                         if steps is not None else "give steps=N (greedy generation) or continuation=…")
+        raise InputError("give max_new_tokens=N (greedy generation) or continuation=… (tokens to explain), not both"
+                         if steps is not None else "give max_new_tokens=N (greedy generation) or continuation=…")
     if steps is not None and (not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1):
         raise InputError(f"the number of tokens to generate must be an integer ≥ 1, got {steps!r}")
     if not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or batch < 1:
@@ -269,7 +280,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                 raise InputError(f"the {PREFIX} given must start with the decoder start token {start[0]}, "
                                  f"got {prefix[:1]}")
             if given is not None or steps is not None:
-                raise InputError(f"give {PREFIX} (a prefix to explain) or steps=/continuation=, not both")
+                raise InputError(f"give {PREFIX} (a prefix to explain) or max_new_tokens=/continuation=, not both")
             given = prefix[1:]
             if not given:
                 raise InputError(f"the {PREFIX} given holds only the start token: nothing to explain")
@@ -294,12 +305,15 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     found: list[GeneratedToken] = []
     sequence = list(context)
     if given is None:                                   # greedy: the explained forward picks the token
+        eos = None if ignore_eos else _eos(graph, encoder)
         for _ in range(n):
             found.extend(_explained(one(sequence, None, [len(sequence) - 1]), [len(sequence) - 1], layout, encoder,
                                     audit))
             sequence.append(found[-1].token)
             if progress:
                 progress(1)
+            if found[-1].token == eos:
+                break
     else:
         sequence += given
         chunk = batch if chosen.rule_set else 1
@@ -355,6 +369,20 @@ def _continuation(encoder, continuation: str | Sequence[int] | None) -> list[int
     if not given:
         raise InputError("the continuation has no tokens")
     return given
+
+
+#: end-of-sequence tokens of common tokenizers, where the export records none
+EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<eos>", "<|eot_id|>")
+
+
+def _eos(graph, encoder) -> int | None:
+    """The end-of-sequence token: the export's ``rulegraph.eos_token_id``, else the tokenizer's."""
+    raw = graph.metadata.get("rulegraph.eos_token_id")
+    if raw is not None and raw.strip().isdigit():
+        return int(raw)
+    if encoder is None:
+        return None
+    return next((i for i in (encoder.tokenizer.token_to_id(t) for t in EOS_TOKENS) if i is not None), None)
 
 
 def _start(graph) -> list[int]:

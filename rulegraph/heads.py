@@ -168,12 +168,20 @@ def parse_masks(text: str, source: str = "<string>") -> HeadMasks:
         fields[k.value] = v
     if "heads" not in fields:
         raise _mask_error(source, root, "missing `heads:` (block → list of head types)")
-    return HeadMasks(_types(fields["heads"], source), source)
+    masks = HeadMasks(_types(fields["heads"], source), source)
+    if not masks.types or masks.rate == 1.0:
+        import warnings
+        warnings.warn(f"{source}: the head mask {'names no block' if not masks.types else 'keeps every head'}, so "
+                      "Mask-LRP equals its base rules (nothing is masked); `rulegraph heads calibrate` writes one "
+                      "that keeps the positional and syntactic heads", stacklevel=2)
+    return masks
 
 
 def _types(node, source: str) -> dict[int, tuple[str, ...]]:
     import yaml
     from .errors import choices
+    if isinstance(node, yaml.ScalarNode) and node.value in ("", "null", "~"):
+        return {}
     if not isinstance(node, yaml.MappingNode):
         raise _mask_error(source, node, "`heads:` must map block numbers to lists of head types")
     out: dict[int, tuple[str, ...]] = {}

@@ -30,9 +30,11 @@ from typing import Any
 
 import torch
 
+from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .ops import OpSpec, lookup
+from .ops.sequence import TensorSequence
 
 Tensor = torch.Tensor
 
@@ -169,7 +171,7 @@ class Plan:
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
             raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-        if isinstance(out, Tensor):
+        if isinstance(out, (Tensor, TensorSequence)):
             env[node.outputs[0]] = out
         else:
             for name, value in zip(node.outputs, out):
@@ -311,8 +313,8 @@ class Plan:
 @dataclass
 class InputLimits:
     """What the inputs' values and sizes may be, read off the graph once: token ids index an
-    embedding table (``ids``: input → (rows, table)); the sequence length is bounded by the export's
-    ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
+    embedding table where a lookup reads the ids themselves, not a hash of them (``ids``: input →
+    (rows, table)); the sequence length is bounded by the export's ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
     by values that depend only on the input shapes)."""
 
     ids: dict[str, tuple[int, str]]
@@ -321,10 +323,11 @@ class InputLimits:
     @classmethod
     def of(cls, graph: Graph, stage: dict[str, Stage]) -> "InputLimits":
         ids: dict[str, tuple[int, str]] = {}
-        for node, source in graph.embeddings():
-            rows = int(graph.constants[node.inputs[0]].shape[int(node.attrs.get("axis", 0))])
-            if source not in ids or rows < ids[source][0]:
-                ids[source] = (rows, node.inputs[0])
+        for lk in lookups(graph):          # ids moved, not computed: the table's rows bound them
+            if lk.bounds_ids:
+                rows = int(constant_value(graph, lk.table).shape[0])
+                if lk.source not in ids or rows < ids[lk.source][0]:
+                    ids[lk.source] = (rows, lk.table)
         positions = None
         limit = graph.metadata.get("rulegraph.max_length", "")
         if limit.isdigit():

@@ -54,6 +54,9 @@ class GraphCache:
     attention: list | None = None                        # the attention probabilities' values, in block order
     heads: list | None = None                            # heads.AttentionBlock per attention block
     sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
+    boundary: Any = None                                 # boundary.Walk: the embedding lookups and their index paths
+    folded: dict = field(default_factory=dict)           # constant values computed from initializers (boundary.constant_value)
+    dependent: dict | None = None                        # values depending on a lookup's input (boundary.dependent)
 
 
 @dataclass(frozen=True)
@@ -141,30 +144,6 @@ class Graph:
                 known.update(v for v in n.outputs if v)
         return frozenset(known)
 
-    def integer_input(self, value: str) -> str | None:
-        """The integer graph input ``value`` is, through index-preserving ops (Cast, Reshape…), if any."""
-        for _ in range(ID_ROUTE_DEPTH):
-            if value in self.input_names:
-                info = next(i for i in self.inputs if i.name == value)
-                return None if info.is_float else value
-            producer = self.producer.get(value)
-            if producer is None or producer.op not in ID_ROUTES:
-                return None
-            value = producer.inputs[0]
-        return None
-
-    def embeddings(self) -> list[tuple[Node, str]]:
-        """The embedding lookups: ``Gather`` nodes of a constant float table indexed by an integer
-        graph input, with that input's name, in graph order."""
-        found = []
-        for n in self.nodes:
-            if n.op == "Gather" and len(n.inputs) > 1 and n.inputs[0] in self.constants \
-                    and self.constants[n.inputs[0]].is_floating_point():
-                source = self.integer_input(n.inputs[1])
-                if source is not None:
-                    found.append((n, source))
-        return found
-
     @cached_property
     def layers(self) -> dict[str, str]:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
@@ -201,10 +180,6 @@ def _topological(nodes: list[Node], constants: dict, inputs: list[ValueInfo]) ->
 def _ready(node: Node, available: set[str]) -> bool:
     return all(v in available for v in node.inputs)
 
-
-#: index-preserving ops that may sit between an integer input and the embedding Gather, and how many
-ID_ROUTES = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"})
-ID_ROUTE_DEPTH = 16
 
 _BLOCK = re.compile(r"(?:^|[./_])(?:layers?|h|blocks?|encoder_layers?|decoder_layers?|transformer_blocks?)[._](\d+)(?=$|[./_])")
 _EMBED = re.compile(r"embed|wte|wpe|patch", re.IGNORECASE)
@@ -248,48 +223,3 @@ def layer_names(graph: Graph) -> dict[str, str]:
         else:
             out[n.name] = f"block {current}" if current is not None else "embeddings"
     return out
-
-
-def hidden_states(graph: Graph) -> list[str]:
-    """The residual stream between the blocks, as Hugging Face's ``output_hidden_states`` lists it:
-    ``[h_0, h_1, …, h_L]`` with ``h_0`` what the embeddings hand to block 0 and ``h_l`` the value
-    block ``l − 1`` (of :attr:`Graph.layers`) hands on.
-
-    The value a layer hands on is the last-produced value of that layer that depends on the token
-    embeddings (the largest embedding table's ``Gather``) and is read by a node of another layer
-    (or is a graph output); the attention mask, which other layers read too, does not depend on
-    the embeddings' values (dependence through ``Shape`` / ``Size`` does not count). For a post-LN block (BERT) this is the output of its last LayerNorm; for a
-    pre-LN block (GPT-2) the residual sum after its MLP, before the next block's (or the final)
-    LayerNorm; ``h_0`` is the embeddings' LayerNorm output (BERT) or the sum of token and
-    position embeddings (GPT-2).
-    """
-    tables = graph.embeddings()
-    if not tables:
-        raise ModelError("the model has no embedding lookup (a Gather of a float table by an integer input)")
-    token = max(tables, key=lambda t: graph.constants[t[0].inputs[0]].shape[0])[0]
-    layers = graph.layers
-    reached = set(token.outputs)
-    readers: dict[str, set[str]] = {}
-    for n in graph.nodes:
-        if not _shape_only(n) and any(v in reached for v in n.inputs if v):
-            reached.update(v for v in n.outputs if v)
-        for v in n.inputs:
-            readers.setdefault(v, set()).add(layers[n.name])
-    outputs = set(graph.outputs)
-    handed: dict[str, str] = {}          # layer → its last value read elsewhere
-    for n in graph.nodes:
-        layer = layers[n.name]
-        for v in n.outputs:
-            if v and v in reached and (readers.get(v, set()) - {layer} or v in outputs):
-                handed[layer] = v
-    blocks = sorted(int(k.split()[1]) for k in handed if k.startswith("block "))
-    if not blocks or "embeddings" not in handed:
-        raise ModelError("no transformer blocks found: the node scopes and names carry no block numbers")
-    return [handed["embeddings"], *(handed[f"block {b}"] for b in blocks)]
-
-
-def _shape_only(node: Node) -> bool:
-    """Whether the node reads only its input's shape (Shape, Size: the op's ``shape_only`` trait)."""
-    from .ops import find
-    spec = find(node.op, node.domain)
-    return spec is not None and spec.shape_only

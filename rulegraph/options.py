@@ -32,6 +32,7 @@ class Option:
     high: float | None = None
     cli: bool = True
     attr: str = ""
+    metavar: str = ""          # what the command line shows for its value (default: the choices, or the type)
 
     @property
     def flag(self) -> str:
@@ -96,7 +97,7 @@ PASS_OPTIONS: dict[str, tuple[Option, ...]] = {
     ),
     "decomposition": (
         Option("groups", (str, list), "token", "the input partition: token, word, source:K (source vs target "
-               "prefix), or position ranges such as 0-3,4-9"),
+               "prefix), or position ranges such as 0-3,4-9", metavar="token|word|source:K|0-3,4-9"),
         Option("alpha", str, None, "α of the ReLU bias reallocation: signed (Eq. 13), abs (Eq. 12), hybrid "
                "(Eq. 17); default: the rule file's", ("signed", "abs", "hybrid")),
         Option("threshold", float, None, "λ of hybrid α (Eq. 17); default: the rule file's (0.1)", low=0.0, high=1.0),

@@ -26,7 +26,8 @@ computation it stands for, exactly up to float rounding:
   ``MatMul(x + δ, (W_q − z_w) · s_w)`` (``ConvInteger`` likewise ``Conv``), since
   ``(q − z)·s_x @ (W_q − z_w)·s_w`` is that product.
 
-A graph without quantization ops is returned unchanged, so every rule set lists this canonizer.
+A graph without quantization ops is returned unchanged, so every rule set lists this canonizer
+(registered as ``quantization`` in :data:`rulegraph.canonize.CANONIZERS`).
 Chains it does not recognise are left as they are (their integer tensors then stop relevance, and
 ``rulegraph check`` shows where).
 """
@@ -35,9 +36,10 @@ from __future__ import annotations
 import torch
 
 from .audit import QUANTIZATION
-from .canonize import CANONIZERS, _constant
+from .boundary import constant_value
 from .ir import Graph, Node
-from .ops.quantization import RULEGRAPH_DOMAIN, dequantize_linear
+from .ops.elementwise import dequantize_linear
+from .ops.quantization import RULEGRAPH_DOMAIN
 
 #: the ops whose presence makes a graph a quantized one
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
@@ -54,7 +56,8 @@ class _Rewrite:
         self.dropped: set[str] = set()
 
     def const(self, value: str) -> torch.Tensor | None:
-        return _constant(self.graph, value) if value else None
+        """The tensor a constant value holds (an initializer, or computed from initializers only), else ``None``."""
+        return constant_value(self.graph, value) if value and value in self.graph.constant_values else None
 
     def sole_consumer(self, value: str) -> Node | None:
         users = self.graph.consumers.get(value, [])
@@ -227,7 +230,6 @@ def _per_channel(p: torch.Tensor, w: torch.Tensor, op: str) -> torch.Tensor:
     return p.reshape(-1) if op == "MatMulInteger" else p.reshape(-1, *([1] * (w.dim() - 1)))
 
 
-@CANONIZERS.register("quantization")
 def dequantize(graph: Graph) -> Graph:
     """``graph`` with its quantization rewritten into the float computation it stands for (see the
     module docstring); a graph without quantization ops, unchanged."""

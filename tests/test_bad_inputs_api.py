@@ -54,7 +54,7 @@ CASES = [
     ("output-unknown", dict(output="probs"), InputError, "no graph output named 'probs'"),
     ("device-unknown", dict(device="gpu"), InputError, "unknown device 'gpu'"),
     ("device-unsupported", dict(device="meta"), InputError, "device 'meta' is not supported"),
-    ("dtype-half", dict(dtype=torch.float16), InputError, "dtype must be float32 or float64"),
+    ("dtype-int", dict(dtype=torch.int32), InputError, "dtype must be one of float32, float64, bfloat16, float16"),
     ("pass-option", dict(groups="word"), InputError, "pass 'relevance' has no option 'groups'; valid: record"),
     ("text-and-inputs", dict(text="w1 w2"), InputError, "give inputs or text"),
     ("text-not-str", dict(inputs=None, text=b"w1"), InputError, "text must be a str"),

@@ -25,7 +25,7 @@ def _prompt_ids() -> list[int]:
 
 def test_greedy_tokens_equal_hugging_face_generate(causal_lm):
     module, path = causal_lm
-    g = rulegraph.generate(path, "lrp-ah-ln", text=PROMPT, steps=6)
+    g = rulegraph.generate(path, "lrp-ah-ln", text=PROMPT, max_new_tokens=6)
     ids = torch.tensor([_prompt_ids()])
     with torch.no_grad():
         expected = module.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
@@ -39,7 +39,7 @@ def test_greedy_tokens_equal_hugging_face_generate(causal_lm):
 @pytest.mark.parametrize("rules", ["gi", "lrp-ah-ln", "attnlrp"])
 def test_step_equals_a_single_explanation_on_the_prefix_and_on_the_full_sequence(causal_lm, rules):
     _, path = causal_lm
-    g = rulegraph.generate(path, rules, text=PROMPT, steps=N, dtype=torch.float64)
+    g = rulegraph.generate(path, rules, text=PROMPT, max_new_tokens=N, dtype=torch.float64)
     full = torch.tensor([_prompt_ids() + [s.token for s in g.steps][:-1]])
     for s in g.steps:
         prefix = full[:, :s.position + 1]
@@ -66,7 +66,7 @@ def test_step_equals_a_single_explanation_on_the_prefix_and_on_the_full_sequence
 @pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))
 def test_every_step_conserves(causal_lm, rules):
     _, path = causal_lm
-    g = rulegraph.generate(path, rules, text=PROMPT, steps=3, dtype=torch.float64)
+    g = rulegraph.generate(path, rules, text=PROMPT, max_new_tokens=3, dtype=torch.float64)
     assert len(g.steps) == 3
     for s in g.steps:
         assert s.relative_error < 1e-10, (s.position, s.residual)
@@ -75,7 +75,7 @@ def test_every_step_conserves(causal_lm, rules):
 
 def test_gi_equals_autograd_gradient_times_input(causal_lm):
     module, path = causal_lm
-    g = rulegraph.generate(path, "gi", text=PROMPT, steps=N, dtype=torch.float64)
+    g = rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=N, dtype=torch.float64)
     model = copy.deepcopy(module).double()
     full = torch.tensor([_prompt_ids() + [s.token for s in g.steps][:-1]])
     for s in g.steps:
@@ -90,7 +90,7 @@ def test_gi_equals_autograd_gradient_times_input(causal_lm):
 
 def test_a_baseline_method_and_the_json_matrix(causal_lm):
     _, path = causal_lm
-    g = rulegraph.generate(path, "ig", text=PROMPT, steps=2, options={"steps": 4})
+    g = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=2, options={"steps": 4})
     assert g.method == "ig" and len(g.steps) == 2 and g.steps[0].residual is None
     d = g.to_dict()
     assert d["columns"] == g.columns and len(d["matrix"]) == 6 and d["matrix"][5][0] is None
@@ -99,17 +99,17 @@ def test_a_baseline_method_and_the_json_matrix(causal_lm):
 
 def test_logprob_steps(causal_lm):
     _, path = causal_lm
-    g = rulegraph.generate(path, "lrp-ah-ln", text=PROMPT, steps=2, score="logprob", dtype=torch.float64)
+    g = rulegraph.generate(path, "lrp-ah-ln", text=PROMPT, max_new_tokens=2, score="logprob", dtype=torch.float64)
     assert all(s.logprob is not None and s.logprob < 0 for s in g.steps)
     assert all(s.relative_error < 1e-10 for s in g.steps)
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(steps=0), "must be an integer ≥ 1"),
-    (dict(steps=2, continuation="w1"), "not both"),
-    (dict(), "give steps=N"),
-    (dict(steps=61), "the prompt has 5 tokens and 61 generated tokens need 65 positions; the model takes at most 64"),
-    (dict(steps=2, batch=0), "batch must be an integer ≥ 1"),
+    (dict(max_new_tokens=0), "must be an integer ≥ 1"),
+    (dict(max_new_tokens=2, continuation="w1"), "not both"),
+    (dict(), "give max_new_tokens=N"),
+    (dict(max_new_tokens=61), "the prompt has 5 tokens and 61 generated tokens need 65 positions; the model takes at most 64"),
+    (dict(max_new_tokens=2, batch=0), "batch must be an integer ≥ 1"),
     (dict(continuation=[5, 500]), "token id 500 is outside the model's vocabulary"),
 ])
 def test_bad_arguments_are_refused(causal_lm, kwargs, message):
@@ -120,7 +120,7 @@ def test_bad_arguments_are_refused(causal_lm, kwargs, message):
 
 def test_a_classifier_is_refused(bert_onnx):
     with pytest.raises(InputError, match=r"needs a language model whose output 'logits' is \[batch, positions, vocab\]"):
-        rulegraph.generate(bert_onnx, "gi", text="w1 w2", steps=2)
+        rulegraph.generate(bert_onnx, "gi", text="w1 w2", max_new_tokens=2)
 
 
 def test_a_bidirectional_model_is_refused(tmp_path):
@@ -132,4 +132,20 @@ def test_a_bidirectional_model_is_refused(tmp_path):
     path = tiny.onnx(module.eval(), tmp_path / "mlm.onnx")
     tiny.lm_tokenizer().save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(InputError, match="needs a causal model"):
-        rulegraph.generate(path, "gi", text=PROMPT, steps=2)
+        rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=2)
+
+
+def test_greedy_generation_stops_after_the_end_of_sequence_token_unless_told_not_to(causal_lm):
+    """With the model's second generated token declared its eos, generation stops at its first
+    occurrence (the eos explained too); ignore_eos=True goes on to the number asked for."""
+    _, path = causal_lm
+    free = rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=4, ignore_eos=True)
+    graph = rulegraph.load(path)
+    tokens = [s.token for s in free.steps]
+    eos = tokens[1]
+    graph.metadata["rulegraph.eos_token_id"] = str(eos)
+    stopped = rulegraph.generate(graph, "gi", text=PROMPT, max_new_tokens=4, tokenizer=path.parent / "tokenizer.json")
+    assert [s.token for s in stopped.steps] == tokens[:tokens.index(eos) + 1]
+    again = rulegraph.generate(graph, "gi", text=PROMPT, max_new_tokens=4, ignore_eos=True,
+                               tokenizer=path.parent / "tokenizer.json")
+    assert len(again.steps) == 4 and all(0 < s.probability <= 1 for s in again.steps)

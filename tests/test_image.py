@@ -78,8 +78,24 @@ def test_cli_explain_image_writes_png(tmp_path, picture):
     np.save(pixels, cnn.image(1, 16).float().numpy())
     result = CliRunner().invoke(cli, ["explain", str(model), "--rules", "epsilon-gamma-box", "--png", str(out),
                                       "--force", "--input", f"pixel_values={pixels}"])
-    assert isinstance(result.exception, InputError)
-    assert str(result.exception).startswith("--png writes an image heatmap (give --image PATH)")
+    assert result.exit_code == 0, result.output                 # pixels given as an input: their heatmap too
+    assert Image.open(out).size[0] > 0
+
+
+def test_the_html_page_of_an_image_shows_the_picture_and_names_the_class(tmp_path, picture):
+    import base64
+    import io
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    page = tmp_path / "e.html"
+    result = CliRunner().invoke(cli, ["explain", str(model), "--rules", "epsilon-gamma-box", "--image",
+                                      str(picture[0]), "--size", "16", "--resize", "24", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert 'class="tokens"' not in text                               # no boxes per pixel
+    encoded = text.split("data:image/png;base64,")[1].split('"')[0]
+    shown = Image.open(io.BytesIO(base64.b64decode(encoded)))
+    assert shown.size[0] > 2 * shown.size[1]                          # input, overlay and heatmap side by side
+    assert (tmp_path / "e.png").is_file()                             # and the PNG beside the page
 
 
 # -- values, not only shapes ------------------------------------------------------------------

@@ -83,14 +83,14 @@ def test_start_and_end_logits_are_targets_in_the_api(qa, output):
 def test_start_and_end_logits_are_targets_on_the_command_line(qa, capsys):
     module, path = qa
     capsys.readouterr()
-    assert main(["explain", str(path), "-r", "gi", "-q", QUESTION, "-t", CONTEXT, "--output", "end_logits",
+    assert main(["explain", str(path), "-r", "gi", "--question", QUESTION, "-t", CONTEXT, "--output", "end_logits",
                  "--target", "7", "--dtype", "float64", "--json", "-"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["output"], d["target"]) == ("end_logits", 7)
     assert d["tokens"][3:5] == ["[SEP]", "w7"]
     np.testing.assert_allclose(d["relevance"]["input_ids"], _gi(module, _feeds(), "end_logits", 7).numpy(),
                                rtol=1e-7, atol=1e-9)
-    assert main(["explain", str(path), "-r", "gi", "-q", QUESTION, "--output", "end_logits"]) == 2
+    assert main(["explain", str(path), "-r", "gi", "--question", QUESTION, "--output", "end_logits"]) == 2
     assert "give --text too" in capsys.readouterr().err
 
 

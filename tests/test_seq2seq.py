@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import rulegraph
+from rulegraph.boundary import lookups
 import tiny
 from rulegraph.cli import main
 from rulegraph.errors import InputError, ModelError
@@ -48,7 +49,7 @@ def test_forward_equals_onnxruntime_and_the_module(exported):
 
 def test_the_boundary_holds_the_decoder_token_embeddings(exported):
     _, _, path = exported
-    sources = [source for _, source in rulegraph.load(path).embeddings()]
+    sources = [lk.source for lk in lookups(rulegraph.load(path))]
     assert sources.count("input_ids") == 1 and sources.count("decoder_input_ids") == 1
     e = rulegraph.explain(path, "gi", tiny.seq2seq_inputs(7, 4), position=2)
     assert e.relevance["input_ids"].shape == (1, 7) and e.relevance["decoder_input_ids"].shape == (1, 4)
@@ -125,7 +126,7 @@ def test_decomposition_groups_the_source_and_the_prefix(exported):
 def test_greedy_generation_equals_the_module_decoding_step_by_step(exported):
     name, module, path = exported
     source = tiny.seq2seq_inputs(7, 4)["input_ids"]
-    g = rulegraph.generate(path, "lrp-ah-ln", inputs={"input_ids": source}, steps=4)
+    g = rulegraph.generate(path, "lrp-ah-ln", inputs={"input_ids": source}, max_new_tokens=4)
     start = module.config.decoder_start_token_id
     with torch.no_grad():                                      # the module, decoded step by step
         ids = torch.tensor([[start]])
@@ -170,7 +171,7 @@ def test_bad_inputs_are_one_line_errors(exported, tmp_path):
     with pytest.raises(InputError, match="must start with the decoder start token"):
         rulegraph.generate(path, "gi", inputs={**feeds, "decoder_input_ids": feeds["decoder_input_ids"][:, 1:] + 1})
     with pytest.raises(InputError, match="not both"):
-        rulegraph.generate(path, "gi", inputs=feeds, steps=2)
+        rulegraph.generate(path, "gi", inputs=feeds, max_new_tokens=2)
     unrecorded = tmp_path / "unrecorded.onnx"
     import onnx
     model = onnx.load(str(path)) if path.suffix == ".onnx" else None
@@ -180,7 +181,7 @@ def test_bad_inputs_are_one_line_errors(exported, tmp_path):
         model.metadata_props.extend(keep)
         onnx.save(model, str(unrecorded))
         with pytest.raises(ModelError, match="does not record its decoder start token"):
-            rulegraph.generate(unrecorded, "gi", inputs={"input_ids": feeds["input_ids"]}, steps=2)
+            rulegraph.generate(unrecorded, "gi", inputs={"input_ids": feeds["input_ids"]}, max_new_tokens=2)
     classifier = tiny.onnx(tiny.build("gpt2"), tmp_path / "gpt2.onnx", names=("input_ids", "attention_mask"))
     with pytest.raises(InputError, match="encoder–decoder's input"):
         rulegraph.generate(classifier, "gi", inputs=feeds)

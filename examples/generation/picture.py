@@ -20,7 +20,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import rulegraph
 from rulegraph.cli import main as cli
-from rulegraph.cli.matrix import write_png
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = ("<unk> the a of and to in is was it that he she they we you on for with as at by from this his her "
@@ -47,9 +46,10 @@ def main(argv=None) -> int:
     tok.save(str(folder / "hf" / "tokenizer.json"))
     if cli(["export", str(folder / "hf"), str(folder / "export"), "--force"]) != 0:
         return 1
-    g = rulegraph.generate(folder / "export" / "model.onnx", "attnlrp", text=PROMPT, steps=args.steps)
-    write_png(g, args.out, title="attnlrp, each generated token (columns) — RANDOM-weight Llama-style model, "
-                                 "not a trained LM")
+    g = rulegraph.generate(folder / "export" / "model.onnx", "attnlrp", text=PROMPT, max_new_tokens=args.steps)
+    figure = g.plot(title="attnlrp, each generated token (columns) — RANDOM-weight Llama-style model, "
+                          "not a trained LM")
+    figure.savefig(args.out, dpi=100, bbox_inches="tight")
     print(f"generated: {g.continuation!r}; wrote {args.out}")
     return 0
 

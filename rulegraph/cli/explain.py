@@ -13,10 +13,11 @@ from rich.text import Text
 from ..errors import InputError
 from .console import err, out
 from .generation import generation_options
-from .options import OUTPUT, image_options, input_options, method_options, model_argument, pass_options, rules_option
+from .options import (OUTPUT, Grouped, image_options, input_options, method_options, model_argument, pass_options,
+                      rules_option)
 
 
-@click.command("explain")
+@click.command("explain", cls=Grouped)
 @model_argument
 @method_options
 @input_options
@@ -28,7 +29,7 @@ from .options import OUTPUT, image_options, input_options, method_options, model
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
-                batch, **opts):
+                batch, ignore_eos, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
@@ -61,7 +62,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                              "do not apply")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
-                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force)
+                                  generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
+                                  ignore_eos)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
@@ -77,16 +79,24 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
-    if png_path is not None and image_path is None:
-        raise InputError("--png writes an image heatmap (give --image PATH) or a generation's matrix "
-                         "(give --generate N or --continuation TEXT)")
+    if png_path is not None and len(requests) > 1:
+        raise InputError(f"--png draws one explanation; got {len(requests)} texts")
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
+    if image_path is not None:
+        results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
     if png_path is not None:
-        from ..image import write_heatmap
+        from ..render.figure import explanation_figure, image_figure, save
         e = results[0]
-        write_heatmap(e.boundary[pixels], png_path, image=requests[0]["inputs"][pixels], mean=pre["mean"],
-                      std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
-        err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")
+        images = [k for k, v in e.boundary.items() if v.dim() == 4]          # [batch, channels, height, width]
+        if images:
+            from ..image import preprocessing
+            pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+            figure = image_figure(e.boundary[images[0]], requests[0].get("inputs", {}).get(images[0]), mean=pre["mean"],
+                                  std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
+        else:
+            figure = explanation_figure(e)
+        save(figure, png_path)
+        err.print(f"[dim]wrote {'heatmap' if images else 'figure'} to {escape(str(png_path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"
     for i, e in enumerate(results):
         if quiet:
@@ -105,7 +115,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         write(html_path, explanations_page(results, str(model)), force, "HTML")
 
 
-@click.command("audit")
+@click.command("audit", cls=Grouped)
 @model_argument
 @rules_option
 @input_options
@@ -155,15 +165,22 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
 @model_argument
 @rules_option
 @click.option("--nodes", "show_nodes", is_flag=True, help="list every node with its rule")
-def check_cmd(model, rules, show_nodes):
-    """Which rule each node got, and from which rule-file line. Lists every gap at once — ops with
-    no implementation, rules that cannot apply, nodes without a rule — and exits 1 on any that
+@click.option("--tokenizer", type=click.Path(dir_okay=False), help="tokenizer.json for the made-up text "
+              "(default: the one beside the model)")
+def check_cmd(model, rules, show_nodes, tokenizer):
+    """Which rule each node got, and from which rule-file line; then explain runs on made-up inputs of
+    the model's declared shapes at two lengths. Lists every gap at once — ops with no implementation,
+    rules that cannot apply, nodes without a rule, what fails when it runs — and exits 1 on any that
     would stop `explain`."""
-    from ..api import prepared
+    from ..dryrun import dry_run
     from ..ops import unsupported
     from .inputs import load_model
-    graph, ruleset = prepared(load_model(model), rules)
-    binding = ruleset.bind(graph)
+    run = dry_run(load_model(model), rules, tokenizer=tokenizer)
+    graph, binding = run.graph, run.binding
+    if binding is None:
+        out.print(f"[red]no relevance boundary[/]: {escape(str(run.gaps[0]))}")
+        sys.exit(1)
+    ruleset = binding.ruleset
     if show_nodes:
         t = Table(title=f"rule per node ({len(binding.reached)} reached by relevance)")
         for col in ("node", "op", "layer", "rule", "from"):
@@ -183,31 +200,34 @@ def check_cmd(model, rules, show_nodes):
         for (op, rule, where), k in sorted(counts.items(), key=lambda kv: kv[0][2]):
             t.add_row(escape(op), escape(rule), escape(where), str(k))
         out.print(t)
-    failed = False
     missing = unsupported(graph.nodes)
     if missing:
-        failed = True
         out.print(f"[red]{sum(map(len, missing.values()))} node(s) of {len(missing)} op type(s) have no "
                   "implementation[/] (the forward cannot run):")
         for (domain, op), names in missing.items():
             where = f" (domain {domain})" if domain not in ("", "ai.onnx") else ""
             out.print(f"  {escape(op)}{escape(where)}: {len(names)} node(s), first {escape(names[0])}")
-    rule_problems = [p for p in binding.problems if p.__class__.__name__ != "UnsupportedOpError"]
+    rule_problems = [g for g in run.gaps if g.kind == "rule"]
     if rule_problems:
-        failed = True
         out.print(f"[red]{len(rule_problems)} rule(s) cannot apply to the node they matched[/]:")
-        for p in rule_problems[:50]:
-            out.print(f"  {escape(str(p))}")
+        for g in rule_problems[:50]:
+            out.print(f"  {escape(str(g))}")
     if binding.unmatched:
         out.print(f"[red]{len(binding.unmatched)} node(s) without a rule[/] (on_unmatched: {ruleset.on_unmatched}):")
         for n in binding.unmatched[:50]:
             out.print(f"  {escape(n.name)}  [dim]({escape(n.op)})[/]")
-        failed |= ruleset.on_unmatched == "error"
-    if not failed and not binding.unmatched:
-        out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")
+    ran = [g for g in run.gaps if g.kind in ("run", "explain")]
+    if ran:
+        out.print(f"[red]{len(ran)} failure(s) running explain on made-up inputs[/] "
+                  f"(lengths {', '.join(map(str, run.lengths))}):")
+        for g in ran:
+            out.print(f"  {escape(str(g))}")
+    if run.ok and not binding.unmatched:
+        out.print("[green]every op runs, every node relevance reaches has a rule that applies, and explain runs on "
+                  f"made-up inputs (lengths {', '.join(map(str, run.lengths))})[/]")
     if not missing:
         _heads_table(graph)
-    if failed:
+    if not run.ok:
         sys.exit(1)
 
 

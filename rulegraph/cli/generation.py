@@ -26,6 +26,8 @@ def generation_options(f):
         click.option("--batch", "batch", type=Bounded(int, 1), default=1, show_default=True, metavar="K",
                      help="with --continuation and a rule set: steps explained per call (more memory, "
                           "fewer calls; the audit is then per call)"),
+        click.option("--ignore-eos", is_flag=True,
+                     help="with --generate: go on after the end-of-sequence token (default: stop after it)"),
         click.option("--steps", is_flag=True, hidden=True),
     ]):
         f = decorator(f)
@@ -33,7 +35,7 @@ def generation_options(f):
 
 
 def explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs, steps,
-                       continuation, batch, opts, json_path, html_path, png_path, force) -> None:
+                       continuation, batch, opts, json_path, html_path, png_path, force, ignore_eos=False) -> None:
     """Refuse what does not apply to generation, run it with a progress bar, show and write it."""
     import torch
 
@@ -66,10 +68,10 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
                         transient=True)
     with progress:
         task = progress.add_task("explaining generated tokens", total=steps or None)
-        g = generate(graph, rules or method, text=texts[0] if texts else None, inputs=inputs or None, steps=steps,
+        g = generate(graph, rules or method, text=texts[0] if texts else None, inputs=inputs or None, max_new_tokens=steps,
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
                      options=options, batch=batch, output=opts["output_name"], device=opts["device"],
-                     dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit",
+                     dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit", ignore_eos=ignore_eos,
                      progress=lambda k: progress.advance(task, k))
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):

@@ -17,6 +17,35 @@ from ..scale import ENGINES
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
+#: the sections of ``--help`` (:class:`Grouped`), by option name, in the order shown
+SECTIONS = {
+    "Method": ("rules", "method", "method_option", "groups", "alpha", "threshold", "variant", "mode"),
+    "Input": ("texts", "question", "tokenizer", "raw_inputs", "image_path", "image_size", "image_resize", "image_mean",
+              "image_std"),
+    "What is explained": ("target", "contrast", "objective", "score", "position", "output_name"),
+    "Language models": ("generate_n", "continuation", "batch", "ignore_eos"),
+    "Outputs": ("json_path", "html_path", "png_path", "force", "top", "all_nodes"),
+    "Running": ("device", "dtype"),
+}
+
+
+class Grouped(click.Command):
+    """A command whose ``--help`` lists its options in the sections of :data:`SECTIONS`."""
+
+    def format_options(self, ctx, formatter):
+        rows: dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            section = next((k for k, names in SECTIONS.items() if param.name in names), "Other")
+            rows.setdefault(section, []).append(record)
+        for section in [*SECTIONS, "Other"]:
+            if rows.get(section):
+                with formatter.section(section):
+                    formatter.write_dl(rows[section])
+
+
 class OutputPath(click.ParamType):
     """A file to write (``-``: standard output); an empty value is refused, not read as ``.``."""
 
@@ -85,7 +114,7 @@ def input_options(f):
     for decorator in reversed([
         click.option("--text", "-t", "texts", multiple=True, metavar="TEXT",
                      help="text to explain (repeatable; each is explained on its own)"),
-        click.option("--question", "-q", default=None, metavar="TEXT",
+        click.option("--question", default=None, metavar="TEXT",
                      help="span QA: the question, encoded before each --text (the context); explain "
                           "--output start_logits or end_logits, --target a token position"),
         click.option("--tokenizer", type=click.Path(exists=False, path_type=Path), metavar="PATH",
@@ -93,10 +122,10 @@ def input_options(f):
         click.option("--input", "-i", "raw_inputs", multiple=True, metavar="NAME=V1,V2,…|NAME=FILE.npy",
                      help="a model input as comma-separated values (one row) or a .npy file (repeatable)"),
         click.option("--target", type=TOKEN_OR_ID, default=None,
-                     help="class index to explain (default: the argmax), or for a language model the text of one "
-                          "token, e.g. \" w5\" (tokenized with the model's tokenizer)"),
+                     help="the class to explain, by index or by name (default: the argmax); for a language model "
+                          "the text of one token, e.g. \" Paris\" (tokenized with the model's tokenizer)"),
         click.option("--contrast", type=TOKEN_OR_ID, default=None,
-                     help="explain target − contrast: a class index or the text of one token"),
+                     help="explain target − contrast: a class (index or name) or the text of one token"),
         click.option("--objective", default=None, metavar="EXPR",
                      help="explain a linear expression of one position's logits and log-probabilities instead, "
                           "e.g. 'logprob[\" Paris\"] - logprob[\" London\"]' or '0.5*logit[2] + logit[3]' "
@@ -121,7 +150,8 @@ def image_options(f):
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
                      help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
         click.option("--png", "png_path", type=OUTPUT, metavar="OUT",
-                     help="write the pixel heatmap as a PNG (default with --image and --html: beside the page)"),
+                     help="write a figure as a PNG: the tokens' scores, an image's heatmap (default with --image and "
+                          "--html: beside the page), a generation's matrix"),
         click.option("--size", "image_size", type=click.IntRange(min=1), default=None,
                      help="center-crop size [default: the export's rulegraph.image_size, else 224]"),
         click.option("--resize", "image_resize", type=click.IntRange(min=1), default=None,
@@ -154,7 +184,8 @@ def _pass_flags() -> dict[str, tuple[Option, str]]:
 def pass_options(f):
     """The passes' options (:data:`rulegraph.options.PASS_OPTIONS`) as flags, e.g. ``--groups``,
     ``--alpha`` of the decomposition pass: each applies to rule sets whose pass declares it."""
-    decorators = [click.option(o.flag, o.name, default=None, metavar="|".join(map(str, o.choices)) or o.type_name(),
+    decorators = [click.option(o.flag, o.name, default=None,
+                               metavar=o.metavar or "|".join(map(str, o.choices)) or o.type_name(),
                                help=f"{name} pass: {o.help}") for o, name in _pass_flags().values()]
     decorators += [click.option(f"--{old}", f"renamed_{old}", default=None, hidden=True) for old in RENAMED]
     for decorator in reversed(decorators):

@@ -40,9 +40,15 @@ def model_file(path: str | Path) -> Path:
     """The ONNX file ``path`` names: itself, or the one ``.onnx`` file of a folder."""
     path = Path(path)
     if not path.exists():
-        raise ModelError(f"model file not found: {path}")
+        hub = len(path.parts) == 2 and not str(path).startswith((".", "/")) and not path.suffix
+        raise ModelError(f"model file not found: {path}" + (
+            f" (a model hub id? rulegraph reads files: save the model with transformers' save_pretrained, then "
+            f"`rulegraph export FOLDER OUT`)" if hub else ""))
     if path.is_dir():
         candidates = sorted(path.glob("*.onnx"))
+        if not candidates and (path / "config.json").is_file():
+            raise ModelError(f"{path} is a Hugging Face model folder, not an export: run `rulegraph export {path} OUT` "
+                             "and explain OUT/model.onnx (or give the loaded model to rulegraph.explain in Python)")
         if len(candidates) != 1:
             raise ModelError(f"{path} is a directory with {len(candidates)} .onnx files; name the model file")
         path = candidates[0]
@@ -187,7 +193,7 @@ def _normalise(op: str, attrs: dict, opset: int, n_outputs: int) -> dict:
         attrs.setdefault("num_outputs", n_outputs)
     elif op == "ConstantOfShape" and "value" not in attrs:
         attrs["value"] = torch.zeros(1, dtype=torch.float32)
-    elif op in ("EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike") and "dtype" in attrs:
+    elif op in ("EyeLike", "SequenceEmpty", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike") and "dtype" in attrs:
         attrs["dtype"] = _dtype(attrs["dtype"], op)
     return attrs
 

@@ -38,6 +38,21 @@ What the relevance rules read from an :class:`OpSpec`:
     Normalises its input by the input's own statistics (LayerNorm, RMSNorm): the LN rule.
 ``arithmetic``
     Add, Sub, Mul, Div: what a gate pattern looks through (``through: [arithmetic, routing]``).
+``routing_if``
+    Routing for some attribute values only (ScatterND / ScatterElements with reduction ``none``: each
+    output element is data's or one update's); the input boundary follows ids through them.
+``boolean``
+    Outputs a mask (comparisons, logic): a value computed from it depends on where the input holds
+    something, not on the input's values.
+``pointwise``
+    Each output element is a number computed from the inputs' elements at the same position under
+    numpy broadcasting: the elementwise and arithmetic ops (implied by those traits), Pow, Mod,
+    Min, Max, Sum, Mean, Where. Comparisons and logic are not: their outputs are masks, not
+    numbers. The input boundary follows token ids through these and the routing ops
+    (:mod:`rulegraph.boundary`).
+``sequence``
+    Takes or returns ONNX tensor sequences (:class:`~rulegraph.ops.sequence.TensorSequence`): the
+    forward runs them; relevance cannot pass through them.
 ``shape_only``
     Reads only its input's shape, never its values (Shape, Size).
 ``float_output``
@@ -59,7 +74,7 @@ What the relevance rules read from an :class:`OpSpec`:
 """
 from __future__ import annotations
 
-from . import elementwise, linalg, nn, reduce, shape, vision, quantization  # noqa: F401  (register the ops, in this order)
+from . import elementwise, linalg, nn, reduce, sequence, shape, vision, quantization  # noqa: F401  (register the ops, in this order)
 from .spec import (REGISTRY, TRAITS, OpSpec, always, at_most_one, autograd_vjp, find, lookup, never, only, op, unbroadcast,
                    unsupported, vjp)
 

@@ -77,7 +77,7 @@ def _pow_vjp(grads, inputs, outputs, wants, **_):
     return [gx, gy]
 
 
-@op("Pow", vjp=_pow_vjp)
+@op("Pow", pointwise=True, vjp=_pow_vjp)
 def pow_(x, y):
     out = torch.pow(x, y)
     return out.to(x.dtype) if out.dtype != x.dtype else out
@@ -92,24 +92,24 @@ def _variadic(fn):
     return apply
 
 
-@op("Sum", affine=always, additive="all",
+@op("Sum", affine=always, additive="all", pointwise=True,
     vjp=lambda grads, inputs, outputs, wants, **_: [unbroadcast(grads[0], x.shape) if w else None
                                                for x, w in zip(inputs, wants)])
 def sum_(*xs):
     return _variadic(torch.add)(*xs)
 
 
-@op("Mean", affine=always, additive="all")
+@op("Mean", affine=always, additive="all", pointwise=True)
 def mean_(*xs):
     return _variadic(torch.add)(*xs) / len(xs)
 
 
-@op("Max")
+@op("Max", pointwise=True)
 def max_(*xs):
     return _variadic(torch.maximum)(*xs)
 
 
-@op("Min")
+@op("Min", pointwise=True)
 def min_(*xs):
     return _variadic(torch.minimum)(*xs)
 
@@ -143,7 +143,7 @@ for _name, _fn, _vjp in (
     _unary(_name, _fn, _vjp)
 
 
-@op("Mod")
+@op("Mod", pointwise=True)
 def mod(a, b, *, fmod=0):
     return torch.fmod(a, b) if fmod else torch.remainder(a, b)
 
@@ -216,7 +216,7 @@ def clip(x, lo=None, hi=None, *, min=None, max=None):
 # -- comparisons and logic (never relevance-carrying) ---------------------------------
 
 def _compare(name, fn):
-    op(name, float_output=False)(lambda a, b: fn(a, b))
+    op(name, float_output=False, boolean=name not in ("BitwiseAnd", "BitwiseOr"))(lambda a, b: fn(a, b))
 
 
 for _name, _fn in {
@@ -227,17 +227,17 @@ for _name, _fn in {
     _compare(_name, _fn)
 
 
-@op("Not", float_output=False)
+@op("Not", float_output=False, boolean=True)
 def not_(x):
     return torch.logical_not(x)
 
 
-@op("IsNaN", float_output=False)
+@op("IsNaN", float_output=False, boolean=True)
 def isnan(x):
     return torch.isnan(x)
 
 
-@op("IsInf", float_output=False)
+@op("IsInf", float_output=False, boolean=True)
 def isinf(x, *, detect_negative=1, detect_positive=1):
     if detect_negative and detect_positive:
         return torch.isinf(x)
@@ -257,7 +257,7 @@ def _where_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(torch.where(cond, zero, g), b.shape) if wants[2] else None]
 
 
-@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, vjp=_where_vjp)
+@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, pointwise=True, vjp=_where_vjp)
 def where(cond, a, b):
     return torch.where(cond, a, b)
 
@@ -299,3 +299,23 @@ def cast(x, *, to, saturate=1):
         grads[0].to(inputs[0].dtype) if wants[0] and grads[0] is not None else None, None])
 def cast_like(x, like, *, saturate=1):
     return x.to(like.dtype)
+
+
+# -- quantization ------------------------------------------------------------------------------
+
+@op("DequantizeLinear")
+def dequantize_linear(x, scale, zero_point=None, *, axis=1, block_size=0):
+    """``(x − zero_point) · scale``, per tensor (a scalar scale) or per slice along ``axis`` (a 1-D
+    scale); onnxruntime's ``quantize_dynamic`` stores an embedding table so. Blocked scales
+    (``block_size``) repeat each scale over ``block_size`` elements of ``axis``."""
+    axis %= max(x.dim(), 1)
+    if scale.dim() == 1 and x.dim() > 0:
+        if block_size:
+            scale = scale.repeat_interleave(block_size)[: x.shape[axis]]
+            zero_point = None if zero_point is None else zero_point.repeat_interleave(block_size)[: x.shape[axis]]
+        shape = [1] * x.dim()
+        shape[axis] = -1
+        scale = scale.reshape(shape)
+        zero_point = None if zero_point is None else zero_point.reshape(shape)
+    shifted = x.to(scale.dtype) if zero_point is None else x.to(scale.dtype) - zero_point.to(scale.dtype)
+    return shifted * scale

@@ -131,6 +131,19 @@ def simplified_layer_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_typ
     return rms_normalization(x, scale, axis=axis, epsilon=epsilon)
 
 
-@op("InstanceNormalization", affine=_layer_norm_affine, additive=(2,))
+@op("InstanceNormalization", affine=_layer_norm_affine, normalization=True, additive=(2,))
 def instance_normalization(x, scale, bias, *, epsilon=_EPS):
+    """Per item and channel over the spatial dims (GroupNorm exports as this between Reshapes:
+    PoolFormer), then ``scale`` and ``bias`` per channel."""
     return F.instance_norm(x, weight=scale, bias=bias, eps=epsilon)
+
+
+def instance_norm_stats(x: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Mean and 1/√(Var+ε) over the spatial dims (2…) of ``[N, C, …]``, kept for broadcasting."""
+    var, mean = torch.var_mean(x, dim=tuple(range(2, x.dim())), keepdim=True, correction=0)
+    return mean, torch.rsqrt(var + epsilon)
+
+
+def per_channel(v: Tensor, x: Tensor) -> Tensor:
+    """A ``[C]`` vector shaped to broadcast over ``[…, C, spatial…]`` (the channel dim is x.dim() − spatial)."""
+    return v.reshape(-1, *([1] * (x.dim() - 2)))

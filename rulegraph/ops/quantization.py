@@ -4,7 +4,7 @@
 ONNX ops, as onnxruntime's quantization tools emit them:
 
 * ``QuantizeLinear``: ``y = saturate(round(x / scale) + zero_point)`` (round half to even), per
-  tensor or per ``axis``; ``DequantizeLinear``: ``y = (x − zero_point) · scale``.
+  tensor or per ``axis`` (``DequantizeLinear``, ``y = (x − zero_point) · scale``, is in ``elementwise``).
 * ``DynamicQuantizeLinear``: uint8 quantization with the scale and zero point computed from the
   input's range (``[min(0, x), max(0, x)]`` onto 0…255): outputs ``y, scale, zero_point``.
 * ``MatMulInteger``, ``ConvInteger``: the product of (x − zero point) and (w − zero point) in int32.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from .elementwise import dequantize_linear
 from .spec import always, op, unbroadcast
 from .vision import conv
 
@@ -69,18 +70,6 @@ def quantize_linear(x, scale, zero_point=None, *, axis=1, saturate=1, block_size
     if zero_point is not None:
         q = q + _along(zero_point, x, axis).to(q.dtype)
     return q.clamp(low, high).to(dtype)
-
-
-@op("DequantizeLinear")
-def dequantize_linear(x, scale, zero_point=None, *, axis=1, block_size=0, output_dtype=0):
-    """ONNX DequantizeLinear (per tensor or per axis; not blocked): ``(x − zero_point) · scale`` in
-    the scale's float type."""
-    if block_size:
-        raise ValueError("blocked dequantization (block_size > 0) is not supported")
-    y = x.to(scale.dtype)
-    if zero_point is not None:
-        y = y - _along(zero_point, x, axis).to(scale.dtype)
-    return y * _along(scale, x, axis)
 
 
 def _dynamic_parameters(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .spec import always, op, unbroadcast
+from .spec import always, only, op, unbroadcast
 
 Tensor = torch.Tensor
 INT64 = torch.int64
@@ -43,6 +43,15 @@ def constant_of_shape(shape, *, value=None):
     if value is None:
         return torch.zeros(shape, dtype=torch.float32)
     return torch.full(shape, value.reshape(()).item(), dtype=value.dtype, device=value.device)
+
+
+@op("EyeLike", shape_only=True)
+def eye_like(x, *, dtype=None, k=0):
+    """A 2-D matrix of ``x``'s shape with ones on the ``k``-th diagonal, of ``dtype`` (default ``x``'s);
+    it reads only ``x``'s shape (XLNet's relative attention)."""
+    rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    cols = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    return (cols - rows == k).to(dtype or x.dtype)
 
 
 @op("Range")
@@ -401,7 +410,17 @@ def one_hot(indices, depth, values, *, axis=-1):
     return out.movedim(-1, axis) if axis != -1 else out
 
 
-@op("ScatterND")
+def _sums(attrs: dict) -> bool:
+    """A scatter writes or adds (affine in data and updates); multiplying, max and min do not."""
+    return attrs.get("reduction", "none") in ("none", "add")
+
+
+def _writes(attrs: dict) -> bool:
+    """A scatter that writes (each output element is data's or one update's) routes its data."""
+    return attrs.get("reduction", "none") == "none"
+
+
+@op("ScatterND", affine=only(0, 2), additive=(0, 2), affine_if=_sums, routing_if=_writes)
 def scatter_nd(data, indices, updates, *, reduction="none"):
     k = indices.shape[-1]
     sizes = torch.tensor(data.shape[:k], dtype=torch.int64, device=indices.device)
@@ -426,7 +445,7 @@ def scatter_nd(data, indices, updates, *, reduction="none"):
     return out
 
 
-@op("ScatterElements")
+@op("ScatterElements", affine=only(0, 2), additive=(0, 2), affine_if=_sums, routing_if=_writes)
 def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
     """``data`` with ``updates`` written (or reduced) at ``indices`` along ``axis``; the dynamo
     export of ``shift_tokens_right`` (BART, T5) uses it."""

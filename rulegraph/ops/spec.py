@@ -36,6 +36,7 @@ def only(*indices: int) -> Callable[[Sequence[bool]], bool]:
 
 
 #: the boolean traits a rule file selects ops by (``trait: routing``, ``through: routing``), see :mod:`rulegraph.ops`
+#: (``pointwise`` is read by the input boundary, not by rule files)
 TRAITS = ("routing", "elementwise", "activation", "sigmoidal", "normalization", "arithmetic")
 
 
@@ -46,15 +47,26 @@ class OpSpec:
     vjp: Callable[..., list] | None = None
     static: tuple[int, ...] = ()
     affine: Callable[[Sequence[bool]], bool] = never
+    #: ``affine_if(attrs)``: where only some attribute values make the op affine (ScatterND's reduction
+    #: ``none`` / ``add``), whether these do; ``attrs`` completed with the defaults
+    affine_if: Callable[[dict], bool] | None = None
     additive: tuple[int, ...] | str = ()
     routing: bool = False
+    #: ``routing_if(attrs)``: routing for these attribute values only (a scatter that writes, not one that
+    #: adds): read by the input boundary; rule files' ``trait: routing`` selects :attr:`routing` ops only
+    routing_if: Callable[[dict], bool] | None = None
     elementwise: bool = False
     activation: bool = False
     sigmoidal: bool = False
     normalization: bool = False
     arithmetic: bool = False
+    pointwise: bool = False
+    #: outputs a mask (comparisons, logic): what depends on it depends on where, not on the values
+    boolean: bool = False
     shape_only: bool = False
     data_dependent_shape: bool = False
+    #: takes or returns tensor sequences (lists), which no relevance rule reads
+    sequence: bool = False
     #: ``False`` for shapes, indices, comparisons (they never carry relevance); a function of the node where it
     #: depends on an attribute (Cast's ``to``); one flag per output where they differ (TopK: values, indices)
     float_output: bool | tuple[bool, ...] | Callable[[Any], bool] = True
@@ -69,6 +81,16 @@ class OpSpec:
     domain: str = ""
     doc: str = field(default="", compare=False)
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def is_affine(self, node, tainted: Sequence[bool]) -> bool:
+        """Whether ``node`` is affine in its ``tainted`` inputs (:attr:`affine`, and :attr:`affine_if` of
+        its attributes)."""
+        return self.affine(tainted) and (self.affine_if is None or self.affine_if({**self.defaults, **node.attrs}))
+
+    def is_routing(self, node) -> bool:
+        """Whether ``node`` only moves or selects elements of its data inputs (:attr:`routing`, or
+        :attr:`routing_if` of its attributes)."""
+        return self.routing or (self.routing_if is not None and self.routing_if({**self.defaults, **node.attrs}))
 
     def is_additive(self, index: int) -> bool:
         return self.additive == "all" or index in self.additive
@@ -102,6 +124,7 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
         key = (domain, name)
         if key in REGISTRY:
             raise RuntimeError(f"op {name!r} (domain {domain!r}) is registered twice")
+        traits.setdefault("pointwise", bool(traits.get("elementwise") or traits.get("arithmetic")))
         defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
                     if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
         REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(),

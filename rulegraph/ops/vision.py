@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .spec import always, op
+from .spec import always, only, op
 from .elementwise import f32
 
 Tensor = torch.Tensor
@@ -148,9 +148,11 @@ def batch_norm_affine(scale, bias, mean, var, epsilon):
     return a, bias - a * mean
 
 
-@op("BatchNormalization")
+@op("BatchNormalization", affine=only(0), additive=(2, 3))
 def batch_normalization(x, scale, bias, mean, var, *, epsilon=f32(1e-5), momentum=0.9, training_mode=0):
-    """ONNX BatchNormalization in inference mode: ``(x − mean)/√(var+ε)·scale + bias``."""
+    """ONNX BatchNormalization in inference mode: ``(x − mean)/√(var+ε)·scale + bias``, affine in x
+    (a BatchNorm the canonizer cannot fold, LeViT's before its classifier); the bias and the mean
+    enter additively."""
     if training_mode:
         raise ValueError("BatchNormalization with training_mode=1 is not supported (export in eval mode)")
     return (x - _channel(mean, x)) / torch.sqrt(_channel(var, x) + epsilon) * _channel(scale, x) + _channel(bias, x)
@@ -188,21 +190,58 @@ _NEAREST = {"round_prefer_floor": lambda c: torch.ceil(c - 0.5), "round_prefer_c
             "floor": torch.floor, "ceil": torch.ceil}
 
 
+def _cubic_weights(t: Tensor, a: float) -> Tensor:
+    """Keys' cubic convolution weights of the neighbours at offsets −1, 0, 1, 2 from ``floor(c)``, for
+    ``t = c − floor(c)`` (ONNX Resize ``cubic`` with ``cubic_coeff_a`` = a; Keys 1981, IEEE TASSP)."""
+    def near(d):      # |d| ≤ 1
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def far(d):       # 1 < |d| < 2
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return torch.stack([far(t + 1), near(t), near(1 - t), far(2 - t)])
+
+
+def _full_axes(values, axes, rank, fill):
+    """``scales`` / ``sizes`` given for ``axes`` only, completed to every axis with ``fill``."""
+    if axes is None:
+        return list(values)
+    out = list(fill)
+    for a, v in zip(axes, values):
+        out[a % rank] = v
+    return out
+
+
 @op("Resize", static=(1, 2, 3), affine=always, additive=(0,))
 def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_transformation_mode="half_pixel",
            nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
            antialias=0, axes=None, keep_aspect_ratio_policy="stretch"):
-    """ONNX Resize (opset ≥ 11), modes ``nearest`` and ``linear`` (no antialias, ``axes`` or
-    aspect-ratio policy), one axis at a time: nearest selects, linear blends two neighbours."""
-    if mode not in ("nearest", "linear") or antialias or axes is not None or keep_aspect_ratio_policy != "stretch":
-        raise ValueError("Resize supports mode nearest or linear, without antialias, axes or keep_aspect_ratio_policy")
+    """ONNX Resize (opset ≥ 11), modes ``nearest``, ``linear`` and ``cubic`` (DINOv2's interpolation of
+    its position embeddings), one axis at a time: nearest selects, linear blends two neighbours,
+    cubic four (edge values repeated beyond the border; ``exclude_outside`` drops them and
+    renormalises). ``axes`` and ``keep_aspect_ratio_policy`` as ONNX specifies (opset 18);
+    ``antialias`` and ``tf_crop_and_resize`` are not supported."""
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ValueError(f"Resize mode {mode!r} is not one of nearest, linear, cubic")
+    if antialias:
+        raise ValueError("Resize with antialias is not supported")
     if nearest_mode not in _NEAREST:
         raise ValueError(f"Resize nearest_mode {nearest_mode!r} is not one of {', '.join(_NEAREST)}")
+    rank = x.dim()
     if sizes:
-        out_sizes = [int(s) for s in sizes]
+        out_sizes = [int(s) for s in _full_axes(sizes, axes, rank, x.shape)]
         factors = [o / i for o, i in zip(out_sizes, x.shape)]
+        if keep_aspect_ratio_policy != "stretch":
+            if keep_aspect_ratio_policy not in ("not_larger", "not_smaller"):
+                raise ValueError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not one of "
+                                 "stretch, not_larger, not_smaller")
+            chosen = [a % rank for a in axes] if axes is not None else list(range(rank))
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            scale = pick(factors[a] for a in chosen)
+            factors = [scale if d in chosen else 1.0 for d in range(rank)]
+            out_sizes = [int(math.floor(i * f + 0.5)) if d in chosen else i
+                         for d, (i, f) in enumerate(zip(x.shape, factors))]
     elif scales:
-        factors = [float(s) for s in scales]
+        factors = [float(s) for s in _full_axes(scales, axes, rank, [1.0] * rank)]
         out_sizes = [int(math.floor(i * f)) for i, f in zip(x.shape, factors)]
     else:
         raise ValueError("Resize needs scales or sizes")
@@ -214,9 +253,21 @@ def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_t
         if mode == "nearest":
             x = x.index_select(d, _NEAREST[nearest_mode](c).clamp(0, size - 1).long())
             continue
+        shape = (-1, *([1] * (x.dim() - d - 1)))
+        if mode == "cubic":
+            lo = torch.floor(c)
+            w = _cubic_weights(c - lo, cubic_coeff_a)
+            idx = lo.long().unsqueeze(0) + torch.arange(-1, 3, device=x.device).unsqueeze(1)
+            if exclude_outside:
+                w = w * ((idx >= 0) & (idx < size))
+                w = w / w.sum(0, keepdim=True)
+            idx = idx.clamp(0, size - 1)
+            w = w.to(x.dtype)
+            x = sum(x.index_select(d, idx[k]) * w[k].reshape(shape) for k in range(4))
+            continue
         c = c.clamp(0, size - 1)
         lo = torch.floor(c).long()
         hi = (lo + 1).clamp(max=size - 1)
-        w = (c - lo).to(x.dtype).reshape(-1, *([1] * (x.dim() - d - 1)))
+        w = (c - lo).to(x.dtype).reshape(shape)
         x = x.index_select(d, lo) * (1 - w) + x.index_select(d, hi) * w
     return x

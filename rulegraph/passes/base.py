@@ -39,8 +39,9 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 
+from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
-from ..errors import InputError, ModelError, NumericalError
+from ..errors import InputError, ModelError, NumericalError, RulegraphError
 from ..explanation import Explanation
 from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
@@ -69,6 +70,7 @@ class Forward:
     contrast: list[int] | None = None   # subtracted index per batch item (``contrast=``)
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
+    mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
 
     @property
     def out(self) -> Tensor:
@@ -193,9 +195,34 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     if names and output == graph.outputs[0] and out.shape[-1] != len(names):
         raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels names {len(names)} classes, but "
                          f"the output {output!r} has {out.shape[-1]} per item")
+    mapping = boundary_map(binding, plan, values)
     seed, targets, position = select(out, target, position, contrast, score, objective)
     contrasts = None if contrast is None else _per_item(contrast, len(targets))
-    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective)
+    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
+                   mapping)
+
+
+def rule_failed(apply, site, node, where: str):
+    """``apply(site)``, with an error that is not a :class:`~rulegraph.errors.RulegraphError` turned into
+    one naming the node, its op and the rule's ``file:line``."""
+    try:
+        return apply(site)
+    except RulegraphError:
+        raise
+    except Exception as exc:       # noqa: BLE001 — a rule failing on these values: say where
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"{where}: the rule of node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
+                         f"{reason}") from exc
+
+
+def boundary_map(binding: Binding, plan: Plan, values: Values) -> BoundaryMap:
+    """The run's :class:`~rulegraph.boundary.BoundaryMap`, after refusing a float value that depends on a
+    lookup's input by index arithmetic and would absorb relevance (:func:`rulegraph.boundary.absorbing`)."""
+    lines = absorbing(binding, values)
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        raise ModelError(f"{lines[0]}{more}")
+    return origins(binding, plan, values)
 
 
 

@@ -26,14 +26,15 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
+from ..boundary import BoundaryMap, Mapped
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
-from ..errors import InputError, NumericalError
+from ..errors import InputError, NumericalError, RuleMatchError
 from ..explanation import Explanation
 from ..interpreter import Values
 from ..propagation.components import ComponentSite, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
-from .base import PASSES, Forward, Pass, forward, prepared
+from .base import PASSES, Forward, Pass, forward, prepared, rule_failed
 from .partition import Partition, assign
 
 Tensor = torch.Tensor
@@ -117,7 +118,7 @@ def components(forward: Forward, *, groups: Any = "token", word_ids: Sequence[Se
     if linearized and not linear_in_groups(rules):
         raise InputError("the linearized pass needs signed α or D̄ (--alpha signed or --variant bar); "
                          "abs and hybrid α are not linear in the groups")
-    rows = Rows.of(binding, forward.values)
+    rows = Rows.of(binding, forward.values, forward.mapping)
     partitions, onehot = _partition(rows, forward.values, groups, word_ids, tokens)
     if linearized:
         onehot = torch.ones_like(onehot[:1])
@@ -176,12 +177,16 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             x = env[v]
             if linearized:
                 leaves[v] = x.detach().clone().requires_grad_(True)
-                parts[v] = Parts(leaves[v].unsqueeze(0), torch.zeros_like(x))
+                if rows.mapping.values[v].origins is None:
+                    parts[v] = Parts(leaves[v].unsqueeze(0), torch.zeros_like(x))
+                else:              # elements of no input position go to the bias component
+                    covered = rows.mask(v, torch.ones_like(onehot[:1]), x)
+                    parts[v] = Parts(covered * leaves[v], x.detach() * (1 - covered[0]))
                 continue
-            start, length = rows.span(v)
-            mask = onehot[:, :, start:start + length]
-            mask = mask.reshape(mask.shape + (1,) * (x.dim() - 2)).to(x.dtype)
-            parts[v] = Parts(mask * x, torch.zeros_like(x))
+            mask = rows.mask(v, onehot, x)
+            groups = mask * x
+            parts[v] = Parts(groups, x - groups.sum(0) if rows.mapping.values[v].origins is not None else
+                             torch.zeros_like(x))
     errors: dict[str, tuple[Tensor, Tensor]] = {}
     stranded: list[str] = []
     spare = set(graph.outputs) if not keep else None
@@ -203,7 +208,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
                     linearized=linearized)
-        result = rule.decompose(site)
+        result = rule_failed(rule.decompose, site, node, assignment.where)
         for v, value, p in zip(node.outputs, outputs, result, strict=True):
             if p is None or v not in wanted:
                 continue
@@ -222,14 +227,34 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
 
 @dataclass
 class Rows:
-    """The positions a partition groups: the boundary values' dim 1, laid end to end by sequence
-    axis. Inputs that share a named sequence axis (``input_ids``, ``token_type_ids``) share their
-    rows; an input with an axis of its own (an encoder–decoder's ``decoder_input_ids``) adds rows
-    after them, in graph-input order. Each axis is reported under its first key (:attr:`keys`)."""
+    """The positions a partition groups: the positions (dim 1) of the inputs the boundary values map
+    to (:mod:`rulegraph.boundary`: a lookup's elements to its input's positions; a float input or a
+    node boundary is its own), laid end to end by sequence axis. Inputs that share a named sequence
+    axis (``input_ids``, ``token_type_ids``) share their rows; an input with an axis of its own (an
+    encoder–decoder's ``decoder_input_ids``) adds rows after them, in graph-input order. Each axis is
+    reported under its first key (:attr:`keys`)."""
 
     batch: int
     keys: dict[str, tuple[int, int]]          # reporting key → (first row, rows)
     spans: dict[str, tuple[int, int]]         # boundary value → (first row, rows)
+    mapping: BoundaryMap = field(default_factory=BoundaryMap)
+
+    def mask(self, value: str, onehot: Tensor, x: Tensor) -> Tensor:
+        """``[G, *x.shape]`` (trailing dims of size 1): which group each element of boundary value
+        ``x`` belongs to, from the one-hot ``[G, batch, rows]``; elements of no input position
+        (a constant the model inserts) belong to none, so they go to the bias component."""
+        start, length = self.spans[value]
+        mapped = self.mapping.values[value]
+        where = mapped.positions()
+        if mapped.origins is None:
+            mask = onehot[:, :, start:start + length]
+            return mask.reshape(mask.shape + (1,) * (x.dim() - 2)).to(x.dtype)
+        if where is None:
+            raise InputError(f"the boundary value {value!r} maps to an input without a positions dimension")
+        batch, pos = where
+        valid = (batch >= 0).to(x.dtype)
+        mask = onehot[:, batch.clamp(min=0), start + pos.clamp(min=0)].to(x.dtype) * valid
+        return mask.reshape(mask.shape + (1,) * mapped.features)
 
     @property
     def length(self) -> int:
@@ -239,20 +264,26 @@ class Rows:
         return self.spans[value]
 
     @classmethod
-    def of(cls, binding: Binding, env: dict) -> "Rows":
+    def of(cls, binding: Binding, env: dict, mapping: BoundaryMap | None = None) -> "Rows":
         graph = binding.graph
+        mapping = mapping or BoundaryMap({v: Mapped(k) for v, k in binding.boundary.items()})
         order = {name: i for i, name in enumerate(graph.input_names)}
         axis_of = {i.name: i.shape[1] for i in graph.inputs
                    if i.shape is not None and len(i.shape) > 1 and isinstance(i.shape[1], str)}
+
+        def rows(v: str) -> tuple[int, ...]:          # [batch, positions] of what v maps to
+            m = mapping.values[v]
+            return tuple(m.shape[:2]) if m.origins is not None else tuple(env[v].shape[:2])
+
         axes: dict[str, list[str]] = {}               # sequence axis → boundary values on it
         for v, key in sorted(binding.boundary.items(), key=lambda kv: order.get(kv[1], len(order))):
-            if v in env and env[v].dim() >= 2:
+            if v in env and len(rows(v)) == 2:
                 axes.setdefault(axis_of.get(key, ""), []).append(v)
         if not axes:
             raise InputError("the decomposition boundary has no value with a positions dimension (dim 1)")
         keys, spans, batches, start = {}, {}, set(), 0
         for values in axes.values():
-            shapes = {tuple(env[v].shape[:2]) for v in values}
+            shapes = {rows(v) for v in values}
             if len(shapes) > 1:
                 raise InputError(f"boundary values disagree on [batch, positions]: {sorted(shapes)}")
             batch, length = shapes.pop()
@@ -262,7 +293,7 @@ class Rows:
             start += length
         if len(batches) > 1:
             raise InputError(f"boundary values disagree on the batch size: {sorted(batches)}")
-        return cls(batches.pop(), keys, spans)
+        return cls(batches.pop(), keys, spans, mapping)
 
 
 def _partition(rows: Rows, env: dict, groups, word_ids, tokens) -> tuple[list[Partition], Tensor]:
@@ -308,7 +339,12 @@ class DecompositionPass(Pass):
                             threshold=threshold, variant=variant, audit=audit, linearized=mode == "linearized")
         output, seed = forward.output, forward.seed
         out = forward.out
-        p = result.parts[output]
+        p = result.parts.get(output)
+        if p is None:
+            node = forward.graph.producer.get(output)
+            what = f"its producer {node.name!r} ({node.op}) got no components" if node is not None else "none reach it"
+            raise RuleMatchError(f"{forward.ruleset.source}: the decomposition carries no components to the output "
+                                 f"{output!r}: {what}; every rule on the way held its inputs as coefficients")
         if result.leaves:
             scores = _scores_by_gradient(result, p, seed)
         else:
@@ -344,7 +380,8 @@ def _scores_by_gradient(result: Components, p: Parts, seed: Tensor) -> Tensor:
     for (v, x), g in zip(leaves, grads):
         if g is not None:
             start, length = rows.span(v)
-            per_position[:, start:start + length] += (x * g).detach().reshape(x.shape[0], x.shape[1], -1).sum(2)
+            r = rows.mapping.to_input(v, (x * g).detach())
+            per_position[:, start:start + length] += r.reshape(r.shape[0], r.shape[1], -1).sum(2)
     index = torch.tensor([q.index for q in result.partitions], device=per_position.device)
     size = max(q.size for q in result.partitions)
     onehot = torch.nn.functional.one_hot(index, size).to(per_position.dtype)      # [batch, T, G]

@@ -28,7 +28,7 @@ from ..propagation import RULES, Rule
 from ..propagation.signal import Contribution, Incoming, Site
 from ..ruleset import Binding
 from ..tolerances import MASS_SCREEN, relative, tolerance
-from .base import PASSES, Forward, Pass, position_scores
+from .base import PASSES, Forward, Pass, position_scores, rule_failed
 
 Tensor = torch.Tensor
 
@@ -228,7 +228,7 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
                     tainted=visit.tainted, incoming=arriving, audit=audit)
-        contributions = visit.rule.propagate(site)
+        contributions = rule_failed(visit.rule.propagate, site, node, visit.where)
         if not audit:
             for v, c, t in zip(node.inputs, contributions, visit.tainted, strict=True):
                 if c is not None and t:
@@ -287,8 +287,10 @@ def _producer(graph, value: str) -> str | None:
     return node.name if node is not None else None
 
 
-def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
-    """Aggregate a finished :class:`Flow` per node, per layer and for the graph."""
+def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[str, float] | None = None) -> Audit:
+    """Aggregate a finished :class:`Flow` per node, per layer and for the graph. ``unmapped``: per
+    boundary value, the relevance that reached lookup elements of no input position (a constant the
+    model inserts, :mod:`rulegraph.boundary`), booked as absorbed at the lookup."""
     graph = binding.graph
     layer_of = graph.layers
     nodes = []
@@ -302,6 +304,14 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
             relative_error=relative(gap, rec.mass_in, rec.relevance_in, rec.relevance_out, rec.absorbed)
             if rec.conserving else 0.0,
             semantics=RULES["relevance"].get(rec.rule).breaking if rec.rule in RULES["relevance"] else ""))
+
+    for value, amount in (unmapped or {}).items():
+        if amount:
+            node = graph.producer[value]
+            nodes.append(NodeAudit(
+                name=node.name, op=node.op, layer=layer_of[node.name], rule="boundary", where="boundary",
+                conserving=True, relevance_in=amount, relevance_out=0.0, absorbed=amount, breaks=0.0, error=0.0,
+                relative_error=0.0, semantics="a lookup at a constant index: no input position"))
 
     layers: dict[str, LayerAudit] = {}
     for n in sorted(nodes, key=lambda n: graph.node(n.name).index):
@@ -323,6 +333,7 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype) -> Audit:
     output_value = float(product_sum(start.value, start.signal, dtype=torch.float64) if start.explicit is None
                          else start.explicit.sum(dtype=torch.float64))
     input_total = float(sum(torch.nansum(t.double()) for t in flow.boundary.values())) if flow.boundary else 0.0
+    input_total -= sum((unmapped or {}).values())
     absorbed = sum(n.absorbed for n in nodes)
     breaks = sum(n.breaks for n in nodes)
     residual = output_value - input_total - absorbed - breaks
@@ -347,19 +358,16 @@ class RelevancePass(Pass):
                     tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe})
         if audit:
             finish(flow)
-        boundary: dict[str, Tensor] = {}
-        for value, key in binding.boundary.items():
-            r = flow.boundary.get(value)
-            if r is None:
-                r = torch.zeros_like(values[value])
-            boundary[key] = boundary[key] + r if key in boundary else r
+        arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}
+        boundary = forward.mapping.by_key(arrived)
+        unmapped = {v: float(forward.mapping.unmapped(v, r)) for v, r in flow.boundary.items()} if audit else {}
         for key, r in boundary.items():
             if not torch.isfinite(r).all():
                 raise NumericalError(f"relevance at {key!r} contains NaN or inf; a rule divided by a zero activation "
                                      "or an input was infinite — try the epsilon rule")
         e = forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
                                 boundary={k: v.detach().cpu() for k, v in boundary.items()},
-                                audit=audit_of(flow, binding, dtype) if audit else None)
+                                audit=audit_of(flow, binding, dtype, unmapped) if audit else None)
         if moe:
             e.audit.experts = expert_audits(moe, flow.recorded, values)
         e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}

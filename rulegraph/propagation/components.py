@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..ops import OpSpec
-from ..ops.nn import held_layer_norm_stats, norm_dims
+from ..ops.nn import held_layer_norm_stats, instance_norm_stats, norm_dims, per_channel
 from .base import UNIT, Rule, decomposition_rule, param
 
 Tensor = torch.Tensor
@@ -118,7 +118,7 @@ class Linear(Rule):
 
     def check(self, node, spec, tainted):
         carried = self.carries(node, spec, tainted)
-        if any(carried) and not spec.affine(carried):
+        if any(carried) and not spec.is_affine(node, carried):
             which = ", ".join(str(i) for i, c in enumerate(carried) if c)
             return (f"op {node.op} is not linear in its decomposed input(s) {which}; use `activation` for an "
                     f"elementwise nonlinearity, `product` for a product of two decomposed tensors, or hold an "
@@ -173,9 +173,12 @@ def _direct(site: ComponentSite) -> list[Parts | None] | None:
 class LayerNormComponents(Rule):
     """LayerNorm (or RMSNorm) with 1/√(Var+ε) as a coefficient, Eq. 6 of Yang et al. (2023):
     ``D_g = (D_g x − mean(D_g x)) · s · γ`` per group, ``B = (B x − mean(B x)) · s · γ + β``,
-    with ``s`` computed from the forward input (no centering for RMSNorm)."""
+    with ``s`` computed from the forward input (no centering for RMSNorm). InstanceNormalization
+    (GroupNorm's export) is the same over the spatial dims, γ and β per channel — not in the paper,
+    which has only LayerNorm; the same coefficient view."""
 
-    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
+    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+                                      "InstanceNormalization")
 
     def carries(self, node, spec, tainted):
         return [bool(tainted[0])] + [False] * (len(tainted) - 1)
@@ -190,6 +193,17 @@ class LayerNormComponents(Rule):
         x, p = site.inputs[0], site.parts[0]
         scale = site.inputs[1]
         beta = site.inputs[2] if len(site.inputs) > 2 else None
+        if site.node.op == "InstanceNormalization":      # over the spatial dims; scale and shift per channel
+            _, rstd = instance_norm_stats(x, float(site.attrs["epsilon"]))
+            factor = rstd * per_channel(scale, x)
+            spatial = tuple(range(2 - x.dim(), 0))
+            beta = per_channel(beta, x) if beta is not None else None
+
+            def norm(t):
+                return (t - t.mean(dim=spatial, keepdim=True)) * factor
+            groups = _chunked(p.groups, site.chunk, norm)
+            bias = norm(p.bias)
+            return [Parts(groups, bias if beta is None else bias + beta)]
         axis, eps = int(site.attrs["axis"]), float(site.attrs["epsilon"])
         dims = tuple(d - x.dim() for d in norm_dims(x, axis))   # negative: valid with the leading G dim
         if site.node.op == "LayerNormalization":

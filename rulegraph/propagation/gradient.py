@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 
 from ..ops import unbroadcast, vjp
-from ..ops.nn import held_layer_norm_stats, norm_dims
+from ..ops.nn import held_layer_norm_stats, instance_norm_stats, norm_dims, per_channel
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
 from .numerics import divide, stabilize
 from .signal import Contribution, Site
@@ -55,7 +55,7 @@ class _GradientFamily(Rule):
 
     def conserves(self, node, spec, tainted):
         carried = self.carries(node, spec, tainted)
-        return any(carried) and spec.affine(carried)
+        return any(carried) and spec.is_affine(node, carried)
 
 
 @relevance_rule("gradient")
@@ -187,11 +187,13 @@ class LayerNormRule(Rule):
     elementwise weight and the shift β absorbs its share.
 
     On a fused ``LayerNormalization`` it computes that directly; on RMS norms it holds
-    the root mean square constant; on a decomposed LayerNorm it applies to the
-    ``Div`` by the standard deviation, holding the denominator constant.
+    the root mean square constant; on ``InstanceNormalization`` (GroupNorm exports as it) it
+    is the same map over the spatial dims, with γ and β per channel; on a decomposed LayerNorm
+    it applies to the ``Div`` by the standard deviation, holding the denominator constant.
     """
 
-    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "Div")
+    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+                                      "InstanceNormalization", "Div")
     breaking: ClassVar[str] = "β absorbs"
 
     def carries(self, node, spec, tainted):
@@ -211,6 +213,14 @@ class LayerNormRule(Rule):
         if op == "Div":
             return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [s])
         scale = site.inputs[1]
+        if op == "InstanceNormalization":      # the same over the spatial dims, scale and shift per channel
+            _, rstd = instance_norm_stats(x, site.attrs["epsilon"])
+            gs = s * per_channel(scale, x)
+            spatial = tuple(range(2, x.dim()))
+            out[0] = Contribution(signal=gs.sub_(gs.mean(dim=spatial, keepdim=True)).mul_(rstd))
+            if site.audit and site.inputs[2] is not None:
+                out[2] = Contribution(signal=s.sum(dim=(0, *spatial)))
+            return out
         axis, eps = site.attrs["axis"], site.attrs["epsilon"]
         dims = norm_dims(x, axis)
         if op == "LayerNormalization":

@@ -63,8 +63,7 @@ def generation_figure(g, title: str = ""):
     m = g.matrix.numpy() / np.array(scales(g))[None, :]
     rows, cols = m.shape
     fig, ax = plt.subplots(figsize=(min(2 + 0.45 * cols, 14), min(1.5 + 0.22 * rows, 40)))
-    cmap = matplotlib.colormaps["bwr"].copy()
-    cmap.set_bad("#eeeeee")
+    cmap = matplotlib.colormaps["bwr"].with_extremes(bad="#eeeeee")
     shown = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     every = max(1, rows // 60)
     labels = [t.strip() or repr(t) for t in g.rows]

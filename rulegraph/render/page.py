@@ -21,7 +21,7 @@ h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-top:1px solid #ddd;
 .note{background:#fff6d6;padding:.3em .6em;border-radius:3px}
 table{border-collapse:collapse;margin:.8em 0;font-size:.9em}
 td,th{padding:.2em .7em;text-align:right;border-bottom:1px solid #eee} td:first-child,th:first-child{text-align:left}
-.ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
+img.heatmap{max-width:100%}.ok{color:#2a7} .bad{color:#c22;font-weight:bold} .legend span{padding:.1em .5em;margin-right:.4em}
 small{color:#666}
 """
 
@@ -109,17 +109,21 @@ def _item(e: Explanation, item: int, heading: str) -> str:
     """One batch item: the tokens on their colours, what was explained, the conservation in words."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
-    tokens = token_texts(e, item, len(scores))
+    tokens = token_texts(e, item, len(scores)) if not any(v.dim() == 4 for v in e.boundary.values()) else []
     special = e.special[item] if e.special else [False] * len(tokens)
     scale = colour_scale(scores, special)
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
                  f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code></p>")
-    parts.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
-                                               zip(tokens, scores, special)) + "</p>")
-    note = mass_note(tokens, scores, special)
-    if note:
-        parts.append(f'<p class="note">{html.escape(note)}</p>')
+    images = [k for k, v in e.boundary.items() if v.dim() == 4]
+    if images:          # an image: the picture, its relevance over it and beside it
+        parts.append(_image(e, images[0], item))
+    else:
+        parts.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
+                                                   zip(tokens, scores, special)) + "</p>")
+        note = mass_note(tokens, scores, special)
+        if note:
+            parts.append(f'<p class="note">{html.escape(note)}</p>')
     if e.audit is not None:
         c = e.audit.conservation
         status = ('<span class="ok">within tolerance</span>' if e.audit.ok else '<span class="bad">FLAGGED</span>')
@@ -197,3 +201,21 @@ _MATRIX_CSS = ("body{font-family:sans-serif;margin:2em}.rulegraph-matrix table{b
                ".rulegraph-matrix th div{writing-mode:vertical-rl;transform:rotate(180deg)}"
                ".rulegraph-matrix td.none{background:#f4f4f4}.rulegraph-matrix tr.LAST th{font-style:italic}"
                ".legend span{padding:2px 6px;margin-right:6px}")
+
+
+def _image(e: Explanation, key: str, item: int) -> str:
+    """The image figure (:func:`rulegraph.render.figure.image_figure`) as an embedded PNG."""
+    import base64
+    import io
+
+    from .figure import image_figure, _pyplot
+    from ..image import IMAGENET_MEAN, IMAGENET_STD
+    mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
+    pixels = e.pixels.get(key)
+    figure = image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
+                          mean=mean, std=std, title=f"{explained_name(e, item)}")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    _pyplot().close(figure)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return f'<p><img class="heatmap" alt="relevance of {html.escape(key)}" src="data:image/png;base64,{data}"></p>'

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..boundary import walk
 from ..errors import RuleMatchError, RulegraphError, UnsupportedOpError
 from ..ir import Graph, Node
 from ..ops import lookup
@@ -58,6 +59,12 @@ class Binding:
                 self.problems.append(exc)
                 live.update(v for v in node.inputs if v in self.tainted)
                 continue
+            if spec.sequence:               # listed; no rule reads a list of tensors
+                self.problems.append(RuleMatchError(
+                    f"node {node.name!r} ({node.op}) passes a tensor sequence on the path relevance takes; no rule "
+                    "reads tensor sequences"))
+                live.update(v for v in node.inputs if v in self.tainted)
+                continue
             entry = rs.match(graph, node)
             if entry is not None:
                 assignment = Assignment(*entry.assign(node))
@@ -83,7 +90,7 @@ class Binding:
     @cached_property
     def needed_values(self) -> frozenset[str]:
         """What a pass reads from the forward: every value a reached node touches."""
-        needed = set(self.boundary) | set(self.graph.outputs)
+        needed = set(self.boundary) | set(self.graph.outputs) | walk(self.graph).path_values()
         for node in self.reached:
             needed.update(v for v in (*node.inputs, *node.outputs) if v)
         return frozenset(needed)
@@ -117,7 +124,10 @@ def _taint(graph: Graph, boundary: set[str]) -> set[str]:
 
 def _float_outputs(graph: Graph, node: Node) -> list[bool]:
     try:
-        return lookup(node.op, node.domain, node=node.name, opset=graph.opset).carriers(node)
+        spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
+        if spec.shape_only:                                            # EyeLike reads only the shape
+            return [False] * len(node.outputs)
+        return spec.carriers(node)
     except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
         return [True] * len(node.outputs)
 

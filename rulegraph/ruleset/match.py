@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from ..boundary import lookups, unreached
 from ..errors import RuleMatchError
 from ..ir import Graph, Node, block_index
 from ..ops import lookup
@@ -103,11 +104,13 @@ class Boundary:
             return found
         found.update({i.name: i.name for i in graph.inputs if i.is_float})
         if self.kind == "embeddings":
-            found.update({n.outputs[0]: source for n, source in graph.embeddings()})
+            found.update({lk.node.outputs[0]: lk.source for lk in lookups(graph)})
         if not found:
+            why = unreached(graph) if any(not i.is_float for i in graph.inputs) else "the model has no inputs"
             raise RuleMatchError(
-                "no relevance boundary: the model has no float inputs and no embedding Gather fed by an integer "
-                "input; set `boundary: {nodes: [<node name glob>]}` in the rule file")
+                f"no relevance boundary: the model has no float inputs and {why}; an embedding lookup is a Gather of "
+                "a constant float table at indices computed from an integer input by index arithmetic; set "
+                "`boundary: {nodes: [<node name glob>]}` in the rule file to read relevance elsewhere")
         return found
 
 

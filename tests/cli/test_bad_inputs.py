@@ -33,6 +33,8 @@ def _files(folder: Path) -> None:
     (folder / "readonly").mkdir()
     (folder / "not-onnx.onnx").write_text("hello")
     (folder / "truncated.pt2").write_bytes(os.urandom(256))
+    (folder / "hf").mkdir()
+    (folder / "hf" / "config.json").write_text('{"model_type": "bert"}')
     (folder / "two").mkdir()
     (folder / "two" / "a.onnx").write_text("x")
     (folder / "two" / "b.onnx").write_text("x")
@@ -162,6 +164,9 @@ CASES = [
     # inputs
     ("text-empty", [*E, "-r", "gi", "-t", "   "], "the text is empty"),
     ("text-not-utf8", [*E, "-r", "gi", "-t", "w1 \udcff w2"], "--text is not valid UTF-8"),
+    ("hf-folder", ["explain", "{dir}/hf", "-r", "gi", *T], "is a Hugging Face model folder, not an export: run "
+                                                            "`rulegraph export"),
+    ("hub-id", ["explain", "bert-base/uncased", "-r", "gi", *T], "a model hub id?"),
     ("text-no-tokenizer", ["explain", "{dir}/copy/model.onnx", "-r", "gi", *T], "no tokenizer.json next to"),
     ("tokenizer-missing", [*E, "-r", "gi", *T, "--tokenizer", "{dir}/none.json"], "tokenizer file not found"),
     ("tokenizer-bad", [*E, "-r", "gi", *T, "--tokenizer", "{dir}/not-json.json"], "is not a tokenizers tokenizer.json"),
@@ -211,7 +216,7 @@ CASES = [
     ("html-exists", [*E, "-r", "gi", *T, "--html", "{dir}/existing.html"], "exists; pass --force"),
     ("json-device", [*E, "-r", "gi", *T, "--json", "/dev/full"], "is not a regular file"),
     ("html-readonly", [*E, "-r", "gi", *T, "--html", "{dir}/readonly/e.html"], "cannot write there"),
-    ("png-without-image", [*E, "-r", "gi", *T, "--png", "{dir}/e.png"], "--png writes an image heatmap"),
+    ("png-two-texts", [*E, "-r", "gi", *T, *T, "--png", "{dir}/e.png"], "--png draws one explanation; got 2 texts"),
     # generation (the model here is a classifier)
     ("generate-zero", [*E, "-r", "gi", *T, "--generate", "0"], "--generate must be an integer ≥ 1 (got 0)"),
     ("generate-classifier", [*E, "-r", "gi", *T, "--generate", "2"],

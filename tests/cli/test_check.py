@@ -100,3 +100,69 @@ def test_check_names_every_bad_entry_of_a_rule_file_at_once(tmp_path, capsys):
     assert "r.yaml:4: rule 'gamma' has no param 'gama'; did you mean 'gamma'?" in err
     assert "(and 2 more: " in err and "r.yaml:7: param 'gate' of rule 'gate' must be ≥ 0, got -1" in err
     assert "r.yaml:9: unknown rule 'epsilonn'" in err and "Traceback" not in err
+
+
+# -- what only running shows: check runs explain on made-up inputs at two lengths --------------------------------
+
+def _sequence_model(path, nodes, inits=(), opset=18):
+    """x [1, sequence, 2] → nodes → y."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "sequence", 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], initializer=list(inits))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def _explain_fails(model, length):
+    import torch
+    try:
+        rulegraph.explain(str(model), "gi", {"x": torch.ones(1, length, 2)})
+    except RulegraphError as exc:
+        return str(exc)
+    return None
+
+
+def test_check_fails_where_a_reshape_was_fixed_to_the_traced_length(tmp_path, capsys):
+    """A Reshape to a constant shape (an export fixed to its traced length): fine at 6 positions, not at 11."""
+    from onnx import numpy_helper
+    import numpy as np
+    model = _sequence_model(tmp_path / "m.onnx", [
+        helper.make_node("Reshape", ["x", "shape"], ["r"], name="fixed_reshape"),
+        helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0)],
+        [numpy_helper.from_array(np.array([1, 12], np.int64), "shape"),
+         numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    assert main(["check", str(model), "-r", "gi"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "node 'fixed_reshape' (Reshape) failed" in out and "x 1×11" in out
+    assert _explain_fails(model, 6) is None
+    assert "fixed_reshape" in _explain_fails(model, 11)
+
+
+def test_check_names_an_op_mode_with_no_implementation(tmp_path, capsys):
+    from onnx import numpy_helper
+    import numpy as np
+    model = _sequence_model(tmp_path / "m.onnx", [
+        helper.make_node("Unsqueeze", ["x", "zero"], ["x4"]),
+        helper.make_node("Resize", ["x4", "", "scales"], ["big"], name="smooth", mode="linear", antialias=1),
+        helper.make_node("ReduceSum", ["big", "axes"], ["y"], keepdims=0)],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([1, 1, 0.5, 1], np.float32), "scales"),
+         numpy_helper.from_array(np.array([1, 2, 3], np.int64), "axes")])
+    assert main(["check", str(model), "-r", "gi"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "node 'smooth' (Resize) failed" in out and "antialias is not supported" in out
+    assert "smooth" in _explain_fails(model, 6)
+
+
+def test_a_rule_failing_on_values_is_named_not_an_internal_error(tmp_path, capsys, monkeypatch):
+    """Whatever a rule raises becomes an error naming the node and the rule's line, in explain and in check."""
+    from rulegraph.propagation.gradient import Gradient
+
+    def boom(self, site):
+        raise RuntimeError("shapes do not broadcast")
+    monkeypatch.setattr(Gradient, "propagate", boom)
+    model = _model(tmp_path / "m.onnx", ["Add", "Mul"])
+    assert main(["check", str(model), "-r", "gi"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rules/gi.yaml:16: the rule of node 'mul1' (Mul) failed: RuntimeError: shapes do not broadcast" in out
+    assert main(["explain", str(model), "-r", "gi", "-i", "x=0.5,1,2"]) == 2
+    assert "internal error" not in capsys.readouterr().err

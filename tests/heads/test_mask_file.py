@@ -39,3 +39,11 @@ def test_rule_file_reports_bad_inline_mask():
     text = "name: x\nrules:\n  - op: MatMul\n    rule: head-mask\n    params: {inline: {0: [positional, bogus]}}\n"
     with pytest.raises(RuleFileError, match=r"<string>:5: .*head type 'bogus' is not valid"):
         RuleSet.from_yaml(text)
+
+
+@pytest.mark.parametrize("text, says", [("heads: {}\n", "names no block"),
+                                        ("heads:\n  0: [positional, syntactic]\n", "keeps every head")])
+def test_a_mask_that_masks_nothing_is_said(text, says):
+    from rulegraph.heads import parse_masks
+    with pytest.warns(UserWarning, match=f"m.yaml: the head mask {says}"):
+        parse_masks(text, "m.yaml")

@@ -1,4 +1,4 @@
-""":func:`rulegraph.ir.hidden_states` (the value each block hands on) on BERT (post-LN) and GPT-2
+""":func:`rulegraph.stream.hidden_states` (the value each block hands on) on BERT (post-LN) and GPT-2
 (pre-LN) exports from both exporters, against the Hugging Face module's own hidden states."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 import tiny
 from rulegraph.interpreter import prepare
-from rulegraph.ir import hidden_states
+from rulegraph.stream import hidden_states
 from rulegraph.loaders import load
 
 NAMES = {"bert": ("input_ids", "attention_mask", "token_type_ids"), "gpt2": ("input_ids", "attention_mask")}

@@ -94,6 +94,7 @@ sample("Sum", r(2, 3, 4), r(3, 1), r(4), name="three")
 sample("Sum", r(3, 4), name="one")
 sample("Mean", r(2, 3, 4), r(3, 1), r(4), name="three")
 sample("Max", distinct(2, 3, 4), distinct(3, 1) + 0.01, name="two")
+sample("Mod", r(2, 3, 4) * 3, torch.tensor([1.5, -2.0, 2.5, 3.5], dtype=torch.float64), attrs={"fmod": 1}, fd=False)
 sample("Min", distinct(2, 3, 4), distinct(4) + 0.01, name="two")
 sample("Neg", r(3, 4))
 for _op in ("Floor", "Ceil", "Round", "Sign"):  # piecewise constant: zero gradients

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from rulegraph.ops import REGISTRY
 
 from .onnx_harness import Case, check_case, check_case_f64
+from .test_sequences import SEQUENCE_OPS
 
 RNG = np.random.default_rng(20240611)
 INT64_MAX = np.iinfo(np.int64).max
@@ -531,6 +532,42 @@ case("Resize", _img, None, None, np.array([1, 2, 6, 9], np.int64),
      attrs={"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "ceil"},
      name="nearest_sizes_ceil", f64=False)
 
+# cubic (DINOv2 interpolates its position embeddings bicubically: pytorch_half_pixel, a = −0.75), opsets 11–19
+for _opset in (11, 13, 18, 19):
+    case("Resize", _img, np.array([], np.float32), np.array([1, 1, 1.75, 0.6], np.float32),
+         attrs={"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel"}, opset=_opset,
+         name="cubic_pytorch", f64=False)
+case("Resize", _img, None, np.array([1, 1, 2, 2], np.float32), attrs={"mode": "cubic"}, name="cubic_half_pixel", f64=False)
+case("Resize", _img, None, np.array([1, 1, 2.5, 1.5], np.float32),
+     attrs={"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, name="cubic_exclude_outside", f64=False)
+case("Resize", _img, None, None, np.array([1, 2, 7, 3], np.int64),
+     attrs={"mode": "cubic", "coordinate_transformation_mode": "align_corners"}, name="cubic_sizes_corners", f64=False)
+case("Resize", _img, None, None, np.array([1, 2, 3, 8], np.int64),
+     attrs={"mode": "cubic", "coordinate_transformation_mode": "asymmetric"}, name="cubic_asymmetric", f64=False)
+# opset 18: scales / sizes for some axes, and the aspect-ratio policies
+case("Resize", _img, None, np.array([2, 1.5], np.float32), attrs={"mode": "cubic", "axes": [2, 3]},
+     opset=18, name="cubic_axes", f64=False)
+for _policy in ("not_larger", "not_smaller"):
+    case("Resize", _img, None, None, np.array([7, 7], np.int64),
+         attrs={"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": _policy}, opset=18,
+         name=f"linear_{_policy}", f64=False)
+
+# XLNet's relative attention: an identity matrix shaped like its input
+case("EyeLike", f(3, 4), name="float")
+case("EyeLike", f(4, 3), attrs={"k": 1, "dtype": TensorProto.INT64}, name="k1_int")
+case("EyeLike", f(3, 5), attrs={"k": -2}, name="k_neg")
+case("EyeLike", ints(2, 2), attrs={"dtype": TensorProto.FLOAT}, name="from_int")
+
+# onnxruntime's quantize_dynamic stores a quantized embedding table behind DequantizeLinear
+_q = RNG.integers(0, 255, (4, 3)).astype(np.uint8)
+case("DequantizeLinear", _q, np.array(0.05, np.float32), np.array(128, np.uint8), name="tensor", opset=13, f64=False)
+case("DequantizeLinear", _q.astype(np.int8), np.array([0.1, 0.2, 0.3], np.float32),
+     np.array([1, -2, 3], np.int8), attrs={"axis": 1}, name="per_axis", opset=13, f64=False)
+case("DequantizeLinear", RNG.integers(-9, 9, (4, 3)).astype(np.int8), np.array([0.5, 0.25, 2.0, 1.0], np.float32),
+     attrs={"axis": 0}, name="axis0_no_zero_point", opset=19, f64=False)
+case("DequantizeLinear", RNG.integers(-99, 99, (3, 4)).astype(np.int32), np.array(0.01, np.float32), name="int32",
+     opset=13, f64=False)  # the ONNX schema takes float scales only (no double)
+
 # -- quantization (onnxruntime's quantize_dynamic / quantize_static emit these) -----------------------------
 _s = np.array(0.05, np.float32)
 case("QuantizeLinear", f(3, 4) * 4, _s, np.array(128, np.uint8), name="uint8", f64=False)
@@ -540,11 +577,6 @@ case("QuantizeLinear", f(2, 3, 4), np.array([0.01, 0.02, 0.05], np.float32), np.
      attrs={"axis": 1}, name="per_axis", f64=False, opset=13)
 case("QuantizeLinear", np.array([0.025, 0.075, -0.025, 0.125], np.float32), _s, np.array(0, np.int8),
      name="half_to_even", f64=False)
-case("DequantizeLinear", ints(3, 4, lo=0, hi=256, dtype=np.uint8), _s, np.array(128, np.uint8), name="uint8", f64=False)
-case("DequantizeLinear", ints(3, 4, lo=-128, hi=128, dtype=np.int8), _s, np.array(-3, np.int8), name="int8", f64=False)
-case("DequantizeLinear", ints(3, 4, lo=-128, hi=128, dtype=np.int8), _s, name="no_zero_point", f64=False)
-case("DequantizeLinear", ints(2, 3, 4, lo=-128, hi=128, dtype=np.int8), np.array([0.01, 0.02, 0.05], np.float32),
-     np.array([0, 5, -5], np.int8), attrs={"axis": 1}, name="per_axis", opset=13, f64=False)
 case("DynamicQuantizeLinear", f(3, 5) * 3, n_outputs=3, opset=11, f64=False)
 case("DynamicQuantizeLinear", np.abs(f(4, 2)) + 0.5, n_outputs=3, opset=11, name="positive", f64=False)
 case("MatMulInteger", ints(3, 4, lo=0, hi=256, dtype=np.uint8), ints(4, 5, lo=-128, hi=128, dtype=np.int8),
@@ -558,7 +590,7 @@ case("ConvInteger", ints(1, 2, 6, 5, lo=0, hi=256, dtype=np.uint8), ints(3, 2, 3
 case("ConvInteger", ints(1, 2, 7, lo=0, hi=256, dtype=np.uint8), ints(3, 2, 3, lo=0, hi=256, dtype=np.uint8),
      opset=10, name="1d_no_zero_points")
 
-OPS_COVERED = {c.op for c in CASES}
+OPS_COVERED = {c.op for c in CASES} | SEQUENCE_OPS
 
 
 def _params(cases, *, f64: bool = False):

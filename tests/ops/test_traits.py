@@ -10,10 +10,13 @@ What the relevance rules rely on:
                 — ``_gradient_contributions`` hands ``x ⊙ VJP(s)`` to both kinds.
 ``additive``    an additive input's absorbed share ``x_k ⊙ VJP_k(s)`` must be the part of the
                 output it contributes: ⟨s, f(x) − f(x | x_k = 0)⟩ = ⟨x_k, VJP_k(s)⟩.
-``routing``     the ``pass`` rule sends relevance back along the VJP, so it must be a 0/1
+``routing``     (and ``routing_if`` for the attributes it holds for: a scatter that writes)
+                the ``pass`` rule sends relevance back along the VJP, so it must be a 0/1
                 selection: each output element is one input element (or a fill with no
                 source), and VJP(e_j) is one-hot on that element.
 ``elementwise`` the ``identity`` rule: output i depends on input i only (same shape).
+``pointwise``   output element o depends only on the input elements at o's (broadcast) position:
+                the input boundary follows token ids through these ops.
 ``activation``, ``sigmoidal``, ``normalization``, ``arithmetic``, ``shape_only``: what rule files
                 select by (``trait:``, ``from:``, ``through:``); each checked below for what it claims.
 ``bias``        the additive constant as the op adds it: f(0; W, b) for a linear layer.
@@ -27,6 +30,7 @@ import pytest
 import torch
 
 from rulegraph.ops import REGISTRY, never, vjp
+from rulegraph.ops.sequence import TensorSequence
 
 from .samples import SAMPLES, Sample, distinct
 
@@ -65,10 +69,15 @@ def _float64(s: Sample) -> bool:
     return all(s.inputs[i].dtype == torch.float64 for i in s.float_inputs())
 
 
+def _affine_attrs(s: Sample) -> bool:
+    """The sample's attributes keep the op affine (``affine_if``: ScatterND's reduction none / add)."""
+    return s.spec.affine_if is None or s.spec.affine_if({**s.spec.defaults, **s.attrs})
+
+
 def _affine_cases():
     out = []
     for s in SAMPLES:
-        if s.spec.affine is never or not _float64(s):
+        if s.spec.affine is never or not _float64(s) or not _affine_attrs(s):
             continue
         for t in _patterns(s):
             if s.spec.affine(t):
@@ -86,7 +95,7 @@ def test_every_trait_is_sampled():
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
     for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
-                  "bias"):
+                  "pointwise", "bias"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
@@ -119,7 +128,7 @@ def test_affine_conserves_with_additive_constants(s: Sample, tainted: list[bool]
 
 
 ADDITIVE = [pytest.param(s, i, id=f"{s.id}-in{i}") for s in SAMPLES if _float64(s)
-            for i in s.float_inputs() if s.spec.is_additive(i)]
+            for i in s.float_inputs() if s.spec.is_additive(i) and _affine_attrs(s)]
 
 
 @pytest.mark.parametrize("s, k", ADDITIVE)
@@ -158,7 +167,8 @@ def _with_distinct_values(s: Sample) -> list:
     return out
 
 
-ROUTING = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.routing]
+ROUTING = [pytest.param(s, id=s.id) for s in SAMPLES
+           if s.spec.routing or (s.spec.routing_if is not None and s.spec.routing_if({**s.spec.defaults, **s.attrs}))]
 
 
 @pytest.mark.parametrize("s", ROUTING)
@@ -225,7 +235,18 @@ NON_FLOAT = [
      {}),
     ("ConvInteger", [torch.randint(0, 255, (1, 1, 4, 4), dtype=torch.uint8),
                      torch.randint(0, 255, (2, 1, 2, 2), dtype=torch.uint8)], {}),
+    ("SequenceLength", [TensorSequence([torch.randn(2), torch.randn(3)])], {}),
 ]
+
+
+def test_boolean_ops_output_masks():
+    declared = {name for (_, name), spec in REGISTRY.items() if spec.boolean}
+    assert declared == {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+                        "IsNaN", "IsInf"}
+    for op, inputs, attrs in NON_FLOAT:
+        if op in declared:
+            out = REGISTRY[("", op)].forward(*inputs, **attrs)
+            assert out.dtype == torch.bool, f"{op} is declared boolean but returns {out.dtype}"
 
 
 def test_float_output_false_ops_never_output_floats():
@@ -308,3 +329,26 @@ def test_cast_outputs_float_exactly_when_its_target_is():
     for to in (torch.float32, torch.float64, torch.int64, torch.bool):
         node = Node("c", "Cast", ("x",), ("y",), {"to": to})
         assert spec.outputs_float(node) == spec.forward(torch.randn(3), to=to).is_floating_point()
+
+
+@pytest.mark.parametrize("s", [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.pointwise and s.float_inputs()])
+def test_pointwise_ops_read_only_their_own_position(s: Sample):
+    """Changing one element of one input changes the outputs at most where that element broadcasts to."""
+    outs = s.call()
+    g = torch.Generator().manual_seed(3)
+    for i in s.float_inputs():
+        x = s.inputs[i]
+        if x.numel() == 0:
+            continue
+        k = int(torch.randint(x.numel(), (1,), generator=g))
+        hot = torch.zeros(x.numel(), dtype=torch.bool)
+        hot[k] = True
+        moved = list(s.inputs)
+        moved[i] = x + 0.37 * hot.reshape(x.shape).to(x.dtype)
+        for out, new in zip(outs, s.call(moved)):
+            if not isinstance(out, Tensor) or out.shape != new.shape:
+                continue
+            reach = hot.reshape(x.shape).expand(out.shape) if x.dim() <= out.dim() else None
+            assert reach is not None, f"{s.id}: input {i} has more dims than the output"
+            changed = ~torch.isclose(out, new, equal_nan=True) if out.is_floating_point() else out != new
+            assert not (changed & ~reach).any(), f"{s.id}: input {i} element {k} changed outputs at other positions"

@@ -398,3 +398,30 @@ def test_the_decomposition_method_takes_the_alpha_options(relu_bert):
     assert not torch.allclose(via_method.relevance["input_ids"], default.relevance["input_ids"])
     with pytest.raises(InputError, match="alpha: 'plain' is not valid"):
         explain_with(path, "decomposition", feeds, alpha="plain")
+
+
+def test_instance_norm_holds_the_std_as_a_coefficient():
+    """GroupNorm's export (InstanceNormalization): Eq. 6 over the spatial dims, per item and channel —
+    D_g ↦ (D_g − mean D_g)·α·γ_c, B ↦ (B − mean B)·α·γ_c + β_c, α = 1/√(Var x + ε) of the forward input."""
+    from rulegraph.ir import Node
+    from rulegraph.ops import lookup
+    from rulegraph.propagation import RULES
+    from rulegraph.propagation.components import ComponentSite, Parts
+    g = torch.Generator().manual_seed(0)
+    groups = torch.randn(3, 2, 4, 2, 3, generator=g, dtype=F64)
+    bias = torch.randn(2, 4, 2, 3, generator=g, dtype=F64)
+    x = groups.sum(0) + bias
+    gamma, beta = torch.randn(4, generator=g, dtype=F64), torch.randn(4, generator=g, dtype=F64)
+    spec = lookup("InstanceNormalization")
+    attrs = {**spec.defaults, "epsilon": 1e-5}
+    y = spec.forward(x, gamma, beta, **attrs)
+    node = Node("norm", "InstanceNormalization", ("x", "g", "b"), ("y",), attrs)
+    site = ComponentSite(node, spec, attrs, [x, gamma, beta], [y], [Parts(groups, bias), None, None], chunk=2)
+    got = RULES["decomposition"].get("layernorm")().decompose(site)[0]
+    alpha = 1.0 / torch.sqrt(x.var(dim=(2, 3), unbiased=False, keepdim=True) + 1e-5)
+    c = gamma.reshape(4, 1, 1)
+    expected = (groups - groups.mean(dim=(3, 4), keepdim=True)) * alpha * c
+    torch.testing.assert_close(got.groups, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.bias, (bias - bias.mean(dim=(2, 3), keepdim=True)) * alpha * c + beta.reshape(4, 1, 1),
+                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.total(), y, rtol=1e-12, atol=1e-12)

@@ -120,6 +120,27 @@ def test_ln_rule_closed_form(with_bias):
     close(rel[0].sum() + absorbed, r.sum())
 
 
+def test_ln_rule_on_instance_norm_closed_form():
+    """GroupNorm's export (InstanceNormalization, PoolFormer): per item and channel, the linear map
+    αC over the spatial positions (α = 1/√(Var+ε) of that channel) times γ_c, plus β_c."""
+    n, c, h, w = 2, 3, 2, 4
+    x, gamma, beta, r = rand(n, c, h, w) * 2 + 0.5, rand(c), rand(c), rand(n, c, h, w)
+    rel, _, y = apply("ln", "InstanceNormalization", [x, gamma, beta], r, tainted=[True, False, False],
+                      epsilon=1e-5)
+    m = h * w
+    centering = torch.eye(m, dtype=F64) - torch.full((m, m), 1.0 / m, dtype=F64)
+    reference = torch.zeros_like(x)
+    for i in range(n):
+        for k in range(c):
+            xs, rs, ys = x[i, k].reshape(-1), r[i, k].reshape(-1), y[i, k].reshape(-1)
+            alpha = 1.0 / torch.sqrt(xs.var(unbiased=False) + 1e-5)
+            reference[i, k] = torch.einsum("p,pq,q->p", xs, alpha * centering * gamma[k], rs / ys).reshape(h, w)
+    close(rel[0], reference)
+    absorbed = (beta.reshape(1, c, 1, 1) * (r / y)).sum()
+    close(rel[0].sum() + absorbed, r.sum())
+    close(rel[2].sum(), absorbed)
+
+
 def test_ln_rule_on_decomposed_layer_norm_divides_by_a_constant():
     centered, std, r = rand(2, 5), rand(2, 1).abs() + 0.5, rand(2, 5)
     rel, _, _ = apply("ln", "Div", [centered, std], r, tainted=[True, True])

@@ -12,7 +12,7 @@ in this order (the order ``rulegraph methods`` lists them):
   feeding the attention MatMul, found with the ``ah`` pattern of ``rules/lrp-ah.yaml``;
   ``lat`` traces unit relevance down through them.
 * ``gae`` and ``layer-saliency`` read v ⊙ ∂f/∂v at intermediate values (the attention
-  probabilities; a block's output, :func:`rulegraph.ir.hidden_states`) from the ``gi`` pass
+  probabilities; a block's output, :func:`rulegraph.stream.hidden_states`) from the ``gi`` pass
   (``walk(record_at=...)``).
 
 A new baseline is one file here with ``@baseline(name, description, Option(...), unit=...)``,

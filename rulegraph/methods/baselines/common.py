@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ...boundary import BoundaryMap, origins
 from ...errors import RulegraphError
 from ...explanation import Explanation
 from ...interpreter import prepare
@@ -58,15 +59,16 @@ def gi_walk(req: Request, inputs: dict[str, Tensor], target, *, overrides=None, 
 
 def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
     """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
-    boundary values and the output."""
+    boundary values, the output and the run's :class:`~rulegraph.boundary.BoundaryMap`."""
     binding, env, out, _, _, flow = gi_walk(req, inputs, targets, overrides=overrides)
+    mapping = origins(binding, prepare(req.graph, req.device, req.dtype), env)
     grads = {}
     for v in binding.boundary:
         g = flow.signals.get(v)
         if g is None and v in flow.boundary:
             raise RulegraphError(f"the gi pass reached {v!r} with explicit relevance, so its gradient cannot be read")
         grads[v] = torch.zeros_like(env[v]) if g is None else g
-    return grads, {v: env[v] for v in binding.boundary}, out, binding
+    return grads, {v: env[v] for v in binding.boundary}, out, mapping
 
 
 def gradient_times_value(req: Request, values: list[str]) -> tuple[dict[str, Tensor], dict, Tensor, list[int], int | None]:
@@ -84,13 +86,10 @@ def gradient_times_value(req: Request, values: list[str]) -> tuple[dict[str, Ten
     return found, env, out, targets, position
 
 
-def by_key(binding, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Boundary value → tensor, summed into the boundary's keys (input names)."""
-    out: dict[str, Tensor] = {}
-    for v, t in tensors.items():
-        key = binding.boundary[v]
-        out[key] = out[key] + t if key in out else t
-    return out
+def by_key(mapping: BoundaryMap, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Boundary value → tensor, mapped to the inputs' positions and combined into the boundary's keys
+    (input names; :meth:`rulegraph.boundary.BoundaryMap.by_key`)."""
+    return mapping.by_key(tensors)
 
 
 def chunks(n: int, per: int):

@@ -12,8 +12,8 @@ from .common import by_key, explanation, forward, gradients
           unit="gradient norm ‖∂f/∂x‖₂")
 def gradient_sensitivity(req: Request) -> Explanation:
     _, out, targets, position = forward(req, frozenset())
-    grads, _, out, binding = gradients(req, req.inputs, targets)
-    grads = by_key(binding, grads)
+    grads, _, out, mapping = gradients(req, req.inputs, targets)
+    grads = by_key(mapping, grads)
     key = token_input(req.graph)    # only the token embeddings: ∂f/∂x is the same for every summand of x
     grads = {key: grads[key]} if key in grads else grads
     relevance = {k: (g.norm(dim=-1) if g.dim() == 3 else g.abs()).detach().cpu() for k, g in grads.items()}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...boundary import origins, walk
 from ...errors import InputError
+from ...interpreter import prepare
 from ...explanation import Explanation
 from ...passes.base import select
 from ...ruleset import RuleSet
@@ -29,7 +31,12 @@ def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation
     rules = RuleSet.load("gi")
     binding = rules.bind(req.graph)
     values = list(binding.boundary)        # graph order: the explanation's keys must not follow hash order
-    env, out, targets, position = forward(req, frozenset(values))
+    env, out, targets, position = forward(req, frozenset(values) | walk(req.graph).path_values())
+    mapping = origins(binding, prepare(req.graph, req.device, req.dtype), env)
+    crossed = [v for v in values if not mapping.batch_first(v)]
+    if crossed:
+        raise InputError(f"ig interpolates the boundary values batch item by batch item, but {crossed[0]!r} does not "
+                         "hold the batch in dim 0 (the model moves its ids' batch axis); use gi or a rule set")
     x = {v: env[v] for v in values}
     base = _ig_baseline(req, x, baseline)
     nodes, weights = np.polynomial.legendre.leggauss(steps)
@@ -52,7 +59,7 @@ def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation
     _, base_out, _, _ = forward(req, frozenset(), overrides=base)
     seed, _, _ = select(base_out, targets, position)
     base_value = (base_out * seed).flatten(1).sum(1)
-    e = explanation(req, out, targets, position, by_key(binding, attributions), steps=steps, baseline=baseline,
+    e = explanation(req, out, targets, position, by_key(mapping, attributions), steps=steps, baseline=baseline,
                      baseline_output=base_value.double().tolist())
     total_attr = sum(t.flatten(1).sum(1) for t in attributions.values()).double()
     e.extra["completeness_gap"] = (total_attr - (torch.tensor(e.output_value, dtype=torch.float64)

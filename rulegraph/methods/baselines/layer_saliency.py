@@ -1,7 +1,7 @@
 """``layer-saliency``: decoded layer saliency (Hou & Castanon 2023, "Decoding Layer Saliency in
 Language Transformers", ICML, Alg. 1 with Grad-CAM scores, Eqs. 1 and 5).
 
-At the output h_l [tokens, K] of block l (:func:`rulegraph.ir.hidden_states`: h_0 is what the
+At the output h_l [tokens, K] of block l (:func:`rulegraph.stream.hidden_states`: h_0 is what the
 embeddings hand to the first block, h_l the residual stream after block l):
 
 1. α_l = ReLU(Σ_k ∂y/∂h_l^k · h_l^k) per position (Eq. 1), y the explained logit (the paper's
@@ -31,7 +31,8 @@ import torch
 from ...errors import InputError
 from ...explanation import Explanation
 from ...interpreter import prepare
-from ...ir import hidden_states
+from ...boundary import lookups
+from ...stream import hidden_states
 from ..base import Option, Request, baseline
 from ..sequences import token_input
 from .common import explanation, gradient_times_value
@@ -73,7 +74,7 @@ def _decode(req: Request, h: Tensor, head: str | None) -> tuple[Tensor, str]:
                              f"{tuple(h.shape)}; expected [batch, tokens, vocab]")
         return logits, f"LM head {path}"
     key = token_input(req.graph)
-    gathers = [n for n, source in req.graph.embeddings() if source == key]
+    gathers = [lk.node for lk in lookups(req.graph) if lk.source == key]
     if not gathers:
         raise InputError("no word-embedding table to decode with (no Gather of the token ids); give an LM head")
     table = max((n.inputs[0] for n in gathers), key=lambda t: req.graph.constants[t].shape[0])

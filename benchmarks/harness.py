@@ -1,0 +1,113 @@
+"""What the benchmarks share: the machine described once, calls timed interleaved round after round
+(a busy machine slows them alike; medians and quartiles), peak memory measured in a process of its
+own, a fair autograd baseline, and the results written as Markdown with their conditions.
+
+Run a benchmark alone on the machine: two processes that each use every core make each other's
+threads wait, and the times then measure the scheduler. Ratios of interleaved calls hold up
+better than absolute times; both are written down with the conditions.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine(threads: int | None = None) -> str:
+    """One line: the date, the CPU, its cores, the library versions, the torch threads used."""
+    import torch
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = [f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", cpu_name(), f"{cores} cores",
+             f"torch {torch.__version__}"]
+    try:
+        import onnxruntime
+        parts.append(f"onnxruntime {onnxruntime.__version__}")
+    except ImportError:
+        pass
+    parts.append(f"{threads if threads is not None else torch.get_num_threads()} torch threads")
+    return " · ".join(parts)
+
+
+def interleave(calls: dict[str, Callable[[], Any]], rounds: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Milliseconds per call of each of ``calls``, ``rounds`` times, one call of each per round (after
+    ``warmup`` untimed rounds: plans, shape caches, the allocator)."""
+    for _ in range(warmup):
+        for call in calls.values():
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return median, q1, q3
+
+
+def gradient_times_input(module, embed: Callable, run: Callable, target: Callable) -> Callable[[], Any]:
+    """A fair torch autograd Gradient×Input: the module's weights need no gradient (only the input
+    embeddings do), so the backward computes what an explanation needs and nothing more.
+    ``embed()`` gives the input embeddings, ``run(embeddings)`` the logits, ``target(logits)`` the
+    explained scalar."""
+    module.requires_grad_(False)
+
+    def call():
+        words = embed().detach().requires_grad_(True)
+        target(run(words)).backward()
+        return (words * words.grad).sum(-1)
+    return call
+
+
+def peak_rss(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 3600) -> dict[str, Any]:
+    """Run ``python -c code args`` in a process of its own: its wall seconds, peak resident memory
+    (GiB, as the process itself reads it at its end) and standard output."""
+    probe = "\nimport resource as _r\nprint('__peak_kib__', _r.getrusage(_r.RUSAGE_SELF).ru_maxrss)\n"
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-c", code + probe, *args], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})}, timeout=timeout)
+    seconds = time.perf_counter() - started
+    if run.returncode != 0:
+        raise RuntimeError(f"the measured process failed ({run.returncode}): {run.stderr[-2000:]}")
+    lines = run.stdout.splitlines()
+    peak = next(int(line.split()[1]) for line in reversed(lines) if line.startswith("__peak_kib__"))
+    return {"seconds": seconds, "peak_gib": peak / 2**20,
+            "stdout": "\n".join(line for line in lines if not line.startswith("__peak_kib__"))}
+
+
+def report(path: Path, title: str, conditions: list[str], header: list[str], rows: list[list[Any]]) -> str:
+    """The results as Markdown (a title, the conditions, one table), printed and written to ``path``."""
+    lines = [f"# {title}", "", *conditions, "", "| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(f"written to {path}")
+    return text
