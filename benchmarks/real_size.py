@@ -18,8 +18,9 @@ under ``--work`` (outside the repository). Each measurement is its own process, 
 * ``check``: ``rulegraph check -r RULES`` (loads, binds, counts the heads: one forward on 5 tokens);
 * ``explain L``: ``rulegraph.explain`` of the next token after ``L`` random token ids (load +
   forward + relevance + audit, float32);
-* ``HF GI L``: ``from_pretrained`` (eager attention, float32), the input embeddings requiring grad,
-  forward, backward from the same logit, x·∂z/∂x summed per token.
+* ``HF GI L``: ``from_pretrained`` (eager attention, float32), then ``harness.gradient_times_input``:
+  the weights need no gradient, the input embeddings do; forward, backward from the predicted token's
+  logit, x·∂z/∂x summed per token.
 
 Timings and memory are only meaningful on a quiet machine: the header records the load average
 when the run started.
@@ -101,16 +102,19 @@ def child_explain(work: Path, rules: str, length: int, vocab: int) -> dict:
 def child_hf(work: Path, length: int, vocab: int) -> dict:
     import torch
     import transformers
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from harness import gradient_times_input
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     model = transformers.AutoModelForCausalLM.from_pretrained(work / "hf", attn_implementation="eager",
                                                               dtype=torch.float32).eval()
     feeds = _ids(length, vocab)
-    embeddings = model.get_input_embeddings()(feeds["input_ids"]).detach().requires_grad_(True)
-    logits = model(inputs_embeds=embeddings, attention_mask=feeds["attention_mask"], use_cache=False).logits[0, -1]
-    target = int(logits.argmax())
-    logits[target].backward()
-    (embeddings * embeddings.grad).sum(-1)
-    return {"target": target}
+    # the fair baseline: no weight gradients, the predicted token's logit (the max) explained
+    gi = gradient_times_input(model, lambda: model.get_input_embeddings()(feeds["input_ids"]),
+                              lambda w: model(inputs_embeds=w, attention_mask=feeds["attention_mask"],
+                                              use_cache=False).logits,
+                              lambda logits: logits[0, -1].max())
+    gi()
+    return {}
 
 
 CHILDREN = {"make": child_make, "export": child_export, "check": child_check, "explain": child_explain,

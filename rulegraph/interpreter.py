@@ -39,6 +39,9 @@ from .ops.sequence import TensorSequence
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+#: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
+#: are below it, a language model's embedding table and LM head above
+FINITE_CHECK_LIMIT = 1 << 24
 #: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
@@ -125,8 +128,12 @@ class Plan:
 
     @functools.cached_property
     def has_infinite_constants(self) -> bool:
-        """Whether a float constant or attribute holds ±inf or NaN (masks do; the audit's ledger asks)."""
-        return any(isinstance(v, Tensor) and v.is_floating_point() and not all_finite(v)
+        """Whether a float constant or attribute holds ±inf or NaN (masks do; the audit's ledger asks).
+        Weight tables above :data:`FINITE_CHECK_LIMIT` elements are not read for it: a memory-mapped
+        embedding table would be paged in whole (an infinite weight shows in the output, which the
+        prologue checks)."""
+        return any(isinstance(v, Tensor) and v.is_floating_point() and v.numel() <= FINITE_CHECK_LIMIT
+                   and not all_finite(v)
                    for v in (*self.constants.values(), *(a for s in self.steps for a in s.attrs.values())))
 
     # -- preparation -------------------------------------------------------------------
