@@ -26,10 +26,14 @@ from typing import Callable, Iterator, Mapping
 
 import torch
 
-from ..errors import InputError
+from ..errors import ExportError, InputError
 from ..registry import Registry
+from ._common import dynamic_axes
+from .check import verify
+from .external import EXTERNAL_DATA_THRESHOLD
+from .moe import use_dense_experts
 from .to_fx import FX_METADATA, export_fx
-from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
+from .to_onnx import CHECK_KEY, check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
 ATTENTIONS = ("eager", "sdpa")
@@ -330,6 +334,7 @@ def load_hf(
         if "Unrecognized configuration class" not in str(error):
             raise
         raise ValueError(f"model type {config.model_type!r} in {model_dir} has no {name} head in transformers") from None
+    use_dense_experts(model)            # a mixture of experts: every expert on every token (exporters/moe.py)
     return chosen.wrapper(model).eval(), chosen.describe(model, model_dir, name)
 
 
@@ -372,6 +377,7 @@ def export_hf(
     overwrite: bool = False,
     metadata: Mapping[str, str] | None = None,
     task: str | None = None,
+    external_data: int = EXTERNAL_DATA_THRESHOLD,
 ) -> Path:
     """Export a Hugging Face model to ``out_dir/model.onnx`` next to copies of its task's files
     (a text classifier's ``tokenizer.json``, an image classifier's ``preprocessor_config.json``).
@@ -384,7 +390,8 @@ def export_hf(
     ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text; an encoder–decoder
     classifier also ``rulegraph.eos_token_id``, which ends every row) or
     ``rulegraph.image_size`` / ``image_mean`` / ``image_std`` (images); entries in
-    ``metadata`` are added and take precedence.
+    ``metadata`` are added and take precedence. Weights above ``external_data`` bytes (and always
+    over 2 GiB) go to ``model.onnx.data`` beside it (see :func:`~rulegraph.exporters.export_onnx`).
 
     Returns:
         the path of ``model.onnx``.
@@ -409,6 +416,7 @@ def export_hf(
         output_names=info.outputs,
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
+        external_data=external_data,
     )
     for source, copy in copies.items():
         shutil.copyfile(source, copy)
@@ -437,20 +445,25 @@ def export_hf_fx(
 
 def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torch.export.ExportedProgram, HFInfo]:
     """A Hugging Face model already in memory captured as :func:`export_hf_fx` captures a directory's:
-    its task's wrapper, eager attention, in eval mode. The model is left as it was (its attention
-    implementation and training mode restored)."""
+    its task's wrapper, eager attention, dense experts (a mixture of experts), in eval mode. The model
+    is left as it was (its attention and experts implementations and training mode restored)."""
     name = task or task_of(model.config, type(model).__name__)      # a config built in memory names no architectures
     chosen = TASKS.get(name)
     source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     training, attention = model.training, getattr(model.config, "_attn_implementation", None)
+    experts = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else None
     try:
         if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation("eager")
+        if not use_dense_experts(model):
+            experts = None
         info = chosen.describe(model, Path(source), name)
         return export_fx(chosen.wrapper(model).eval(), info.example_inputs()), info
     finally:
         if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(attention)
+        if experts is not None:
+            model.set_experts_implementation(experts)
         model.train(training)
 
 
@@ -475,9 +488,17 @@ def save_hf_fx(
     out_dir = Path(out_dir)
     model_path = out_dir / FX_FILE
     copies = _companions(model_dir, out_dir, model_path, overwrite, task)
-    program, info = export_hf_fx(model_dir, attention=attention, task=task)
+    module, info = load_hf(model_dir, attention=attention, task=task)
+    example = info.example_inputs()
+    program = export_fx(module, example)
+    verdict = verify(program, module, example, dynamic_axes(example), info.outputs, info.max_length)
+    if not verdict.ok:
+        raise ExportError(f"{model_path}: the torch.export program does not compute what the module computes — "
+                          f"{verdict.summary}; nothing was written")
+    del module
     out_dir.mkdir(parents=True, exist_ok=True)
-    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs))}
+    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs)),
+                CHECK_KEY: f"torch.export: {verdict.summary}"}
     torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
     for source, copy in copies.items():
         shutil.copyfile(source, copy)
@@ -509,8 +530,8 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         labels=_labels(config) if spec.labelled else (),
         max_length=_max_length(config),
         input_names=inputs,
-        vocab_size=getattr(config, "vocab_size", None) or CODE_POINTS,
-        pad_token_id=config.pad_token_id,
+        vocab_size=_vocab_size(model, model_dir),
+        pad_token_id=getattr(config, "pad_token_id", None),
         source=str(model_dir),
         task=task,
         outputs=spec.outputs,
@@ -536,14 +557,15 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """Labels and the input image's size from the config; the normalisation from the image
     processor's ``preprocessor_config.json`` when the directory has one."""
     config = model.config
-    side = config.image_size
-    height, width = (side, side) if isinstance(side, int) else tuple(side)
     processor = {}
     if (model_dir / PREPROCESSOR_FILE).is_file():
         try:
             processor = json.loads((model_dir / PREPROCESSOR_FILE).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ValueError(f"cannot read {model_dir / PREPROCESSOR_FILE}: {error}") from None
+        if not isinstance(processor, dict):
+            raise ValueError(f"{model_dir / PREPROCESSOR_FILE} is not a JSON object")
+    height, width = _image_size(config, processor, model_dir)
     mean, std = processor.get("image_mean"), processor.get("image_std")
     return HFInfo(
         model_type=config.model_type,
@@ -554,7 +576,7 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         pad_token_id=None,
         source=str(model_dir),
         task=task,
-        image_size=(config.num_channels, height, width),
+        image_size=(getattr(config, "num_channels", 3), height, width),
         image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
         image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
     )
@@ -574,6 +596,33 @@ TASKS.add("question-answering", Task("AutoModelForQuestionAnswering", HFQuestion
                                      architectures=("ForQuestionAnswering",)))
 TASKS.add("seq2seq-lm", Task("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
                              _token_example, architectures=("ForConditionalGeneration", "MTModel")))
+
+
+def _vocab_size(model: torch.nn.Module, model_dir: Path) -> int:
+    """The token vocabulary's size: ``config.vocab_size``, else the rows of the input embeddings, else
+    :data:`CODE_POINTS` (a model reading characters, CANINE)."""
+    size = getattr(model.config, "vocab_size", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    return rows if isinstance(rows, int) and rows > 0 else CODE_POINTS
+
+
+def _image_size(config: object, processor: dict, model_dir: Path) -> tuple[int, int]:
+    """The input image's (height, width): ``config.image_size``, else the image processor's ``crop_size``,
+    then ``size`` (``height``/``width``, ``shortest_edge`` or an int)."""
+    for value in (getattr(config, "image_size", None), processor.get("crop_size"), processor.get("size")):
+        if isinstance(value, dict):
+            value = (value.get("height"), value.get("width")) if "height" in value else value.get("shortest_edge")
+        if isinstance(value, int) and value > 0:
+            return value, value
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+            return int(value[0]), int(value[1])
+    where = f"{model_dir / PREPROCESSOR_FILE} gives no crop_size or size" if processor else \
+        f"there is no {PREPROCESSOR_FILE} in {model_dir}"
+    raise ValueError(f"{getattr(config, 'model_type', 'the')} config has no image_size and {where}; save the "
+                     "model's image processor there (or add \"image_size\" to config.json)")
 
 
 def _max_length(config: object) -> int | None:

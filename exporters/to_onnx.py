@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -18,6 +19,9 @@ from ._common import (
     quiet,
     torch_export_dynamic_shapes,
 )
+from .check import verify
+from .external import EXTERNAL_DATA_THRESHOLD, data_file, finalize
+from ..errors import ExportError
 from ..registry import Registry
 
 #: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
@@ -27,6 +31,10 @@ EXPORTERS: Registry = Registry("exporter")
 MIN_OPSET = 17
 #: Metadata key under which :func:`export_onnx` records the exporter used.
 EXPORTER_KEY = "rulegraph.exporter"
+#: Metadata key of the export check's result (which exporter, at which sizes, how close)
+CHECK_KEY = "rulegraph.export_check"
+#: Metadata key of the longest sequence the model takes (the check's sizes stay within it)
+MAX_LENGTH_KEY = "rulegraph.max_length"
 
 
 #: The highest opset each exporter writes (torch 2.x: the TorchScript exporter stops at 20).
@@ -59,6 +67,8 @@ def export_onnx(
     output_names: Sequence[str] = ("logits",),
     metadata: Mapping[str, str] | None = None,
     overwrite: bool = False,
+    external_data: int = EXTERNAL_DATA_THRESHOLD,
+    check: bool = True,
 ) -> Path:
     """Export ``module`` to an ONNX file and return its path.
 
@@ -81,30 +91,96 @@ def export_onnx(
         metadata: string key/value pairs stored in the model's ``metadata_props``;
             ``rulegraph.exporter`` is added unless given.
         overwrite: replace ``path`` if it exists (otherwise ``FileExistsError``).
+        external_data: above this many bytes of weights (``0``: always; over 2 GiB: always) they
+            are written to ``<path>.data`` beside the model as ONNX external data, streamed from
+            the exporter's output (see :mod:`rulegraph.exporters.external`).
+        check: before anything is written, run the exported graph at two input sizes other than the
+            traced one and compare it with the module (:mod:`rulegraph.exporters.check`); on a
+            mismatch (or a failing exporter) try the other exporter, and raise ``ExportError`` with the
+            figures when none is right. The result is recorded as ``rulegraph.export_check``.
 
     Raises:
         ValueError: bad exporter name, opset, example inputs or metadata.
         FileExistsError: ``path`` exists and ``overwrite`` is false.
+        ExportError: no exporter gives a graph that computes what the module computes (nothing is written).
     """
     check_exporter_options(exporter, opset)
     check_example_inputs(example_inputs)
-    props = _metadata_props(metadata, exporter)
+    _metadata_props(metadata, exporter)
     path = Path(path)
+    if not isinstance(external_data, int) or isinstance(external_data, bool) or external_data < 0:
+        raise ValueError(f"external_data must be a number of bytes ≥ 0, got {external_data!r}")
     if not overwrite:
         refuse_overwrite(path)
+        refuse_overwrite(data_file(path))
     dynamic = axes_of(example_inputs) if dynamic_axes else {}
+    if exporter == "dynamo":
+        check_dynamic_sizes(example_inputs, dynamic)
+    limit = (metadata or {}).get(MAX_LENGTH_KEY, "")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
-        raw = Path(scratch) / "raw.onnx"
-        with eval_mode(module), quiet():
-            EXPORTERS.get(exporter)(module, example_inputs, raw, opset, dynamic, list(output_names))
-        model = onnx.load(raw)
-        onnx.helper.set_model_props(model, {**_existing_props(model), **props})
-        onnx.checker.check_model(model)
-        staged = Path(scratch) / "model.onnx"
-        onnx.save(model, staged)
-        os.replace(staged, path)
-    return path
+    failures: list[str] = []
+    for name in _exporters(exporter, opset, check):
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".onnx-export-") as scratch:
+            raw = Path(scratch) / "raw" / "raw.onnx"
+            raw.parent.mkdir()
+            try:
+                with eval_mode(module), quiet():
+                    EXPORTERS.get(name)(module, example_inputs, raw, opset, dynamic, list(output_names))
+            except Exception as exc:
+                if not check:
+                    raise
+                failures.append(f"the {name} exporter fails ({_first_line(exc)})")
+                continue
+            props = _metadata_props(metadata, name)
+            if check:
+                verdict = verify(raw, module, example_inputs, dynamic, output_names,
+                                 int(limit) if limit.isdigit() else None)
+                if not verdict.ok:
+                    failures.append(f"the {name} export is wrong: {verdict.summary}")
+                    continue
+                props[CHECK_KEY] = "; ".join([*failures, f"{name}: {verdict.summary}"])
+            staged = Path(scratch) / "staged" / path.name
+            staged.parent.mkdir()
+            stage(raw, staged, props, external_data)
+            shutil.rmtree(raw.parent)
+            publish(staged, path)
+        return path
+    raise ExportError(f"{path}: no export computes what the module computes — {'; '.join(failures)}; "
+                      "nothing was written")
+
+
+def _exporters(first: str, opset: int, fallback: bool) -> list[str]:
+    """``first``, then (with ``fallback``) the other exporters that can write ``opset``."""
+    others = [e for e in EXPORTERS if e != first and opset <= MAX_OPSET.get(e, MIN_OPSET)] if fallback else []
+    return [first, *others]
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def stage(raw: Path, staged: Path, props: Mapping[str, str], external_data: int) -> None:
+    """The exporter's file ``raw`` (and its data files) with ``props`` added to its metadata, written
+    to ``staged`` inline or with external data (:func:`~rulegraph.exporters.external.finalize`) and
+    checked there; the weights are streamed, never held whole."""
+    model = onnx.load(str(raw), load_external_data=False)
+    onnx.helper.set_model_props(model, {**_existing_props(model), **props})
+    finalize(model, raw.parent, staged, external_data)
+    del model
+    onnx.checker.check_model(str(staged))      # from the path: a model with external data is checked too
+
+
+def publish(staged: Path, path: Path) -> None:
+    """Move a staged export (and its data file) to ``path``, the data file first; the data file of an
+    earlier export there, which an inline export does not read, is removed."""
+    data, old = data_file(staged), data_file(path)
+    inline = not data.exists()
+    if not inline:
+        os.replace(data, old)
+    os.replace(staged, path)
+    if inline and old.exists():
+        old.unlink()
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, str]:
@@ -174,6 +250,6 @@ def _export_dynamo(
         opset_version=opset,
         dynamic_shapes=torch_export_dynamic_shapes(example_inputs, dynamic, named=True) if dynamic else None,
         dynamo=True,
-        external_data=False,
+        external_data=True,
         verbose=False,
     )

@@ -29,6 +29,10 @@ from dataclasses import asdict, dataclass, field
 
 from .tolerances import relative
 
+#: the name ending of the nodes where a quantized graph's quantization error joins (rulegraph.quantization):
+#: what they absorb is the audit's ``quantization`` figure
+QUANTIZATION = "::quantization"
+
 
 @dataclass
 class NodeAudit:
@@ -80,6 +84,8 @@ class Audit:
     layers: list[LayerAudit]
     nodes: list[NodeAudit]
     tolerance: float
+    #: per mixture-of-experts block, the relevance each expert received (rulegraph.experts.ExpertAudit)
+    experts: list = field(default_factory=list)
 
     @property
     def unexpected(self) -> list[NodeAudit]:
@@ -92,16 +98,23 @@ class Audit:
         return [n for n in self.nodes if not n.conserving and n.breaks != 0.0]
 
     @property
+    def quantization(self) -> float:
+        """Relevance absorbed by the quantization error of a quantized graph (0 for a float one)."""
+        return sum(n.absorbed for n in self.nodes if n.name.endswith(QUANTIZATION))
+
+    @property
     def ok(self) -> bool:
         return self.conservation.relative_error <= self.tolerance
 
     def to_dict(self) -> dict:
         c = asdict(self.conservation)
         c["residual_flagged"] = not self.ok
+        c["quantization"] = self.quantization
         return {
             "conservation": c,
             "tolerance": self.tolerance,
             "layers": [{**asdict(layer), "relative_error": layer.relative_error} for layer in self.layers],
+            "experts": [asdict(x) for x in self.experts],
             "unexpected": [n.name for n in self.unexpected],
             "expected_breaks": {
                 "total": sum(n.breaks for n in self.expected),

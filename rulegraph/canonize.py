@@ -15,6 +15,7 @@ import torch
 
 from .errors import RuleFileError
 from .ir import Graph, Node
+from .quantization import dequantize
 from .ops import lookup
 from .registry import Registry
 
@@ -94,3 +95,7 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
             return None
         value = producer.inputs[0]
     return None
+
+
+
+CANONIZERS.add("quantization", dequantize)

@@ -36,6 +36,10 @@ class InputError(RulegraphError):
     """The inputs given do not fit the model (names, dtypes, shapes, values)."""
 
 
+class ExportError(RulegraphError):
+    """No exporter gives a graph that computes what the module computes."""
+
+
 class NumericalError(RulegraphError):
     """NaN or inf where a finite value is needed."""
 

@@ -21,6 +21,7 @@ every value by name, and the static arguments (shapes, axes) it handed to the op
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,6 +39,11 @@ from .ops.sequence import TensorSequence
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+#: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
+#: are below it, a language model's embedding table and LM head above
+FINITE_CHECK_LIMIT = 1 << 24
+#: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
@@ -126,15 +132,20 @@ class Plan:
         self.steps = [s for s in steps if s.stage != Stage.CONST]
         self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
-        self.has_infinite_constants = any(
-            isinstance(t, Tensor) and t.is_floating_point() and not torch.isfinite(t).all()
-            for t in self.constants.values()) or any(
-            isinstance(v, Tensor) and v.is_floating_point() and not torch.isfinite(v).all()
-            for s in self.steps for v in s.attrs.values())
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.limits = InputLimits.of(graph, self.stage)
         self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
         self._skipping: dict[tuple, list[Step]] = {}
+
+    @functools.cached_property
+    def has_infinite_constants(self) -> bool:
+        """Whether a float constant or attribute holds ±inf or NaN (masks do; the audit's ledger asks).
+        Weight tables above :data:`FINITE_CHECK_LIMIT` elements are not read for it: a memory-mapped
+        embedding table would be paged in whole (an infinite weight shows in the output, which the
+        prologue checks)."""
+        return any(isinstance(v, Tensor) and v.is_floating_point() and v.numel() <= FINITE_CHECK_LIMIT
+                   and not all_finite(v)
+                   for v in (*self.constants.values(), *(a for s in self.steps for a in s.attrs.values())))
 
     # -- preparation -------------------------------------------------------------------
     def _convert(self, value: Any) -> Any:
@@ -370,6 +381,29 @@ class InputLimits:
                                  f"{self.positions[0]} ({self.positions[1]})")
 
 
+@functools.lru_cache(maxsize=None)
+def supports(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``device`` computes in ``dtype``: a matrix product and a softmax run (bfloat16 needs
+    compute capability 8 on CUDA; float16 matrix products on CPU need a recent torch)."""
+    if dtype in (torch.float32, torch.float64):
+        return True
+    try:
+        x = torch.ones(2, 2, dtype=dtype, device=device)
+        torch.softmax(x @ x, -1)
+        return True
+    except RuntimeError:
+        return False
+
+
+def all_finite(t: Tensor, chunk: int = 1 << 22) -> bool:
+    """``torch.isfinite(t).all()``, a chunk of elements at a time (``isfinite`` allocates temporaries
+    the size of its input: a whole embedding table's worth). A transposed view (a weight an fx
+    lowering holds as ``Wᵀ``) is read in its storage order, not copied."""
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    flat = t.permute(order).reshape(-1)
+    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+
+
 def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:
     """The graph's :class:`Plan` for ``device`` and ``dtype`` (built once, then reused)."""
     try:
@@ -380,8 +414,11 @@ def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype
         raise InputError(f"device {device.type!r} is not supported; valid: cpu, cuda, cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
-    if dtype not in (torch.float32, torch.float64):
-        raise InputError(f"dtype must be float32 or float64, got {dtype}")
+    if dtype not in DTYPES.values():
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+    if not supports(device, dtype):
+        raise InputError(f"--dtype {str(dtype).removeprefix('torch.')} is not supported on {device} by this torch "
+                         "build (a matrix product and a softmax in it fail); use float32")
     plans = graph.cache.plans
     key = (str(device), dtype)
     if key not in plans:

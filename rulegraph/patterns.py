@@ -11,7 +11,8 @@ of :data:`rulegraph.ops.TRAITS`, declared once per op in :mod:`rulegraph.ops`); 
 takes ``input`` (a graph input), ``constant`` (an initializer, or a value computed from
 initializers only) and ``*`` (any producer). Looking through an op means following its first
 data input (:meth:`~rulegraph.ops.OpSpec.data_inputs`: Where's branches, not its condition)
-that is not a constant.
+that is not a constant. Ops declared ``transparent`` (a quantized graph's quantize–dequantize round
+trips, :mod:`rulegraph.quantization`) are looked through always.
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class Pattern:
             spec = find(producer.op, producer.domain)
             if names_op(producer, spec, self.sources):
                 return producer
+            if spec is not None and spec.transparent:          # a quantize–dequantize round trip
+                value = producer.inputs[0]
+                continue
             if not names_op(producer, spec, self.through) or spec is None:
                 return None
             value = next((producer.inputs[i] for i in spec.data_inputs(producer)

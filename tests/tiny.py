@@ -87,9 +87,38 @@ LLAMA_STYLE = {
 }
 
 
+#: top-k-routed mixture-of-experts causal LMs: name → (config class, causal-LM class, the config's
+#: expert-count and expert-size keywords); 4 experts, 2 per token
+MOE = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(num_experts=4, moe_intermediate_size=16, decoder_sparse_step=1, norm_topk_prob=True)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, intermediate_size=16)),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", dict(num_experts=4, intermediate_size=16)),
+}
+
+
+def moe_lm(kind: str, *, seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny mixture-of-experts causal LM of :data:`MOE` (4 experts, top-2 routing, 2 layers,
+    grouped-query attention) in eval mode, with transformers' own experts implementation."""
+    import transformers
+    torch.manual_seed(seed)
+    config_class, model_class, experts = MOE[kind]
+    config = getattr(transformers, config_class)(
+        vocab_size=len(VOCAB), hidden_size=SIZE["hidden"], num_hidden_layers=SIZE["layers"],
+        num_attention_heads=SIZE["heads"], num_key_value_heads=2, num_experts_per_tok=2,
+        max_position_embeddings=SIZE["positions"], pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        attn_implementation="eager", **experts)
+    model = getattr(transformers, model_class)(config).eval()
+    for name, p in model.named_parameters():        # the experts' 3-D weights start empty: give them values
+        if p.dim() == 3:
+            torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
 def save_causal_lm(kind: str, folder: Path) -> torch.nn.Module:
-    """``causal_lm(kind)`` saved with ``save_pretrained`` into ``folder``, with an :func:`lm_tokenizer`."""
-    module = causal_lm(kind)
+    """``causal_lm(kind)`` (or ``moe_lm(kind)``) saved with ``save_pretrained`` into ``folder``, with an
+    :func:`lm_tokenizer`."""
+    module = moe_lm(kind) if kind in MOE else causal_lm(kind)
     module.save_pretrained(folder)
     lm_tokenizer().save(str(Path(folder) / "tokenizer.json"))
     return module

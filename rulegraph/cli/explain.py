@@ -151,6 +151,8 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
             out.rule(escape(str(e.extra["text"])[:80]))
         out.print(render.summary_table(e))
         out.print(render.reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
+        if getattr(a, "experts", None):
+            out.print(render.experts_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
     if json_path is not None:
         write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit")

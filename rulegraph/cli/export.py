@@ -25,8 +25,11 @@ from .console import err, out
                    "question-answering (outputs start_logits, end_logits) or seq2seq-lm (inputs input_ids, "
                    "attention_mask, decoder_input_ids); "
                    "default: the one config.json's architectures names")
+@click.option("--external-data-above", "external_mib", type=click.FloatRange(min=0), default=1024, show_default=True,
+              metavar="MIB", help="ONNX: above this many MiB of weights (0: always; over 2 GiB: always) write them to "
+                                  "model.onnx.data beside model.onnx")
 @click.option("--force", is_flag=True, help="overwrite an existing export")
-def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, force):
+def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, external_mib, force):
     """Export a Hugging Face model directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
     with its tokenizer.json or preprocessor_config.json."""
     from ..exporters import TASKS, export_hf, save_hf_fx
@@ -46,7 +49,7 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, force):
                 path = save_hf_fx(source, out_dir, attention=attention, overwrite=force, task=task)
             else:
                 path = export_hf(source, out_dir, exporter=exporter, attention=attention, opset=opset, overwrite=force,
-                                 task=task)
+                                 task=task, external_data=int(external_mib * 2**20))
         except FileExistsError as exc:
             raise InputError(f"{exc.filename or str(exc).split(' already')[0]} already exists; pass --force to "
                              "overwrite it") from None
@@ -55,4 +58,21 @@ def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, force):
         finally:
             if made and out_dir.is_dir() and not any(out_dir.iterdir()):
                 out_dir.rmdir()           # leave no empty folder behind a failed export
-    out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    data = path.with_name(path.name + ".data")
+    extra = f" + {data.name} ({data.stat().st_size / 2**20:.1f} MiB)" if fmt == "onnx" and data.exists() else ""
+    out.print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB){extra}")
+    check = _check_line(path, fmt)
+    if check:
+        out.print(f"checked: {check}")
+
+
+def _check_line(path: Path, fmt: str) -> str | None:
+    """The export check's result as the export recorded it (ONNX metadata, or the .pt2's metadata file)."""
+    if fmt == "onnx":
+        from ..exporters import read_metadata
+        return read_metadata(path).get("rulegraph.export_check")
+    import json
+    import zipfile
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("rulegraph.json")), None)
+        return json.loads(archive.read(name)).get("rulegraph.export_check") if name else None

@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from .. import interpreter
 from ..image import IMAGENET_MEAN, IMAGENET_STD
 from ..options import PASS_OPTIONS, Option
 from ..rules import shipped_rule_sets
 from ..scale import ENGINES
 
-#: the precisions a run can use (torch dtypes by name)
-DTYPES = ("float32", "float64")
+#: the precisions a run can use, by name (the half precisions where the device has them, see docs/precision.md)
+DTYPES = tuple(interpreter.DTYPES)
 
 
 #: the sections of ``--help`` (:class:`Grouped`), by option name, in the order shown

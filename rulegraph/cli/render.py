@@ -104,6 +104,18 @@ def layers_table(audit: Audit) -> Table:
     return t
 
 
+def experts_table(audit: Audit) -> Table:
+    """Per mixture-of-experts block, the relevance each expert received and how many positions picked it."""
+    experts = max((len(x.relevance) for x in audit.experts), default=0)
+    t = Table(title="relevance per expert (Σ over positions; in brackets: positions that picked it)")
+    t.add_column("layer")
+    for e in range(experts):
+        t.add_column(f"expert {e}", justify="right")
+    for x in audit.experts:
+        t.add_row(escape(x.layer), *(f"{fmt(r)} [dim]({k})[/]" for r, k in zip(x.relevance, x.tokens)))
+    return t
+
+
 def short_names(names: list[str]) -> dict[str, str]:
     """Node names without the path prefix they all share (``/model/bert/encoder/``)."""
     prefix = os.path.commonprefix(names) if len(names) > 1 else ""

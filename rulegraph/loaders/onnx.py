@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from ..errors import ModelError
 from ..ir import Graph, Node, ValueInfo
+from .external import ExternalData
 
 # TensorProto data type → torch dtype
 DTYPES: dict[int, torch.dtype] = {
@@ -35,8 +36,8 @@ DTYPES: dict[int, torch.dtype] = {
 }
 
 
-def read_model(path: str | Path) -> onnx.ModelProto:
-    """Read and structurally check an ONNX file, with one-line errors."""
+def model_file(path: str | Path) -> Path:
+    """The ONNX file ``path`` names: itself, or the one ``.onnx`` file of a folder."""
     path = Path(path)
     if not path.exists():
         hub = len(path.parts) == 2 and not str(path).startswith((".", "/")) and not path.suffix
@@ -51,14 +52,26 @@ def read_model(path: str | Path) -> onnx.ModelProto:
         if len(candidates) != 1:
             raise ModelError(f"{path} is a directory with {len(candidates)} .onnx files; name the model file")
         path = candidates[0]
+    return path
+
+
+def read_model(path: str | Path, external: ExternalData | None = None) -> onnx.ModelProto:
+    """Read and structurally check an ONNX file, with one-line errors. External data is not read
+    (:class:`~rulegraph.loaders.external.ExternalData` maps it when the graph is loaded); the check
+    runs on the file, so a model over protobuf's 2 GiB is checked too."""
+    path = model_file(path)
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises several unrelated types
         raise ModelError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'truncated or corrupt'})") from None
     if not model.graph.node:
         raise ModelError(f"{path} holds no graph nodes; is it an ONNX model?")
+    external = external or ExternalData(path)
+    for init in model.graph.initializer:
+        if _is_external(init):
+            external.tensor(init, *_element(init))          # every location checked before the checker reads them
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), "invalid")
         if "No Op registered" not in first:  # unknown ops are reported per node, later
@@ -67,11 +80,15 @@ def read_model(path: str | Path) -> onnx.ModelProto:
 
 
 def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
-    """Convert an ONNX model (or file) into the IR."""
+    """Convert an ONNX model (or file) into the IR; initializers stored as external data are
+    memory-mapped from the files beside the model (see :mod:`rulegraph.loaders.external`)."""
     source = "onnx"
+    external = ExternalData(None)
     if not isinstance(model, onnx.ModelProto):
         source = f"onnx:{model}"
-        model = read_model(model)
+        path = model_file(model)
+        external = ExternalData(path)
+        model = read_model(path, external)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     g = model.graph
     for n in g.node:
@@ -79,7 +96,7 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 raise ModelError(f"node {n.name or n.op_type!r} ({n.op_type}) has a subgraph; control flow is not supported")
 
-    constants = {init.name: _tensor(init) for init in g.initializer}
+    constants = {init.name: _tensor(init, external) for init in g.initializer}
     for sparse in g.sparse_initializer:
         constants[sparse.values.name] = torch.from_numpy(np.array(numpy_helper.to_array(sparse))).clone()
     inputs = [_value_info(v) for v in g.input if v.name not in constants]
@@ -101,11 +118,31 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
                  name=g.name, metadata=metadata, source=source)
 
 
-def _tensor(proto: onnx.TensorProto) -> torch.Tensor:
+def _tensor(proto: onnx.TensorProto, external: ExternalData | None = None) -> torch.Tensor:
+    """A tensor proto's values as a torch tensor (bfloat16 kept as such; external data mapped)."""
+    dtype, itemsize = _element(proto)
+    if _is_external(proto):
+        return (external or ExternalData(None)).tensor(proto, dtype, itemsize)
     array = numpy_helper.to_array(proto)
-    if array.dtype == object:
-        raise ModelError(f"initializer {proto.name!r} holds strings; only numeric tensors are supported")
+    if dtype == torch.bfloat16:                 # numpy has no bfloat16: its bits, read as torch's
+        return torch.from_numpy(np.array(array.view(np.uint16), copy=True)).view(torch.bfloat16)
     return torch.from_numpy(np.array(array, copy=True))
+
+
+def _is_external(proto: onnx.TensorProto) -> bool:
+    return proto.HasField("data_location") and proto.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _element(proto: onnx.TensorProto) -> tuple[torch.dtype, int]:
+    """The torch element type of a tensor proto and its size in bytes; an unsupported one is an error."""
+    dtype = DTYPES.get(proto.data_type)
+    if dtype is None:
+        name = onnx.TensorProto.DataType.Name(proto.data_type) if proto.data_type in \
+            onnx.TensorProto.DataType.values() else str(proto.data_type)
+        what = "strings" if proto.data_type == onnx.TensorProto.STRING else f"{name} values"
+        raise ModelError(f"initializer {proto.name!r} holds {what}; supported element types: "
+                         f"{', '.join(sorted(onnx.TensorProto.DataType.Name(k) for k in DTYPES))}")
+    return dtype, torch.empty((), dtype=dtype).element_size()
 
 
 def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:

@@ -58,6 +58,12 @@ What the relevance rules read from an :class:`OpSpec`:
 ``float_output``
     ``False`` for ops whose outputs are integers or booleans (Shape, ArgMax, Equal…):
     relevance never flows through them; a function of the node for Cast.
+``held``
+    The output depends on the input values but never carries relevance: the rules hold it constant
+    (rulegraph's ``QuantizationError``).
+``transparent``
+    The output is input 0 plus a term the rules hold constant (rulegraph's ``QuantizeDequantize``):
+    producer patterns look through it.
 ``bias``
     How the op adds its additive constant input (a Conv's or Gemm's bias) to the output, for
     the rules that book a bias's share without running the op on zeros.
@@ -68,7 +74,7 @@ What the relevance rules read from an :class:`OpSpec`:
 """
 from __future__ import annotations
 
-from . import elementwise, linalg, nn, reduce, sequence, shape, vision  # noqa: F401  (register the ops, in this order)
+from . import elementwise, linalg, nn, reduce, sequence, shape, vision, quantization  # noqa: F401  (register the ops, in this order)
 from .spec import (REGISTRY, TRAITS, OpSpec, always, at_most_one, autograd_vjp, find, lookup, never, only, op, unbroadcast,
                    unsupported, vjp)
 

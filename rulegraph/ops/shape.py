@@ -458,7 +458,7 @@ def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
     return data.scatter_reduce(axis, idx, updates, how, include_self=True)
 
 
-@op("TopK", static=(1,), data_dependent_shape=False)
+@op("TopK", static=(1,), data_dependent_shape=False, float_output=(True, False))
 def topk(x, k, *, axis=-1, largest=1, sorted=1):
     values, indices = torch.topk(x, int(k[0] if isinstance(k, list) else k), dim=axis,
                                  largest=bool(largest), sorted=bool(sorted))

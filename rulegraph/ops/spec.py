@@ -68,8 +68,14 @@ class OpSpec:
     #: takes or returns tensor sequences (lists), which no relevance rule reads
     sequence: bool = False
     #: ``False`` for shapes, indices, comparisons (they never carry relevance); a function of the node where it
-    #: depends on an attribute (Cast's ``to``)
-    float_output: bool | Callable[[Any], bool] = True
+    #: depends on an attribute (Cast's ``to``); one flag per output where they differ (TopK: values, indices)
+    float_output: bool | tuple[bool, ...] | Callable[[Any], bool] = True
+    #: the output is input 0 up to an additive term the rules hold constant (a quantize–dequantize round
+    #: trip): producer patterns look through it
+    transparent: bool = False
+    #: the output depends on the input values, but the rules hold it constant (a quantization error): it
+    #: never carries relevance, whatever its type
+    held: bool = False
     #: ``bias(b, output, attrs)``: the additive constant input as the op adds it to its output (broadcastable)
     bias: Callable[..., Any] | None = None
     domain: str = ""
@@ -95,8 +101,18 @@ class OpSpec:
         return [i for i in range(len(node.inputs)) if not self.additive or self.is_additive(i)]
 
     def outputs_float(self, node) -> bool:
-        """Whether ``node``'s outputs are floating point (only those can carry relevance)."""
-        return self.float_output(node) if callable(self.float_output) else self.float_output
+        """Whether ``node``'s outputs are floating point (only those can carry relevance): any of them."""
+        return any(self.floats(node))
+
+    def carriers(self, node) -> list[bool]:
+        """Per output of ``node``, whether it can carry relevance: floating point, and not ``held``."""
+        return [False] * len(node.outputs) if self.held else self.floats(node)
+
+    def floats(self, node) -> list[bool]:
+        """Per output of ``node``, whether it is floating point."""
+        flag = self.float_output(node) if callable(self.float_output) else self.float_output
+        return list(flag) + [False] * (len(node.outputs) - len(flag)) if isinstance(flag, tuple) \
+            else [flag] * len(node.outputs)
 
 
 REGISTRY: dict[tuple[str, str], OpSpec] = {}

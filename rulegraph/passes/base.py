@@ -45,7 +45,7 @@ from ..errors import InputError, ModelError, NumericalError, RulegraphError
 from ..explanation import Explanation
 from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
-from ..interpreter import Plan, Values, prepare
+from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..loaders import load
 from ..registry import Registry
@@ -80,7 +80,10 @@ class Forward:
     def explained(self) -> Tensor:
         """The explained scalar per batch item, in float64."""
         out = self.out
-        return ((out * self.seed).flatten(1).sum(1) if out.dim() > 1 else out * self.seed).double()
+        if out.dim() <= 1:
+            return (out * self.seed).double()
+        # a dot product per batch item: a [positions, vocabulary] product is never held
+        return torch.bmm(out.flatten(1).unsqueeze(1), self.seed.flatten(1).unsqueeze(2)).reshape(-1).double()
 
     def explanation(self, relevance: dict[str, Tensor], boundary: dict[str, Tensor], audit=None) -> Explanation:
         """An :class:`Explanation` of this forward with the pass's scores."""
@@ -189,7 +192,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=binding.needed_values)
     out = values[output]
-    if not torch.isfinite(out).all():
+    if not all_finite(out):                     # chunked: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
     names = labels(graph)
     if names and output == graph.outputs[0] and out.shape[-1] != len(names):

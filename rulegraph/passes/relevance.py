@@ -20,6 +20,7 @@ import torch
 
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError
+from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ir import Node
@@ -30,6 +31,30 @@ from ..tolerances import MASS_SCREEN, relative, tolerance
 from .base import PASSES, Forward, Pass, position_scores, rule_failed
 
 Tensor = torch.Tensor
+
+
+#: elements multiplied at once where a product is only summed (a language model's [positions, vocabulary]
+#: logits times their seed: summed chunk by chunk, the product is never held whole)
+CHUNK = 1 << 22
+
+
+def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absolute: bool = False,
+                nan_safe: bool = False) -> Tensor:
+    """``Σ x ⊙ g`` (``Σ |x ⊙ g|`` with ``absolute``) as a 0-d tensor, in ``dtype`` (default ``x``'s),
+    computed :data:`CHUNK` elements at a time."""
+    if x.shape != g.shape:
+        p = x * g
+        p = p.to(dtype) if dtype is not None else p
+        p = p.abs() if absolute else p
+        return torch.nansum(p) if nan_safe else p.sum()
+    xf, gf = x.reshape(-1), g.reshape(-1)
+    total = torch.zeros((), dtype=dtype or x.dtype, device=x.device)
+    for i in range(0, xf.numel(), CHUNK):
+        p = xf[i:i + CHUNK] * gf[i:i + CHUNK]
+        p = p.to(dtype) if dtype is not None else p
+        p = p.abs() if absolute else p
+        total = total + (torch.nansum(p) if nan_safe else p.sum())
+    return total
 
 
 class Ledger:
@@ -57,6 +82,13 @@ class Ledger:
     def mass(self, t: Tensor) -> int:
         """Σ|t|, the scale a conservation error is judged against."""
         self.entries.append(torch.linalg.vector_norm(torch.nan_to_num(t) if self.nan_safe else t, ord=1))
+        return len(self.entries) - 1
+
+    def arriving(self, a: Incoming, mass: bool = False) -> int:
+        """Σ R (``mass``: Σ|R|) of the relevance arriving at a value, without multiplying a signal out."""
+        if a.explicit is not None:
+            return self.mass(a.explicit) if mass else self.total(a.explicit)
+        self.entries.append(product_sum(a.value, a.signal, absolute=mass, nan_safe=self.nan_safe))
         return len(self.entries) - 1
 
     def contribution(self, c: Contribution, x: Tensor) -> int:
@@ -108,7 +140,7 @@ class Flow:
     """Everything the pass produced."""
 
     boundary: dict[str, Tensor]                 # boundary value → relevance tensor
-    output_relevance: Tensor                    # the seed: relevance at the explained output
+    start: Incoming                             # the seed at the explained output (value ⊙ seed, not multiplied out)
     ledger: Ledger
     nodes: list[NodeFlow] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
@@ -119,6 +151,12 @@ class Flow:
     signals: dict[str, Tensor] = field(default_factory=dict)
     # value → the relevance that arrived at it, for the values asked for (``walk(record_at=…)``)
     recorded: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def output_relevance(self) -> Tensor:
+        """The relevance at the explained output, multiplied out when asked (a language model's logits
+        are [positions, vocabulary]: the product is not held through the walk)."""
+        return self.start.tensor
 
 
 @dataclass
@@ -167,9 +205,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
     start = Incoming(env[output])
     start.add(Contribution(signal=seed))
     incoming[output] = start
-    flow = Flow(boundary={}, output_relevance=start.tensor, ledger=ledger)
+    flow = Flow(boundary={}, start=start, ledger=ledger)
     if audit:
-        entry = ledger.total(flow.output_relevance)
+        entry = ledger.arriving(start)
         inflow[output] = [entry]
         flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
 
@@ -210,7 +248,7 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
             else:
                 record.entries_absorbed.append(entry)
         if visit.conserving and _needs_mass(ledger, record, tolerance):
-            record.entries_mass = [ledger.mass(a.tensor) for a in arriving if a is not None]
+            record.entries_mass = [ledger.arriving(a, mass=True) for a in arriving if a is not None]
         flow.nodes.append(record)
 
     for v in binding.boundary:
@@ -291,7 +329,9 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
         if dst in layers:
             layers[dst].relevance_out += e.amount
 
-    output_value = float(flow.output_relevance.double().sum())
+    start = flow.start
+    output_value = float(product_sum(start.value, start.signal, dtype=torch.float64) if start.explicit is None
+                         else start.explicit.sum(dtype=torch.float64))
     input_total = float(sum(torch.nansum(t.double()) for t in flow.boundary.values())) if flow.boundary else 0.0
     input_total -= sum((unmapped or {}).values())
     absorbed = sum(n.absorbed for n in nodes)
@@ -313,8 +353,9 @@ class RelevancePass(Pass):
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]
         if unknown:
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
+        moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record))
+                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe})
         if audit:
             finish(flow)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}
@@ -327,5 +368,7 @@ class RelevancePass(Pass):
         e = forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
                                 boundary={k: v.detach().cpu() for k, v in boundary.items()},
                                 audit=audit_of(flow, binding, dtype, unmapped) if audit else None)
-        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items()}
+        if moe:
+            e.audit.experts = expert_audits(moe, flow.recorded, values)
+        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}
         return e

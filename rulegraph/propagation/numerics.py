@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from ..tolerances import stabiliser
+
 Tensor = torch.Tensor
 
 
 def stabilize(z: Tensor, epsilon: float) -> Tensor:
-    """``z + ε·sign z`` with sign 0 := +1, as Zennit's stabiliser (Bach et al. 2015, Eq. 58)."""
+    """``z + ε·sign z`` with sign 0 := +1, as Zennit's stabiliser (Bach et al. 2015, Eq. 58); ε is floored
+    per dtype (:func:`rulegraph.tolerances.stabiliser`: float16's smallest normal number)."""
+    epsilon = stabiliser(epsilon, z.dtype)
     return z + epsilon * (2 * (z >= 0).to(z.dtype) - 1) if epsilon else z
 
 

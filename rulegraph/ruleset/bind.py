@@ -117,15 +117,17 @@ def _taint(graph: Graph, boundary: set[str]) -> set[str]:
     """Values that depend on the boundary's values and are floating point."""
     tainted = set(boundary)
     for node in graph.nodes:
-        if any(v in tainted for v in node.inputs) and _float_output(graph, node):
-            tainted.update(v for v in node.outputs if v)
+        if any(v in tainted for v in node.inputs):
+            tainted.update(v for v, f in zip(node.outputs, _float_outputs(graph, node)) if v and f)
     return tainted
 
 
-def _float_output(graph: Graph, node: Node) -> bool:
+def _float_outputs(graph: Graph, node: Node) -> list[bool]:
     try:
         spec = lookup(node.op, node.domain, node=node.name, opset=graph.opset)
-        return not spec.shape_only and spec.outputs_float(node)     # EyeLike reads only the shape
+        if spec.shape_only:                                            # EyeLike reads only the shape
+            return [False] * len(node.outputs)
+        return spec.carriers(node)
     except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
-        return True
+        return [True] * len(node.outputs)
 

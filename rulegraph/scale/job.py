@@ -34,7 +34,7 @@ import torch
 from .. import methods as registry
 from ..errors import InputError, RulegraphError
 from ..explanation import Explanation
-from ..interpreter import prepare
+from ..interpreter import DTYPES, prepare
 from ..ir import Graph
 from ..loaders import load
 from ..text import TextEncoder
@@ -46,8 +46,6 @@ from .journal import Journal
 from .listener import Listener
 
 CONFIG = "config.json"
-#: the precisions a job runs in, by name
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def digest(path: str | Path) -> str:

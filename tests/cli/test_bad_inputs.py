@@ -206,7 +206,7 @@ CASES = [
      "contrast 0 is the target itself"),
     ("output-unknown", [*E, "-r", "gi", *T, "--output", "logitz"], "no graph output named 'logitz'"),
     ("device-choice", [*E, "-r", "gi", *T, "--device", "tpu"], "Invalid value for '--device'"),
-    ("dtype-choice", [*E, "-r", "gi", *T, "--dtype", "float16"], "Invalid value for '--dtype'"),
+    ("dtype-choice", [*E, "-r", "gi", *T, "--dtype", "int8"], "Invalid value for '--dtype'"),
     ("audit-target-range", ["audit", "{model}", "-r", "gi", *T, "--target", "9"], "target 9 is out of range"),
     ("audit-input-oov", ["audit", "{model}", "-r", "gi", "-i", "input_ids=2,999"], "outside the vocabulary"),
     # output paths

@@ -434,3 +434,36 @@ def test_adaptive_pooling_to_more_than_one_pixel_is_refused() -> None:
     module = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2)).eval()
     with pytest.raises(rulegraph.errors.ModelError, match="adaptive_avg_pool2d is lowered only to a 1×1 output"):
         load_fx(export_fx(module, {"input": torch.randn(2, 3, 4, 4)}))
+
+
+class _Router(torch.nn.Module):
+    """A mixture of experts' router: softmax, top-k, an in-place renormalisation, and the picked
+    weights scattered into a dense [tokens, experts] matrix."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 8)
+        self.gate = torch.nn.Linear(8, 5, bias=False)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor):
+        x = self.emb(ids).reshape(-1, 8)
+        probs = torch.softmax(self.gate(x), dim=-1)
+        top, index = torch.topk(probs, 2, dim=-1)
+        top /= top.sum(dim=-1, keepdim=True)
+        dense = torch.zeros(x.shape[0], 5, dtype=top.dtype).scatter(1, index, top)
+        return dense * mask.reshape(-1, 1), index
+
+
+def test_router_lowerings_match_torch() -> None:
+    torch.manual_seed(0)
+    module = _Router().eval()
+    ep = export_fx(module, {"ids": torch.randint(0, 20, (2, 6)), "mask": torch.ones(2, 6, dtype=torch.long)})
+    g = load_fx(ep)
+    assert {"TopK", "ScatterElements"} <= g.op_types()
+    ids = torch.randint(0, 20, (3, 9), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    with torch.no_grad():
+        expected = module(ids, mask)
+    got = rulegraph.run(g, {"ids": ids, "mask": mask})
+    assert rel_err(got[g.outputs[0]], expected[0]) <= 1e-6
+    assert torch.equal(got[g.outputs[1]], expected[1])

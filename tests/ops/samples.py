@@ -55,10 +55,11 @@ class Sample:
     # torch's native_layer_norm backward ignores cotangents on its mean/rstd outputs, so autograd
     # is compared on output 0 only; finite differences check the statistics' part of the VJP
     autograd_outputs: int | None = None
+    domain: str = ""                    # rulegraph's own ops: ai.rulegraph
 
     @property
     def spec(self) -> OpSpec:
-        return REGISTRY[("", self.op)]
+        return REGISTRY[(self.domain, self.op)]
 
     @property
     def id(self) -> str:
@@ -127,6 +128,9 @@ sample("Dropout", r(3, 4), torch.tensor(0.1, dtype=torch.float64), name="ratio")
 sample("Cast", r(3, 4), attrs={"to": torch.float64}, name="same")
 sample("Cast", r(3, 4).float(), attrs={"to": torch.float64}, name="widen", fd=False)  # float32 input: no FD
 sample("CastLike", r(3, 4), torch.zeros(1, dtype=torch.float64))
+
+sample("QuantizeDequantize", r(3, 4), r(3, 4) * 0.01, domain="ai.rulegraph")
+sample("QuantizeDequantize", r(2, 3, 4), r(4) * 0.01, domain="ai.rulegraph", name="broadcast")
 
 # -- matrix products -------------------------------------------------------------------------------
 for _name, (_a, _b) in {"2d": ((3, 4), (4, 5)), "batched_2d": ((2, 3, 4), (4, 5)),

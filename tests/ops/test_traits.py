@@ -230,6 +230,11 @@ NON_FLOAT = [
     *[(op, [torch.arange(6).reshape(2, 3), torch.arange(3)], {}) for op in ("BitwiseAnd", "BitwiseOr")],
     ("Not", [torch.rand(2, 3) < 0.5], {}), ("IsNaN", [torch.randn(2, 3)], {}), ("IsInf", [torch.randn(2, 3)], {}),
     ("NonZero", [torch.randn(2, 3)], {}),
+    ("QuantizeLinear", [torch.randn(2, 3), torch.tensor(0.05), torch.tensor(3, dtype=torch.uint8)], {}),
+    ("MatMulInteger", [torch.randint(0, 255, (2, 3), dtype=torch.uint8), torch.randint(-9, 9, (3, 2), dtype=torch.int8)],
+     {}),
+    ("ConvInteger", [torch.randint(0, 255, (1, 1, 4, 4), dtype=torch.uint8),
+                     torch.randint(0, 255, (2, 1, 2, 2), dtype=torch.uint8)], {}),
     ("SequenceLength", [TensorSequence([torch.randn(2), torch.randn(3)])], {}),
 ]
 

@@ -253,7 +253,7 @@ class Builder:
                 while t_name in self.used:
                     t_name += "_"
                 self.used.add(t_name)
-                self.constants[t_name] = self.constants[name].t().contiguous()
+                self.constants[t_name] = self.constants[name].t()      # a view: the weight is held once
                 self._transposed[name] = t_name
             return self._transposed[name]
         return self.emit("Transpose", [name], "weight_t", perm=[1, 0])

@@ -77,7 +77,8 @@ def _mul(b: Builder, n: fx.Node, a: dict) -> str:
 
 
 @lowers("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode",
-        "aten.floor_divide.default", "aten.floor_divide.Scalar")
+        "aten.floor_divide.default", "aten.floor_divide.Scalar",
+        "aten.div_.Tensor", "aten.div_.Scalar")     # in place (a router's `top /= top.sum()`): its result is used
 def _div(b: Builder, n: fx.Node, a: dict) -> str:
     dtype = out_dtype(n)
     mode = "floor" if "floor_divide" in str(n.target) else a.get("rounding_mode")

@@ -115,6 +115,22 @@ def _gather(b: Builder, n: fx.Node, a: dict) -> str:
                   axis=_axis(a["dim"], rank(x)))
 
 
+@lowers("aten.topk.default")
+def _topk(b: Builder, n: fx.Node, a: dict) -> list[str]:
+    """``torch.topk`` → ``TopK`` (values, int64 indices): a mixture of experts' router."""
+    x = a["self"]
+    return b.emit("TopK", [b.value(x), b.int1(a["k"], "k")], outputs=2, axis=_axis(a["dim"], rank(x)),
+                  largest=int(bool(a["largest"])), sorted=int(bool(a["sorted"])))
+
+
+@lowers("aten.scatter.src")
+def _scatter(b: Builder, n: fx.Node, a: dict) -> str:
+    """``x.scatter(dim, index, src)`` → ``ScatterElements`` (a router's dense weight matrix)."""
+    x = a["self"]
+    return b.emit("ScatterElements", [b.value(x), b.tensor(a["index"], INT64, "index"),
+                                      b.tensor(a["src"], fx_dtype(x), "src")], axis=_axis(a["dim"], rank(x)))
+
+
 @lowers("aten.index.Tensor")
 def _index(b: Builder, n: fx.Node, a: dict) -> str:
     """``x[i0, i1, …]`` with integer index tensors: ``Gather`` for one, ``GatherND`` for several."""
