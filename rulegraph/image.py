@@ -122,8 +122,8 @@ def write_heatmap(relevance: torch.Tensor, path: str | Path, *, image: torch.Ten
     fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
     for a in axes[0]:
         a.axis("off")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    from .files import save_figure
+    try:
+        return save_figure(fig, Path(path), "the heatmap", dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)

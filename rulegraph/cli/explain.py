@@ -36,7 +36,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     from ..ruleset import RuleSet
     from ..text import TextEncoder
     from . import render
-    from .inputs import check_output, load_model, parse_inputs, requests_of, resolve_targets, run_all, to_json, write
+    from .inputs import (check_output, load_model, parse_inputs, read_files, requests_of, resolve_targets, run_all,
+                         to_json, write)
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
@@ -75,8 +76,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         ruleset = RuleSet.load(rules)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
         png_path = html_path.with_suffix(".png")      # the heatmap beside the page
+    reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
-        check_output(path, force, option)
+        check_output(path, force, option, reads)
     if image_path is not None:
         from ..image import load_image, preprocessing
         pixels = next((i.name for i in graph.inputs if i.is_float), None)
@@ -114,11 +116,11 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             out.print(Text(note, style="yellow"))
         out.print(render.summary_table(e))
     if json_path is not None:
-        write(json_path, to_json(results), force, "JSON")
+        write(json_path, to_json(results), force, "JSON", reads)
     if html_path is not None:
         page = render.html_report([(e, enc.tokens if enc else None, enc.special if enc else None,
                                     enc.text if enc else None) for e, enc in results], str(model))
-        write(html_path, page, force, "HTML")
+        write(html_path, page, force, "HTML", reads)
 
 
 @click.command("audit")
@@ -135,8 +137,9 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
-    from .inputs import check_output, load_model, requests_of, resolve_targets, run_all, write
-    check_output(json_path, force, "--json")
+    from .inputs import check_output, load_model, read_files, requests_of, resolve_targets, run_all, write
+    reads = read_files(model, tokenizer, rules, raw_inputs)
+    check_output(json_path, force, "--json", reads)
     graph = load_model(model)
     opts = resolve_targets(graph, model, tokenizer, opts)
     ruleset = RuleSet.load(rules)
@@ -158,7 +161,7 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
         out.print(render.reconstruction_table(a) if hasattr(a, "reconstruction") else render.layers_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
     if json_path is not None:
-        write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit")
+        write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit", reads)
     if flagged:
         err.print("[red]conservation flagged[/]: residual or a conserving node exceeds the tolerance")
         sys.exit(1)

@@ -129,8 +129,8 @@ def write_png(g: Generation, path: Path, title: str = "") -> Path:
     ax.set_ylabel(" and ".join(dict.fromkeys(g.groups)) + " tokens")
     ax.set_title(title or f"{g.method}: relevance per generated token", fontsize=10)
     fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04, label="relevance / column's max |relevance|")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    from ..files import save_figure
+    try:
+        return save_figure(fig, Path(path), "the heatmap", dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
