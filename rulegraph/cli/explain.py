@@ -219,6 +219,9 @@ def check_cmd(model, rules, show_nodes):
         for n in binding.unmatched[:50]:
             out.print(f"  {escape(n.name)}  [dim]({escape(n.op)})[/]")
         failed |= ruleset.on_unmatched == "error"
+    if not missing:
+        from .inputs import dummy_forward
+        failed |= dummy_forward(graph)
     if not failed and not binding.unmatched:
         out.print("[green]every op runs, and every node relevance reaches has a rule that applies[/]")
     if not missing:

@@ -124,6 +124,25 @@ def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) 
     return opts
 
 
+def dummy_forward(graph: Graph) -> bool:
+    """``check``: one forward on a small dummy input (:func:`rulegraph.heads.dummy_inputs`), which
+    finds an op asking for a tensor over the budget (``explain`` would stop there); returns whether
+    it did. Another failure is only a note: the dummy input may not be one the model accepts."""
+    from ..errors import LimitError, RulegraphError
+    from ..heads import dummy_inputs
+    from ..interpreter import prepare
+    try:
+        with torch.no_grad():
+            prepare(graph).run(dummy_inputs(graph), keep=frozenset())
+    except LimitError as exc:
+        err.print(f"[red]the forward cannot run[/]: {escape(str(exc))}", soft_wrap=True)
+        return True
+    except RulegraphError as exc:
+        err.print(f"[yellow]a forward on a dummy input failed[/] (explain's inputs may still run): "
+                  f"{escape(str(exc))}", soft_wrap=True)
+    return False
+
+
 def run_all(graph, ruleset, requests, opts, method=None) -> list[tuple[Explanation, Encoded | None]]:
     results = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),

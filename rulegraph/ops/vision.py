@@ -188,7 +188,15 @@ _NEAREST = {"round_prefer_floor": lambda c: torch.ceil(c - 0.5), "round_prefer_c
             "floor": torch.floor, "ceil": torch.ceil}
 
 
-@op("Resize", static=(1, 2, 3), affine=always, additive=(0,))
+def _resize_size(args, attrs) -> int:
+    x, sizes = args[0], args[3] if len(args) > 3 else None
+    scales = args[2] if len(args) > 2 else None
+    if sizes:
+        return math.prod(int(s) for s in sizes)
+    return math.prod(int(math.floor(i * float(f))) for i, f in zip(x.shape, scales or ())) if scales else x.numel()
+
+
+@op("Resize", static=(1, 2, 3), affine=always, additive=(0,), size=_resize_size)
 def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_transformation_mode="half_pixel",
            nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
            antialias=0, axes=None, keep_aspect_ratio_policy="stretch"):
