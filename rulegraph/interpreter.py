@@ -286,7 +286,7 @@ class Plan:
                 except (TypeError, ValueError, RuntimeError):
                     raise InputError(f"input {name} must be a tensor or an array of numbers, "
                                      f"got a {type(value).__name__}") from None
-            if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
+            if info.is_float != value.is_floating_point() or (value.dtype == torch.bool) != (info.dtype == torch.bool):
                 raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
                                  f"got {str(value.dtype).removeprefix('torch.')}")
             if info.shape is not None:

@@ -100,12 +100,20 @@ def requests_of(graph: Graph, model: Path, texts, tokenizer, raw_inputs,
 
 
 def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) -> dict[str, Any]:
-    """``--target`` / ``--contrast`` given as text: the id of the one token it tokenizes to (with
-    the model's tokenizer, no special tokens added; see :meth:`TextEncoder.token_id`); ``--objective``
-    parsed, its token texts resolved the same way."""
+    """``--target`` / ``--contrast`` given as text: a class label the export records
+    (``rulegraph.labels``), else the id of the one token it tokenizes to (with the model's
+    tokenizer, no special tokens added; see :meth:`TextEncoder.token_id`) — only for an output
+    indexed by the vocabulary (a language model's): text given to a classifier or a span-QA
+    output is refused, never read as a class or position index. ``--objective`` is parsed, its
+    token texts resolved the same way."""
+    from ..passes.base import labels
     opts = dict(opts)
     if opts.get("objective") is not None:
         opts["objective"] = parse_objective(opts["objective"])
+    names = labels(graph) or []
+    for option in ("target", "contrast"):
+        if isinstance(opts.get(option), str) and opts[option] in names:
+            opts[option] = names.index(opts[option])
     texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)}
     if opts.get("objective") is not None and any(isinstance(t, str) for t in opts["objective"].tokens):
         texts["objective"] = next(t for t in opts["objective"].tokens if isinstance(t, str))
@@ -121,7 +129,34 @@ def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) 
             opts[option] = opts[option].resolve(lambda text: encoder.token_id(text, "--objective token"))
         else:
             opts[option] = encoder.token_id(opts[option], f"--{option}")
+    _refuse_text_for_indices(graph, opts.get("output_name"), texts, names)
     return opts
+
+
+def _refuse_text_for_indices(graph: Graph, output: str | None, texts: dict[str, str], names: list[str]) -> None:
+    """A token's text names a token id: refuse it where the explained output is not indexed by the
+    vocabulary (a classifier's classes, a span-QA output's positions), found by one forward on a
+    small dummy input (nothing is refused when that forward cannot run)."""
+    from ..errors import RulegraphError
+    from ..heads import dummy_inputs
+    from ..interpreter import prepare
+    output = output or graph.outputs[0]
+    feeds = dummy_inputs(graph, length=7)
+    try:
+        plan = prepare(graph)
+        with torch.no_grad():
+            out = plan.run(feeds, keep=frozenset())[output]
+    except (RulegraphError, KeyError):
+        return
+    vocabulary = max((rows for rows, _ in plan.limits.ids.values()), default=None)    # the largest table
+    if out.dim() >= 2 and out.shape[-1] == vocabulary:
+        return
+    option, text = next(iter(texts.items()))
+    positions = out.dim() == 2 and any(f.dim() == 2 and f.shape[1] == out.shape[-1] for f in feeds.values())
+    valid = "a position index" if positions else f"a class index (0…{out.shape[-1] - 1})"
+    valid += f" or a label ({', '.join(names)})" if names else ""
+    raise InputError(f"--{option} {text!r} is text, but output {output!r} is not indexed by the vocabulary (it scores "
+                     f"{'positions' if positions else f'{out.shape[-1]} classes'}); give {valid}")
 
 
 def dummy_forward(graph: Graph) -> bool:

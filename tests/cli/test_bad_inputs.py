@@ -188,7 +188,9 @@ CASES = [
     ("target-text-no-tokens", [*E, "-r", "gi", *T, "--target", "  ?", "--tokenizer", "{dir}/ok.yaml"],
      "needs the model's tokenizer"),
     ("target-empty", [*E, "-r", "gi", *T, "--target", " "], "--target is empty"),
-    ("target-text-range", [*E, "-r", "gi", *T, "--target", " w5"], "target 10 is out of range; the output has 2"),
+    ("target-text-classifier", [*E, "-r", "gi", *T, "--target", " w5"],
+     "--target ' w5' is text, but output 'logits' is not indexed by the vocabulary (it scores 2 classes); give a "
+     "class index (0…1) or a label (negative, positive)"),
     ("contrast-text-pieces", [*E, "-r", "gi", *T, "--target", "0", "--contrast", "w1 w2"], "--contrast 'w1 w2' is 2 tokens"),
     ("contrast-is-target", [*E, "-r", "gi", *T, "--target", "1", "--contrast", "1"], "contrast 1 is the target itself"),
     ("contrast-range", [*E, "-r", "gi", *T, "--contrast", "7"], "contrast 7 is out of range; the output has 2 classes"),
