@@ -35,6 +35,7 @@ import torch
 from .. import methods as registry
 from ..errors import InputError, RulegraphError, choices
 from ..loaders import load
+from ..methods.sequences import fixed_batch
 from ..passes.base import labels as model_labels
 from ..scale import Engine, engine as make_engine
 from ..scale.data import Example, Row, encode, read_rows
@@ -184,7 +185,8 @@ class Evaluation:
                                "error")
         if truncated:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
-        tasks = self.job.tasks(examples, cfg.batch, cfg.batch_tokens, is_causal(graph, examples[0], cfg.device))
+        tasks = self.job.tasks(examples, min(cfg.batch, fixed_batch(graph) or cfg.batch), cfg.batch_tokens,
+                               is_causal(graph, examples[0], cfg.device))
         self.job.run(functools.partial(EvalWorker, cfg), tasks if compute else [], failed_row,
                      total=len(examples) * len(self.methods), progress=self.listener if self.show_progress else None)
         results = self.job.rows({e.row.index for e in examples} | {r.index for r in bad})

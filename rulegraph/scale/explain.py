@@ -35,6 +35,7 @@ from .. import methods as registry
 from ..errors import InputError
 from ..files import write_file
 from ..loaders import load
+from ..methods.sequences import fixed_batch
 from ..passes.base import labels
 from ..text import TextEncoder
 from .data import Example, Row, encode, read_rows
@@ -146,7 +147,7 @@ def _run(job: Job, config: DatasetConfig, graph, encoder: TextEncoder, rows: lis
     if truncated:
         listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
     causal = bool(examples) and is_causal(graph, examples[0], config.device)
-    tasks = job.tasks(examples, config.batch, config.batch_tokens, causal)
+    tasks = job.tasks(examples, min(config.batch, fixed_batch(graph) or config.batch), config.batch_tokens, causal)
     listener.method(name)
     seconds = job.run(functools.partial(ExplainWorker, config), tasks, failed, total=len(examples))
     result = job.rows({r.index for r in rows})
