@@ -150,7 +150,9 @@ def _umask() -> int:
 class FolderLock:
     """An advisory lock on an output folder (``flock`` on :data:`LOCK` inside it): held from
     :meth:`acquire` until :meth:`release` or the end of the process, however it ends. A second
-    holder is refused with the pid the first one wrote into the lock file."""
+    holder is refused with the pid the first one wrote into the lock file. The holder removes the
+    file when it releases it (so a refused or finished run leaves the folder as it found it); a
+    lock taken on a file that was meanwhile removed is taken again on the new one."""
 
     def __init__(self, folder: Path, holds: str = "results"):
         self.path = Path(folder) / LOCK
@@ -158,28 +160,36 @@ class FolderLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        if self.fd is not None:
-            return
         import fcntl
-        refuse_link(self.path, "the lock file")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        except OSError as exc:
-            raise InputError(f"cannot lock {self.path.parent}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise InputError(f"{self.path.parent} is in use by another run (pid {holder}) writing {self.holds} "
-                             "there; wait for it to finish, or choose another --out") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
+        while self.fd is None:
+            refuse_link(self.path, "the lock file")
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            except OSError as exc:
+                raise InputError(f"cannot lock {self.path.parent}: {exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise InputError(f"{self.path.parent} is in use by another run (pid {holder}) writing {self.holds} "
+                                 "there; wait for it to finish, or choose another --out") from None
+            try:
+                current = os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                current = None
+            if current != os.fstat(fd).st_ino:      # removed by its last holder meanwhile: lock the new one
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self.fd = fd
 
     def release(self) -> None:
         if self.fd is not None:
             import fcntl
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None

@@ -124,7 +124,8 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     method_options(config.options_by_method(), config.seed)       # unknown or bad options: an error naming the valid ones
     graph = load(config.model)
     encoder = TextEncoder.for_model(graph, config.model, config.tokenizer)
-    rows = read_rows(Path(config.data), labels(graph), config.n)
+    names = labels(graph)
+    rows = read_rows(Path(config.data), names, config.n, classes=len(names) if names else None)
     if config.target == "label":
         missing = [r.index for r in rows if not r.problem and r.label is None]
         if missing:

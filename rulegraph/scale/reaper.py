@@ -19,7 +19,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 DONE = "done"
