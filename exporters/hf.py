@@ -19,7 +19,6 @@ import contextlib
 import inspect
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
@@ -361,10 +360,28 @@ def _companions(model_dir: Path, out_dir: Path, model_path: Path, overwrite: boo
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {model_dir}; save {what} there")
     copies = {model_dir / name: out_dir / name for name in task.files if (model_dir / name).is_file()}
+    for path in (model_path, *copies.values()):
+        if os.path.islink(path):
+            raise ValueError(f"{path} is a symbolic link; the export never writes through a link (its target would "
+                             "be replaced): remove it or choose another OUT_DIR")
     if not overwrite:
         for path in (model_path, *copies.values()):
             refuse_overwrite(path)
-    return copies
+    return {source: copy for source, copy in copies.items() if not _same(source, copy)}   # a copy onto itself: kept
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _copy(copies: dict[Path, Path]) -> None:
+    """Each companion file copied whole beside the export (a temporary file renamed over the copy)."""
+    from ..files import write_file
+    for source, copy in copies.items():
+        write_file(copy, source.read_bytes(), copy.name)
 
 
 def export_hf(
@@ -418,8 +435,7 @@ def export_hf(
         overwrite=overwrite,
         external_data=external_data,
     )
-    for source, copy in copies.items():
-        shutil.copyfile(source, copy)
+    _copy(copies)
     return model_path
 
 
@@ -499,9 +515,10 @@ def save_hf_fx(
     out_dir.mkdir(parents=True, exist_ok=True)
     metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs)),
                 CHECK_KEY: f"torch.export: {verdict.summary}"}
-    torch.export.save(program, str(model_path), extra_files={FX_METADATA: json.dumps(metadata)})
-    for source, copy in copies.items():
-        shutil.copyfile(source, copy)
+    from ..files import replacing
+    with replacing(model_path, FX_FILE) as staged:
+        torch.export.save(program, str(staged), extra_files={FX_METADATA: json.dumps(metadata)})
+    _copy(copies)
     return model_path
 
 

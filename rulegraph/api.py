@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import torch
 
-from .errors import InputError
+from .errors import InputError, RulegraphError
 from .explanation import Explanation
+from .ir import Graph
 from .loaders import load
 from .methods import Method, Vocab, explain_with, get
 from .methods.sequences import batch
@@ -92,14 +93,20 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     elif inputs is None:
         raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
     names = model_labels(graph)
-    target = _indices(target, "target", names, encoder)
-    contrast = _indices(contrast, "contrast", names, encoder)
     if isinstance(objective, str):
         objective = parse_objective(objective)
+    worded = {what: item for what, given in (("target", target), ("contrast", contrast)) for item in _flat(given)
+              if isinstance(item, str) and item not in (names or ())}
+    if isinstance(objective, Objective):
+        worded.update(("objective token", t) for t in objective.tokens if isinstance(t, str))
+    target = _indices(target, "target", names, encoder)
+    contrast = _indices(contrast, "contrast", names, encoder)
     if isinstance(objective, Objective) and any(isinstance(t, str) for t in objective.tokens):
         if encoder is None:
             encoder = _encoder(model, graph, tokenizer, required=True)
         objective = objective.resolve(lambda token: encoder.token_id(token, "objective token"))
+    if worded:
+        _refuse_text_for_indices(graph, output, worded, names)
     if encoded and "word_ids" in declared:
         options = {"word_ids": [e.word_ids for e in encoded], "tokens": [e.tokens for e in encoded], **options}
     e = explain_with(graph, method, inputs, target, output=output, position=position, device=device, dtype=dtype,
@@ -188,6 +195,31 @@ def _indices(given: Any, what: str, names: list[str] | None, encoder: TextEncode
             raise InputError(f"{what} must be a class index, a class name or a token's text (or a list of them), "
                              f"got {_kind(item)}")
     return out if isinstance(given, (list, tuple)) else out[0]
+
+
+def _refuse_text_for_indices(graph: Graph, output: str | None, worded: dict[str, str], names: list[str] | None) -> None:
+    """A token's text names a token id: refuse it where the explained output is not indexed by the
+    vocabulary (a classifier's classes, a span-QA output's positions), found by one forward on a small
+    dummy input (nothing is refused when that forward cannot run)."""
+    from .heads import dummy_inputs
+    from .interpreter import prepare
+    output = output or graph.outputs[0]
+    feeds = dummy_inputs(graph, length=7)
+    try:
+        plan = prepare(graph)
+        with torch.no_grad():
+            out = plan.run(feeds, keep=frozenset())[output]
+    except (RulegraphError, KeyError):
+        return
+    vocabulary = max((rows for rows, _ in plan.limits.ids.values()), default=None)    # the largest table
+    if out.dim() >= 2 and out.shape[-1] == vocabulary:
+        return
+    what, text = next(iter(worded.items()))
+    positions = out.dim() == 2 and any(f.dim() == 2 and f.shape[1] == out.shape[-1] for f in feeds.values())
+    valid = "a position index" if positions else f"a class index (0…{out.shape[-1] - 1})"
+    valid += f" or a label ({', '.join(names)})" if names else ""
+    raise InputError(f"{what} {text!r} is text, but output {output!r} is not indexed by the vocabulary (it scores "
+                     f"{'positions' if positions else f'{out.shape[-1]} classes'}); give {valid}")
 
 
 def _flat(value: Any) -> list:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 
 from .errors import InputError
+from .files import save_figure
 from .heads import AttentionBlock, find_heads
 from .interpreter import prepare
 
@@ -103,6 +105,12 @@ def calibrate(graph, encoder, texts: Iterable[str], *, parser=None, syntax: str 
     """Count, over ``texts``, where each head's highest attention weight goes (module doc).
     ``encoder``: a :class:`rulegraph.text.TextEncoder`; ``parser``: a spaCy pipeline or ``None``
     (positional heads only)."""
+    for name, value in (("xi_pos", xi_pos), ("xi_synt", xi_synt)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise InputError(f"{name} must be a number in 0…1 (a share of tokens), got {value!r}")
+    texts = list(texts)
+    if not texts:
+        raise InputError("no texts to calibrate on")
     start = time.perf_counter()
     blocks = find_heads(graph)
     if not blocks:
@@ -113,7 +121,6 @@ def calibrate(graph, encoder, texts: Iterable[str], *, parser=None, syntax: str 
     hits = {k: [torch.zeros(b.heads) for b in blocks] for k in RELATIONS}
     offsets_seen: dict[str, Counter] = {k: Counter() for k in RELATIONS}
     tokens = n_texts = 0
-    texts = list(texts)
     for first in range(0, len(texts), batch):
         chunk = texts[first:first + batch]
         encoded = [encoder.encode(t) for t in chunk]
@@ -216,5 +223,7 @@ def plot(cal: Calibration, path, title: str = "") -> None:
     ax.set_title(title or f"{cal.count('positional')} positional, {cal.count('syntactic')} syntactic heads "
                  f"({cal.texts} texts)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, Path(path), "the heads picture", dpi=120)
+    finally:
+        plt.close(fig)

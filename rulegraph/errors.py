@@ -24,6 +24,11 @@ class UnsupportedOpError(ModelError):
     """A node's op has no implementation."""
 
 
+class LimitError(ModelError):
+    """The model (or an input through it) asks for more than a limit allows: a tensor over the
+    one-tensor budget, an archive that expands too far (:mod:`rulegraph.limits`)."""
+
+
 class RuleFileError(RulegraphError):
     """A rule file is malformed; the message starts with ``file:line``."""
 

@@ -397,6 +397,11 @@ def _start(graph) -> list[int]:
         raise ModelError(f"the export's {DECODER_START} is not a token id: {raw[:40]!r}") from None
 
 
+#: the most positions generated for a model whose export states no length limit (no rulegraph.max_length,
+#: no position table: rotary positions)
+UNSTATED_LIMIT = 8192
+
+
 def _check_language_model(plan, layout: _Layout, context: list[int], n: int, given: list[int] | None,
                           prompt: list[int]) -> None:
     """Refuse, before any work, a model that is not a (causal) language model, a sequence longer than
@@ -416,8 +421,9 @@ def _check_language_model(plan, layout: _Layout, context: list[int], n: int, giv
         raise InputError("generation needs a causal model: its output at position 0 changed with the token at "
                          "position 1 (a bidirectional model, such as a masked LM?)")
     needed = len(context) + n - 1
-    limit = plan.limits.positions
-    if limit is not None and needed > limit[0]:
+    limit = plan.limits.positions or (UNSTATED_LIMIT, "rulegraph's limit for a model that states none: export it "
+                                                      "with `rulegraph export` to record its rulegraph.max_length")
+    if needed > limit[0]:
         raise InputError(f"the prompt has {len(context)} tokens and {n} generated tokens need {needed} positions; "
                          f"the model takes at most {limit[0]} ({limit[1]})")
     vocab = probe.shape[-1]

@@ -33,6 +33,7 @@ import torch
 from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
+from .limits import check_tensor
 from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
 
@@ -125,6 +126,7 @@ class Plan:
         self.graph = graph
         self.device = device
         self.dtype = dtype
+        self._itemsize = torch.empty((), dtype=dtype).element_size()
         self.stage = stages(graph)
         self.constants = {name: self._convert(t) for name, t in graph.constants.items()}
         steps = [self._bind(node) for node in graph.nodes]
@@ -182,6 +184,12 @@ class Plan:
                 args[i] = args[i].tolist()
                 if k != Stage.VALUE:
                     statics[key] = args[i]
+        if step.spec.size is not None:       # an op whose output can outgrow its inputs: checked before it runs
+            try:
+                count = step.spec.size(args, step.attrs)
+            except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
+                count = 0
+            check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         try:
             out = step.spec.forward(*args, **step.attrs)
         except Exception as exc:  # an op failing on these inputs: name the node
@@ -189,12 +197,11 @@ class Plan:
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
             raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-        if isinstance(out, (Tensor, TensorSequence)):
-            env[node.outputs[0]] = out
-        else:
-            for name, value in zip(node.outputs, out):
-                if name:
-                    env[name] = value
+        for name, value in ((node.outputs[0], out),) if isinstance(out, (Tensor, TensorSequence)) else zip(node.outputs, out):
+            if isinstance(value, Tensor):     # views too (Expand): their size is work for the ops after
+                check_tensor(value.numel(), value.element_size(), f"node {node.name!r} ({node.op})")
+            if name:
+                env[name] = value
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
             overrides: dict[str, Tensor] | None = None) -> Values:
@@ -298,7 +305,7 @@ class Plan:
         feeds = {}
         for name, info in expected.items():
             value = as_tensor(name, inputs[name])
-            if info.is_float != value.is_floating_point() and not (info.dtype == torch.bool and value.dtype == torch.bool):
+            if info.is_float != value.is_floating_point() or (value.dtype == torch.bool) != (info.dtype == torch.bool):
                 raise InputError(f"input {name} must be {str(info.dtype).removeprefix('torch.')}, "
                                  f"got {str(value.dtype).removeprefix('torch.')}")
             if info.shape is not None:

@@ -19,6 +19,7 @@ the entropy terms held constant (equal when the log-probability coefficients sum
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -31,6 +32,8 @@ from .errors import InputError
 QUANTITIES = ("logit", "logprob")
 MAX_TERMS = 64
 MAX_LENGTH = 2000
+#: the largest coefficient of a term, in magnitude
+MAX_COEFFICIENT = 1e6
 
 _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)\s*\*\s*)?
                        (?P<quantity>[A-Za-z_]\w*)\s*\[\s*
@@ -115,6 +118,10 @@ def parse(text: str) -> Objective:
             raise InputError(f"objective {text!r}: unknown term {m.group('quantity')!r} at column {m.start('quantity') + 1}; "
                              f"valid: {', '.join(QUANTITIES)}")
         coefficient = float(m.group("coef") or 1.0) * (-1.0 if m.group("sign") == "-" else 1.0)
+        if not abs(coefficient) <= MAX_COEFFICIENT:       # 1e999 is inf: refused here, not as a zero division later
+            raise InputError(f"objective {text!r}: coefficient {m.group('coef')} at column {m.start('coef') + 1} is "
+                             f"{'not a finite number' if math.isinf(coefficient) else 'too large'}; "
+                             f"coefficients are at most {MAX_COEFFICIENT:g} in magnitude")
         quoted = m.group("dq") if m.group("dq") is not None else m.group("sq")
         token = int(m.group("id")) if m.group("id") is not None else re.sub(r"\\(.)", r"\1", quoted)
         terms.append(Term(coefficient, m.group("quantity"), token))

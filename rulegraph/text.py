@@ -11,6 +11,9 @@ import torch
 from .errors import InputError
 from .ir import Graph
 
+#: the longest text (or question) rulegraph tokenizes, in characters: --text, text=, every data file format
+MAX_TEXT_CHARS = 100_000
+
 
 @dataclass
 class Encoded:
@@ -80,6 +83,10 @@ class TextEncoder:
             raise InputError("the text is empty")
         if question is not None and not question.strip():
             raise InputError("the question is empty")
+        for what, value in (("text", text), ("question", question or "")):
+            if len(value) > MAX_TEXT_CHARS:
+                raise InputError(f"the {what} has {len(value):,} characters; rulegraph reads at most "
+                                 f"{MAX_TEXT_CHARS:,}")
         pieces = (text,) if question is None else (question, text)
         enc = self.tokenizer.encode(*pieces)
         truncated = False

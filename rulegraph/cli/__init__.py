@@ -18,7 +18,7 @@ import warnings
 import click
 from rich.markup import escape
 
-from ..errors import RulegraphError
+from ..errors import InputError, RulegraphError
 from .console import err
 
 #: command → (module, function, one-line summary for ``rulegraph --help``), in the order listed
@@ -48,9 +48,37 @@ class Commands(click.Group):
         module, attribute, _ = COMMANDS[name]
         return getattr(importlib.import_module(f".{module}", __name__), attribute)
 
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            refuse_repeated(ctx, command, name, rest)
+        return name, command, rest
+
     def format_commands(self, ctx, formatter):
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
+
+
+def refuse_repeated(ctx: click.Context, command: click.Command, name: str, args: list[str]) -> None:
+    """Refuse an option that takes one value given more than once (``-q who -q what``: click would
+    keep the last without a word); options declared ``multiple`` and flags may repeat. Arguments
+    click cannot parse are left to click, which names them."""
+    sub = click.Context(command, parent=ctx, info_name=name)
+    try:
+        _, rest, order = command.make_parser(sub).parse_args(list(args))
+    except click.UsageError:
+        return
+    seen: dict[str, int] = {}
+    for param in order:
+        if isinstance(param, click.Option) and not param.multiple and not param.is_flag and not param.count:
+            seen[param.name] = seen.get(param.name, 0) + 1
+            if seen[param.name] == 2:
+                raise InputError(f"{'/'.join(param.opts)} takes one value and was given more than once; give it "
+                                     "once")
+    if isinstance(command, click.Group) and rest:      # a group's subcommand (heads calibrate)
+        found = command.get_command(sub, rest[0])
+        if found is not None:
+            refuse_repeated(sub, found, rest[0], rest[1:])
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -36,7 +36,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     generated token in turn: a rows × generated-tokens matrix (--png draws it)."""
     from ..ruleset import RuleSet
     from . import render
-    from .inputs import check_output, load_model, parse_inputs, requests_of, run_all, to_json, write
+    from .inputs import check_output, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
     from .options import pass_arguments
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
@@ -68,8 +68,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         options = pass_arguments(RuleSet.load(rules), opts)
     if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
         png_path = html_path.with_suffix(".png")      # the heatmap beside the page
+    reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
-        check_output(path, force, option)
+        check_output(path, force, option, reads)
     if image_path is not None:
         from ..image import load_image, preprocessing
         pixels = next((i.name for i in graph.inputs if i.is_float), None)
@@ -109,10 +110,10 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         for line in render.explanation_lines(e):
             out.print(line)
     if json_path is not None:
-        write(json_path, to_json(results), force, "JSON")
+        write(json_path, to_json(results), force, "JSON", reads)
     if html_path is not None:
         from ..render.page import explanations_page
-        write(html_path, explanations_page(results, str(model)), force, "HTML")
+        write(html_path, explanations_page(results, str(model)), force, "HTML", reads)
 
 
 @click.command("audit", cls=Grouped)
@@ -129,9 +130,10 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     """Per-layer and per-node conservation table. Exits 1 if conservation is flagged."""
     from ..ruleset import RuleSet
     from . import render
-    from .inputs import check_output, load_model, requests_of, run_all, write
+    from .inputs import check_output, load_model, read_files, requests_of, run_all, write
     from .options import pass_arguments
-    check_output(json_path, force, "--json")
+    reads = read_files(model, tokenizer, rules, raw_inputs)
+    check_output(json_path, force, "--json", reads)
     graph = load_model(model)
     ruleset = RuleSet.load(rules)
     results = run_all(graph, ruleset, requests_of(graph, texts, raw_inputs, question), opts,
@@ -155,7 +157,7 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
             out.print(render.experts_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
     if json_path is not None:
-        write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit")
+        write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit", reads)
     if flagged:
         err.print("[red]conservation flagged[/]: residual or a conserving node exceeds the tolerance")
         sys.exit(1)

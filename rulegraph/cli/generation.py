@@ -44,7 +44,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     from ..render.page import generation_page
     from ..ruleset import RuleSet
     from . import matrix
-    from .inputs import check_output, parse_inputs, write
+    from .inputs import check_output, parse_inputs, read_files, write
     for option, value in (("--target", opts.get("target")), ("--contrast", opts.get("contrast")),
                           ("--position", opts.get("position")), ("--objective", opts.get("objective"))):
         if value is not None:
@@ -61,8 +61,9 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     if continuation is not None and not continuation.strip():
         raise InputError("--continuation is empty")
     options = {**options, **pass_arguments(RuleSet.load(rules) if rules else None, opts)}
+    reads = read_files(model, tokenizer, rules, raw_inputs)
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
-        check_output(path, force, option)
+        check_output(path, force, option, reads)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
                         transient=True)
@@ -83,9 +84,9 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
         if table is not None:
             out.print(table)
     if json_path is not None:
-        write(json_path, json.dumps(g.to_dict(), indent=2), force, "JSON")
+        write(json_path, json.dumps(g.to_dict(), indent=2), force, "JSON", reads)
     if html_path is not None:
-        write(html_path, generation_page(g, str(model)), force, "HTML")
+        write(html_path, generation_page(g, str(model)), force, "HTML", reads)
     if png_path is not None:
         save(generation_figure(g), png_path)
         err.print(f"[dim]wrote heatmap to {png_path}[/]")

@@ -1,6 +1,7 @@
 """``rulegraph heads calibrate``: which attention heads are positional / syntactic (Mask-LRP's head mask)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from .console import err, out
+from .options import OUTPUT, PNG, Bounded
 
 
 @click.group("heads")
@@ -21,15 +23,18 @@ def heads_cmd():
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE.csv",
               help="CSV with a `text` column (other columns are ignored)")
-@click.option("--n", "n", type=int, default=500, show_default=True, help="use the first N texts of the file")
-@click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("masks.yaml"), show_default=True,
+@click.option("--n", "n", type=Bounded(int, 1), default=500, show_default=True,
+              help="use the first N texts of the file (≥ 1)")
+@click.option("--out", "out_path", type=OUTPUT, default=Path("masks.yaml"), show_default=True,
               help="the mask file to write (YAML; name it in mask-lrp's `masks:` param)")
-@click.option("--png", "png_path", type=click.Path(path_type=Path), default=None,
-              help="also draw blocks × heads: positional / syntactic / neither")
+@click.option("--png", "png_path", type=PNG, default=None,
+              help="also draw blocks × heads: positional / syntactic / neither (NAME: NAME.png)")
 @click.option("--tokenizer", type=click.Path(path_type=Path), metavar="PATH",
               help="tokenizer.json (default: the one next to the model)")
-@click.option("--xi-pos", type=float, default=0.8, show_default=True, help="ξ_pos of Eq. 8")
-@click.option("--xi-synt", type=float, default=0.1, show_default=True, help="ξ_synt of Eq. 7")
+@click.option("--xi-pos", type=Bounded(float, 0, 1), default=0.8, show_default=True,
+              help="ξ_pos of Eq. 8: the share of tokens a positional head attends at one offset (0…1)")
+@click.option("--xi-synt", type=Bounded(float, 0, 1), default=0.1, show_default=True,
+              help="ξ_synt of Eq. 7: the margin over max(λ_k) a syntactic head needs (0…1)")
 @click.option("--no-syntax", is_flag=True, help="positional heads only, even where spaCy is installed")
 @click.option("--force", is_flag=True, help="overwrite --out / --png")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
@@ -42,12 +47,16 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
     from ..scale.data import read_rows
     from ..heads import mask_text
     from ..text import TextEncoder
-    from .inputs import load_model
-    for path in (out_path, png_path):
-        if path is not None and path.exists() and not force:
-            raise InputError(f"{path} exists; give --force to overwrite it")
+    from ..files import write_file
+    from .inputs import check_output, load_model, read_files
     if not Path(data).is_file():
-        raise InputError(f"data file not found: {data}")
+        raise InputError(f"data file not found: {data}" if not Path(data).exists() else
+                         f"--data {data} is not a file; give a CSV, JSON lines or Parquet file")
+    reads = read_files(model, tokenizer, None, (), data)
+    check_output(out_path, force, "--out", reads)
+    check_output(png_path, force, "--png", reads)
+    if png_path is not None and str(out_path) != "-" and os.path.abspath(png_path) == os.path.abspath(out_path):
+        raise InputError(f"--out and --png are one file ({out_path}); give two names")
     graph = load_model(model)
     encoder = TextEncoder.for_model(graph, model, tokenizer)
     rows = [r for r in read_rows(Path(data), None, n) if not r.problem]
@@ -59,8 +68,11 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
         task = bar.add_task("texts", total=len(rows))
         cal = calibrate(graph, encoder, [r.text for r in rows], parser=parser, syntax=syntax, xi_pos=xi_pos,
                         xi_synt=xi_synt, progress=lambda k: bar.advance(task, k))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(mask_text(cal.types, **header(cal, str(model), str(data), xi_pos, xi_synt)), encoding="utf-8")
+    text = mask_text(cal.types, **header(cal, str(model), str(data), xi_pos, xi_synt))
+    if str(out_path) == "-":
+        click.echo(text)
+    else:
+        write_file(out_path, text, "the mask file")
     t = Table(title=f"{cal.texts} texts, {cal.tokens} tokens, {cal.seconds:.1f} s")
     t.add_column("block", justify="right")
     t.add_column("heads")
@@ -76,6 +88,5 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
     if parser is None:
         out.print(f"[yellow]positional heads only[/] ({escape(syntax)})")
     if png_path is not None:
-        png_path.parent.mkdir(parents=True, exist_ok=True)
         plot(cal, png_path)
     err.print(f"[dim]wrote {escape(str(out_path))}{', ' + escape(str(png_path)) if png_path else ''}[/]")

@@ -3,7 +3,6 @@ running the explanations with a progress bar, and writing outputs whole."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import torch
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
+from .. import files
 from ..api import explain
 from ..errors import InputError
 from ..explanation import Explanation
@@ -113,39 +113,36 @@ def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any],
     return results
 
 
-def check_output(path: Path | None, force: bool, option: str) -> None:
-    """Refuse, before any work, an output path that cannot be written: empty, a directory, not a
-    regular file, an existing file without ``--force``, or in a folder that is not writable."""
-    if path is None or str(path) == "-":
-        return
-    if not str(path).strip():
-        raise InputError(f"{option} is an empty path; give a file name, or '-' for standard output")
-    if path.is_dir():
-        raise InputError(f"{option} {path} is a directory; give a file name inside it")
-    if path.exists() and not path.is_file():
-        raise InputError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
-    if path.exists() and not force:
-        raise InputError(f"{option} {path} exists; pass --force to overwrite it")
-    folder = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or \
-            (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"{option} {path}: cannot write there (permission denied in {folder})")
+def _targets(opts: dict[str, Any]) -> dict[str, Any]:
+    """``contrast``, ``score`` and ``objective`` for the explain call, only when asked for."""
+    given = {"contrast": opts.get("contrast"), "score": opts.get("score") or "logit"}
+    given = {} if given == {"contrast": None, "score": "logit"} else given
+    return given if opts.get("objective") is None else {**given, "objective": opts["objective"]}
 
 
-def write(path: Path, content: str, force: bool, what: str) -> None:
-    """Write ``content`` whole or not at all (a temporary file beside it, then a rename)."""
+def read_files(model: Path, tokenizer=None, rules=None, raw_inputs: tuple[str, ...] = (), *more) -> list[str]:
+    """The files a command reads (the model, its tokenizer, a rule file, ``--input`` arrays, an
+    image…): an output is never written over one of them."""
+    files_ = [model, tokenizer or Path(model).parent / "tokenizer.json", rules, *more]
+    files_ += [item.partition("=")[2] for item in raw_inputs if item.endswith(".npy")]
+    return [str(f) for f in files_ if f]
+
+
+def check_output(path: Path | None, force: bool, option: str, inputs=()) -> None:
+    """Refuse, before any work, an output path that cannot or must not be written: empty, a
+    symbolic link, a directory, not a regular file, an existing file without ``--force``, one of
+    the ``inputs`` this run reads (even with ``--force``), in a folder that is not writable
+    (:func:`rulegraph.files.check_output`)."""
+    files.check_output(path, force, option, inputs)
+
+
+def write(path: Path, content: str, force: bool, what: str, inputs=()) -> None:
+    """Write ``content`` whole or not at all, never through a link (:func:`rulegraph.files.write_file`)."""
     if str(path) == "-":
         click.echo(content)
         return
-    check_output(path, force, what)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.rulegraph-partial")
-    try:
-        staged.write_text(content)
-        os.replace(staged, path)
-    except OSError as exc:
-        staged.unlink(missing_ok=True)
-        raise InputError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+    check_output(path, force, what, inputs)
+    files.write_file(path, content, what)
     err.print(f"[dim]wrote {what} to {escape(str(path))}[/]")
 
 

@@ -1,6 +1,7 @@
 """Options shared by the commands. Only light modules are imported here, so ``--help`` is fast."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -47,20 +48,28 @@ class Grouped(click.Command):
 
 
 class OutputPath(click.ParamType):
-    """A file to write (``-``: standard output); an empty value is refused, not read as ``.``."""
+    """A file to write (``-``: standard output); an empty value is refused, not read as ``.``.
+    With ``suffix`` (``.png``), a name without one gets it: the file checked (``--force``) is the
+    file written."""
 
     name = "path"
 
+    def __init__(self, suffix: str = ""):
+        self.suffix = suffix
+
     def convert(self, value, param, ctx):
-        if isinstance(value, Path):
-            return value
-        if not str(value).strip():
+        if not isinstance(value, Path) and not str(value).strip():
             raise InputError(f"{param.opts[0] if param else 'the output'} is an empty path; give a file name, "
                              "or '-' for standard output")
-        return Path(value)
+        path = Path(value)
+        if self.suffix and str(value) != "-" and not path.suffix:
+            path = path.with_name(path.name + self.suffix)
+        return path
 
 
 OUTPUT = OutputPath()
+#: a PNG file to write: ``NAME`` is ``NAME.png``
+PNG = OutputPath(".png")
 
 
 class TokenOrId(click.ParamType):
@@ -149,7 +158,7 @@ def image_options(f):
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
                      help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
-        click.option("--png", "png_path", type=OUTPUT, metavar="OUT",
+        click.option("--png", "png_path", type=PNG, metavar="OUT",
                      help="write a figure as a PNG: the tokens' scores, an image's heatmap (default with --image and "
                           "--html: beside the page), a generation's matrix"),
         click.option("--size", "image_size", type=click.IntRange(min=1), default=None,
@@ -237,6 +246,8 @@ class Bounded(click.ParamType):
                 value = self.type(value)
             except ValueError:
                 raise InputError(f"{flag} must be {kind} {self.range()}, got {value!r}") from None
+        if self.type is float and not math.isfinite(value):
+            raise InputError(f"{flag} must be a finite number {self.range()}, got {value}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise InputError(f"{flag} must be {kind} {self.range()} (got {value})")
         return value

@@ -13,6 +13,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..files import save_figure  # noqa: E402
+
+
 def _colours(methods):
     cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
     return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
@@ -44,8 +47,10 @@ def curves(summary, metrics, path: Path, reference: dict[str, bool] | None = Non
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
     fig.suptitle(title or f"perturbation curves, mean over {summary.n_examples} examples", fontsize=10)
     fig.tight_layout(rect=(0, 0.06 + 0.02 * ((len(labels) - 1) // 6), 1, 0.97))
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, path.name, dpi=90)
+    finally:
+        plt.close(fig)
 
 
 def conservation(summary, additive: dict[str, bool], path: Path, title: str = "") -> None:
@@ -56,7 +61,7 @@ def conservation(summary, additive: dict[str, bool], path: Path, title: str = ""
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
     lo, hi = 0.0, 0.0
     for method in methods:
-        rows = [r for r in summary.rows if r["method"] == method]
+        rows = [r for r in summary.rows if r["method"] == method and "error" not in r]   # failed rows have no logit
         x = [r["logit"] for r in rows]
         y = [r["relevance_sum"] for r in rows]
         ax.scatter(x, y, s=7, alpha=0.55, color=colours[method], label=method, edgecolors="none")
@@ -68,5 +73,7 @@ def conservation(summary, additive: dict[str, bool], path: Path, title: str = ""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, markerscale=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, path.name, dpi=90)
+    finally:
+        plt.close(fig)

@@ -35,10 +35,11 @@ import torch
 from .. import methods as registry
 from ..errors import InputError, RulegraphError, choices
 from ..loaders import load
+from ..methods.sequences import fixed_batch
 from ..passes.base import labels as model_labels
 from ..scale import Engine, engine as make_engine
 from ..scale.data import Example, Row, encode, read_rows
-from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options
+from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, read_files
 from ..scale.journal import write_parquet
 from ..scale.listener import Listener
 from ..text import TextEncoder
@@ -160,8 +161,22 @@ class Evaluation:
                                f"and are skipped (protocol {cfg.protocol})")
         if not examples:
             raise InputError(f"every text has fewer than {pr.min_length} tokens (--min-length); nothing to evaluate")
+        for metric in self.metrics():
+            if metric.needs == "answer" and not any(e.answer is not None for e in examples):
+                raise InputError(f"metric {metric.name!r} scores span-QA answers: no record of {cfg.data} has an "
+                                 "`answer` found in its text; drop it from --metrics, or give answers")
         description = {"protocol": {"name": cfg.protocol, **pr.fields(), "aopc_grid": list(self.grid)}}
-        self.job.open(cfg.identity(), description, self.force)
+        methods = [m for m in cfg.methods if Path(m).suffix in (".yaml", ".yml")]
+        self.job.open(cfg.identity(), description, self.force, read_files(cfg.model, cfg.data, cfg.tokenizer, *methods))
+        try:
+            return self._run(graph, encoder, vocab, rows, examples, truncated, skipped, compute)
+        finally:
+            self.job.close()
+
+    def _run(self, graph, encoder: TextEncoder, vocab, rows: list[Row], examples: list[Example], truncated: int,
+             skipped: int, compute: bool) -> Summary:
+        """The open job's work: the results the journal lacks, then the aggregate and its files."""
+        cfg, pr = self.config, self.protocol
         bad = [r for r in rows if r.problem]
         self.job.record(failed_row(r, name, r.problem) for r in bad for name in self.methods
                         if (r.index, name) not in self.job.done)
@@ -170,7 +185,8 @@ class Evaluation:
                                "error")
         if truncated:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
-        tasks = self.job.tasks(examples, cfg.batch, cfg.batch_tokens, is_causal(graph, examples[0], cfg.device))
+        tasks = self.job.tasks(examples, min(cfg.batch, fixed_batch(graph) or cfg.batch), cfg.batch_tokens,
+                               is_causal(graph, examples[0], cfg.device))
         self.job.run(functools.partial(EvalWorker, cfg), tasks if compute else [], failed_row,
                      total=len(examples) * len(self.methods), progress=self.listener if self.show_progress else None)
         results = self.job.rows({e.row.index for e in examples} | {r.index for r in bad})
@@ -187,6 +203,13 @@ class Evaluation:
         results = [r for r in results if r["example"] in complete]
         metrics = self.metrics(vocab)
         summary = aggregate(results, list(self.methods), metrics, cfg.seed, len(complete))
+        unscored = [m.name for m in metrics if not any(m.name in per for per in summary.table.values())]
+        if results and len(unscored) == len(metrics):
+            raise InputError(f"no metric scored any text ({', '.join(unscored)}): nothing to report; see "
+                             "`rulegraph evaluate --help` for what each metric needs")
+        if unscored:
+            self.listener.note(f"{', '.join(unscored)} scored no text (e.g. word-deletion counts only texts the model "
+                               "gets right); left out of the table", "error")
         summary.failed = failures(results, list(self.methods))
         summary.scores = {n: m.units(self.options[n]) for n, m in self.methods.items()}
         summary.skipped = skipped

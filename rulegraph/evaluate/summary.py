@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..files import write_file
 from . import metrics as M
 
 BOOTSTRAP = 2000
@@ -147,7 +148,7 @@ def write(out: Path, summary: Summary, metrics: list[M.Metric], context: dict[st
     for method, per in summary.table.items():
         for metric, s in per.items():
             lines.append(f"{method},{metric},{s['mean']:.6g},{s['low']:.6g},{s['high']:.6g},{s['n']}")
-    (out / "table.csv").write_text("\n".join(lines) + "\n")
+    write_file(out / "table.csv", "\n".join(lines) + "\n", "table.csv")
     doc = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -162,6 +163,6 @@ def write(out: Path, summary: Summary, metrics: list[M.Metric], context: dict[st
         "scores": summary.scores,
         "failed": summary.failed,
     }
-    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_file(out / "summary.json", json.dumps(doc, indent=2) + "\n", "summary.json")
     plots.curves(summary, metrics, out / "curves.png", {n: m.reference for n, m in methods.items()})
     plots.conservation(summary, {n: m.additive for n, m in methods.items()}, out / "conservation.png")

@@ -28,7 +28,8 @@ def load(model: Any) -> Graph:
     """
     if isinstance(model, Graph):
         return model
-    return _with_outputs(_load(model))
+    from .metadata import check
+    return check(_with_outputs(_load(model)))
 
 
 def _with_outputs(graph: Graph) -> Graph:
@@ -80,23 +81,32 @@ def _load_hf_module(module) -> Graph:
 
 
 def _load_pt2(path: Path) -> Graph:
-    """A program saved with ``torch.export.save``, lowered by :func:`~rulegraph.loaders.fx.load_fx`."""
+    """A program saved with ``torch.export.save``, lowered by :func:`~rulegraph.loaders.fx.load_fx`:
+    checked first by :func:`.pt2.check_archive` and loaded tensors-only (:func:`.pt2.tensors_only`),
+    so that nothing in the file is unpickled beyond tensors, and nothing expands past the limits."""
     import torch
 
     from .fx import load_fx
+    from .pt2 import check_archive, tensors_only
     if not path.is_file():
-        raise ModelError(f"model file not found: {path}")
-    quiet = logging.getLogger("torch.export")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)           # torch logs a traceback before it raises
+        raise ModelError(f"model file not found: {path}" if not path.exists() else f"{path} is not a file")
+    check_archive(path)
+    loggers = [logging.getLogger(name) for name in ("torch.export", "torch._export", "torch.export.pt2_archive")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)           # torch logs a traceback before it raises
     extra = {FX_METADATA: ""}
     try:
-        program = torch.export.load(str(path), extra_files=extra)
+        with tensors_only(path):
+            program = torch.export.load(str(path), extra_files=extra)
+    except ModelError:
+        raise
     except Exception as exc:  # zip, pickle and schema errors
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelError(f"{path} is not a readable torch.export program ({type(exc).__name__}: {first})") from None
     finally:
-        quiet.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
     graph = load_fx(program)
     graph.source = f"fx:{path}"
     return _with_metadata(graph, extra[FX_METADATA], path) if extra[FX_METADATA] else graph

@@ -21,6 +21,9 @@ from ..errors import ModelError
 from ..ir import Graph, Node, ValueInfo
 from .external import ExternalData
 
+#: the opsets of the default ONNX domain rulegraph's ops are written and tested for (tests/ops: 2…23)
+OPSETS = range(1, 24)
+
 # TensorProto data type → torch dtype
 DTYPES: dict[int, torch.dtype] = {
     onnx.TensorProto.FLOAT: torch.float32,
@@ -90,6 +93,10 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
         external = ExternalData(path)
         model = read_model(path, external)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset and opset not in OPSETS:
+        raise ModelError(f"{source.partition(':')[2] or 'the model'}: opset {opset} of the default ONNX domain is not "
+                         f"one rulegraph knows ({OPSETS[0]}…{OPSETS[-1]}): its ops may mean something else there; "
+                         "export with an opset in that range (e.g. rulegraph export --opset 18)")
     g = model.graph
     for n in g.node:
         for a in n.attribute:
@@ -98,7 +105,7 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
 
     constants = {init.name: _tensor(init, external) for init in g.initializer}
     for sparse in g.sparse_initializer:
-        constants[sparse.values.name] = torch.from_numpy(np.array(numpy_helper.to_array(sparse))).clone()
+        constants[sparse.values.name] = _dense(sparse, f"sparse initializer {sparse.values.name!r}")
     inputs = [_value_info(v) for v in g.input if v.name not in constants]
 
     nodes: list[Node] = []
@@ -174,12 +181,20 @@ def _constant_value(n: onnx.NodeProto) -> torch.Tensor:
     if a.name == "value":
         return value
     if a.name == "sparse_value":
-        return torch.from_numpy(np.array(numpy_helper.to_array(a.sparse_tensor)))
+        return _dense(a.sparse_tensor, f"Constant node {n.name!r}")
     if a.name in ("value_float", "value_floats"):
         return torch.tensor(value, dtype=torch.float32)
     if a.name in ("value_int", "value_ints"):
         return torch.tensor(value, dtype=torch.int64)
     raise ModelError(f"Constant node {n.name!r} holds a {a.name}, which rulegraph does not support")
+
+
+def _dense(sparse: onnx.SparseTensorProto, what: str) -> torch.Tensor:
+    """A sparse tensor made dense, refused before it is when the dense form is over the budget."""
+    from ..limits import check_tensor
+    itemsize = torch.empty((), dtype=DTYPES.get(sparse.values.data_type, torch.float64)).element_size()
+    check_tensor(int(np.prod([max(int(d), 0) for d in sparse.dims], dtype=object)), itemsize, what)
+    return torch.from_numpy(np.array(numpy_helper.to_array(sparse))).clone()
 
 
 def _normalise(op: str, attrs: dict, opset: int, n_outputs: int) -> dict:

@@ -95,6 +95,13 @@ def _onnxruntime_session(graph: Graph):
     return sessions[threads]
 
 
+def fixed_batch(graph: Graph) -> int | None:
+    """The batch size an export fixed (a number, not a name, at dim 0 of its inputs), else None: a
+    method that batches rows of its own (IG's steps, perturbed sequences) runs exactly that many."""
+    sizes = {i.shape[0] for i in graph.inputs if i.shape and isinstance(i.shape[0], int) and i.shape[0] > 0}
+    return min(sizes) if sizes else None
+
+
 class TokenModel:
     """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``runtime``, see
     :data:`RUNTIMES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
@@ -123,7 +130,8 @@ class TokenModel:
             raise InputError(f"cannot feed the model's input(s) {', '.join(other)} from token sequences")
         self.pad_id = 0 if pad_id is None else pad_id
         self.batch_tokens = batch_tokens
-        self.max_rows = max_rows
+        self.fixed = fixed_batch(graph)             # a batch the export fixed: batches are padded to it
+        self.max_rows = max_rows if self.fixed is None else self.fixed
         self.forwards = 0           # sequences run so far
         self.seconds = 0.0
 
@@ -170,7 +178,9 @@ class TokenModel:
         rows: list[Tensor | None] = [None] * len(seqs)
         with torch.no_grad():
             for batch in self.batches([len(s) for s in seqs]):
-                out = self._forward(self.feeds([seqs[i] for i in batch]))
+                rows_run = [seqs[i] for i in batch]
+                rows_run += rows_run[-1:] * ((self.fixed or 0) - len(rows_run))      # copies, dropped below
+                out = self._forward(self.feeds(rows_run))
                 if out.dim() not in (2, 3):
                     raise InputError(f"output {self.output!r} has shape {tuple(out.shape)}; token perturbation "
                                      "needs a [batch, classes] or a causal LM's [batch, positions, vocabulary] output")
@@ -184,7 +194,7 @@ class TokenModel:
     def next_token(self, seq: Tokens) -> bool:
         """Whether the output has a positions axis (a causal LM: explained at the last token)."""
         with torch.no_grad():
-            return self._forward(self.feeds([seq])).dim() == 3
+            return self._forward(self.feeds([seq] * (self.fixed or 1))).dim() == 3
 
     def _forward(self, feeds: dict[str, Tensor]) -> Tensor:
         """The chosen output for one padded batch, from onnxruntime or the plan."""

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .spec import always, at_most_one, only, op, unbroadcast
+from .spec import always, at_most_one, broadcast_size, only, op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -24,7 +24,7 @@ def _add_vjp(grads, inputs, outputs, wants, **_):
     return [unbroadcast(g, x.shape) if w else None for x, w in zip(inputs, wants)]
 
 
-@op("Add", affine=always, additive="all", arithmetic=True, vjp=_add_vjp)
+@op("Add", affine=always, additive="all", arithmetic=True, vjp=_add_vjp, size=broadcast_size)
 def add(a, b):
     return a + b
 
@@ -35,7 +35,7 @@ def _sub_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g, inputs[1].shape) if wants[1] else None]
 
 
-@op("Sub", affine=always, additive="all", arithmetic=True, vjp=_sub_vjp)
+@op("Sub", affine=always, additive="all", arithmetic=True, vjp=_sub_vjp, size=broadcast_size)
 def sub(a, b):
     return a - b
 
@@ -47,7 +47,7 @@ def _mul_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(g * a, b.shape) if wants[1] else None]
 
 
-@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp)
+@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size)
 def mul(a, b):
     return a * b
 
@@ -59,7 +59,7 @@ def _div_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g * outputs[0] / b, b.shape) if wants[1] else None]
 
 
-@op("Div", affine=only(0), arithmetic=True, vjp=_div_vjp)
+@op("Div", affine=only(0), arithmetic=True, vjp=_div_vjp, size=broadcast_size)
 def div(a, b):
     if not a.is_floating_point() and not b.is_floating_point():
         return torch.div(a, b, rounding_mode="trunc")
@@ -77,7 +77,7 @@ def _pow_vjp(grads, inputs, outputs, wants, **_):
     return [gx, gy]
 
 
-@op("Pow", pointwise=True, vjp=_pow_vjp)
+@op("Pow", pointwise=True, vjp=_pow_vjp, size=broadcast_size)
 def pow_(x, y):
     out = torch.pow(x, y)
     return out.to(x.dtype) if out.dtype != x.dtype else out
@@ -92,24 +92,24 @@ def _variadic(fn):
     return apply
 
 
-@op("Sum", affine=always, additive="all", pointwise=True,
+@op("Sum", affine=always, additive="all", pointwise=True, size=broadcast_size,
     vjp=lambda grads, inputs, outputs, wants, **_: [unbroadcast(grads[0], x.shape) if w else None
                                                for x, w in zip(inputs, wants)])
 def sum_(*xs):
     return _variadic(torch.add)(*xs)
 
 
-@op("Mean", affine=always, additive="all", pointwise=True)
+@op("Mean", affine=always, additive="all", pointwise=True, size=broadcast_size)
 def mean_(*xs):
     return _variadic(torch.add)(*xs) / len(xs)
 
 
-@op("Max", pointwise=True)
+@op("Max", pointwise=True, size=broadcast_size)
 def max_(*xs):
     return _variadic(torch.maximum)(*xs)
 
 
-@op("Min", pointwise=True)
+@op("Min", pointwise=True, size=broadcast_size)
 def min_(*xs):
     return _variadic(torch.minimum)(*xs)
 
@@ -143,7 +143,7 @@ for _name, _fn, _vjp in (
     _unary(_name, _fn, _vjp)
 
 
-@op("Mod", pointwise=True)
+@op("Mod", pointwise=True, size=broadcast_size)
 def mod(a, b, *, fmod=0):
     return torch.fmod(a, b) if fmod else torch.remainder(a, b)
 
@@ -216,7 +216,7 @@ def clip(x, lo=None, hi=None, *, min=None, max=None):
 # -- comparisons and logic (never relevance-carrying) ---------------------------------
 
 def _compare(name, fn):
-    op(name, float_output=False, boolean=name not in ("BitwiseAnd", "BitwiseOr"))(lambda a, b: fn(a, b))
+    op(name, float_output=False, boolean=name not in ("BitwiseAnd", "BitwiseOr"), size=broadcast_size)(lambda a, b: fn(a, b))
 
 
 for _name, _fn in {
@@ -257,7 +257,7 @@ def _where_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(torch.where(cond, zero, g), b.shape) if wants[2] else None]
 
 
-@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, pointwise=True, vjp=_where_vjp)
+@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, pointwise=True, vjp=_where_vjp, size=broadcast_size)
 def where(cond, a, b):
     return torch.where(cond, a, b)
 

@@ -1,6 +1,8 @@
 """Matrix products."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .spec import at_most_one, op, unbroadcast
@@ -24,7 +26,16 @@ def _matmul_vjp(grads, inputs, outputs, wants, **_):
     return [ga, gb]
 
 
-@op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp)
+def _matmul_size(args, attrs) -> int:
+    """Elements of ``a @ b``: the broadcast batch dims, then rows of ``a`` × columns of ``b`` (1-D operands
+    contribute no dim)."""
+    a, b = args[0].shape, args[1].shape
+    rows = a[-2:-1] if len(a) > 1 else ()
+    cols = b[-1:] if len(b) > 1 else ()
+    return math.prod((*torch.broadcast_shapes(a[:-2], b[:-2]), *rows, *cols))
+
+
+@op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size)
 def matmul(a, b):
     return torch.matmul(a, b)
 

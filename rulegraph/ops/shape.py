@@ -38,7 +38,7 @@ def size(x):
     return torch.tensor(x.numel(), dtype=INT64, device=x.device)
 
 
-@op("ConstantOfShape", static=(0,))
+@op("ConstantOfShape", static=(0,), size=lambda args, attrs: math.prod(args[0]))
 def constant_of_shape(shape, *, value=None):
     if value is None:
         return torch.zeros(shape, dtype=torch.float32)
@@ -54,7 +54,12 @@ def eye_like(x, *, dtype=None, k=0):
     return (cols - rows == k).to(dtype or x.dtype)
 
 
-@op("Range")
+def _range_size(args, attrs) -> int:
+    s, l, d = (float(a.reshape(-1)[0]) for a in args)
+    return max(math.ceil((l - s) / d), 0) if d and math.isfinite((l - s) / d) else 0
+
+
+@op("Range", size=_range_size)
 def range_(start, limit, delta):
     """``start + i·delta`` for ``i < max(ceil((limit − start) / delta), 0)``: empty, not an error,
     when the bounds and the step disagree."""
@@ -237,7 +242,8 @@ def _gather_vjp(grads, inputs, outputs, wants, *, axis=0):
     return [torch.zeros_like(data).index_add_(axis, idx, g), None]
 
 
-@op("Gather", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_vjp)
+@op("Gather", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_vjp,
+    size=lambda args, attrs: args[0].numel() // max(args[0].shape[attrs.get("axis", 0)], 1) * args[1].numel())
 def gather(data, indices, *, axis=0):
     axis %= data.dim()
     idx = _positive(indices.long(), data.shape[axis])
@@ -279,12 +285,14 @@ def _expand_vjp(grads, inputs, outputs, wants, **_):
     return [unbroadcast(grads[0], inputs[0].shape) if wants[0] else None, None]
 
 
-@op("Expand", static=(1,), affine=always, additive=(0,), routing=True, vjp=_expand_vjp)
+@op("Expand", static=(1,), affine=always, additive=(0,), routing=True, vjp=_expand_vjp,
+    size=lambda args, attrs: math.prod(torch.broadcast_shapes(args[0].shape, tuple(args[1]))))
 def expand(x, shape):
     return x.expand(torch.broadcast_shapes(x.shape, tuple(shape)))
 
 
-@op("Tile", static=(1,), affine=always, additive=(0,), routing=True)
+@op("Tile", static=(1,), affine=always, additive=(0,), routing=True,
+    size=lambda args, attrs: args[0].numel() * math.prod(args[1]))
 def tile(x, repeats):
     return x.repeat(*repeats)
 
@@ -346,7 +354,14 @@ def _pad_vjp(grads, inputs, outputs, wants, *, mode="constant", pads=None, value
     return out
 
 
-@op("Pad", static=(1, 3), affine=always, additive=(0, 2), routing=True, vjp=_pad_vjp)
+def _pad_size(args, attrs) -> int:
+    x = args[0]
+    pads = args[1] if len(args) > 1 and args[1] is not None else attrs["pads"]      # an attribute before opset 11
+    amounts = _pad_amounts(x.dim(), pads, args[3] if len(args) > 3 else None)
+    return math.prod(max(0, n + before + after) for n, (before, after) in zip(x.shape, amounts))
+
+
+@op("Pad", static=(1, 3), affine=always, additive=(0, 2), routing=True, vjp=_pad_vjp, size=_pad_size)
 def pad(x, pads=None, constant_value=None, axes=None, *, mode="constant", value=0.0):
     """ONNX Pad. Before opset 11 ``pads`` and ``value`` are attributes. Negative pads crop;
     ``reflect``/``edge``/``wrap`` pad what is left after cropping."""
@@ -399,7 +414,8 @@ def nonzero(x):
     return torch.nonzero(x).T.contiguous()
 
 
-@op("OneHot", static=(1,))
+@op("OneHot", static=(1,), size=lambda args, attrs: args[0].numel() * int(
+    args[1] if not isinstance(args[1], list) else args[1][0]))
 def one_hot(indices, depth, values, *, axis=-1):
     """Indices outside [−depth, depth−1] give rows of ``off`` values, as ONNX specifies."""
     depth = int(depth if not isinstance(depth, list) else depth[0])

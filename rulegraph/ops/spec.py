@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -78,6 +79,10 @@ class OpSpec:
     held: bool = False
     #: ``bias(b, output, attrs)``: the additive constant input as the op adds it to its output (broadcastable)
     bias: Callable[..., Any] | None = None
+    #: ``size(args, attrs)``: the number of elements of the output, from the arguments, before the op runs —
+    #: declared by ops whose output can outgrow their inputs (a shape to fill, a range, broadcasting), so that
+    #: the interpreter refuses a tensor over the budget (:mod:`rulegraph.limits`) before allocating it
+    size: Callable[[list, dict], int] | None = None
     domain: str = ""
     doc: str = field(default="", compare=False)
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -164,6 +169,17 @@ def unsupported(nodes) -> dict[tuple[str, str], list[str]]:
 
 def _canonical_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
+
+
+# -- output sizes (OpSpec.size) ------------------------------------------------------
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Tensor) else ()
+
+
+def broadcast_size(args: list, attrs: dict) -> int:
+    """Elements of the numpy-broadcast of the tensor arguments (elementwise ops of several inputs)."""
+    return math.prod(torch.broadcast_shapes(*(_shape(a) for a in args if isinstance(a, Tensor))))
 
 
 # -- shared helpers for VJPs -------------------------------------------------------

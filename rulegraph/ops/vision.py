@@ -211,7 +211,20 @@ def _full_axes(values, axes, rank, fill):
     return out
 
 
-@op("Resize", static=(1, 2, 3), affine=always, additive=(0,))
+def _resize_size(args, attrs) -> int:
+    """An upper bound on Resize's output: ``sizes``, or each axis times its scale (rounded up)."""
+    x, axes = args[0], attrs.get("axes")
+    sizes = args[3] if len(args) > 3 else None
+    scales = args[2] if len(args) > 2 else None
+    if sizes is not None and len(sizes):
+        return math.prod(int(s) for s in _full_axes(list(sizes), axes, x.dim(), x.shape))
+    if scales is not None and len(scales):
+        factors = _full_axes(list(scales), axes, x.dim(), [1.0] * x.dim())
+        return math.prod(math.ceil(i * float(f)) for i, f in zip(x.shape, factors))
+    return x.numel()
+
+
+@op("Resize", static=(1, 2, 3), affine=always, additive=(0,), size=_resize_size)
 def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_transformation_mode="half_pixel",
            nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0,
            antialias=0, axes=None, keep_aspect_ratio_policy="stretch"):

@@ -17,6 +17,7 @@ a list of lists  explicit groups of positions, from Python.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -46,8 +47,16 @@ class Partition:
 def assign(spec: str | Sequence[Sequence[int]], length: int, word_ids: Sequence[int | None] | None = None,
            tokens: Sequence[str] | None = None) -> Partition:
     """The partition of ``length`` positions that ``spec`` describes (see the module docstring)."""
-    if not isinstance(spec, str):
-        return _explicit([list(g) for g in spec], length)
+    if not isinstance(spec, str):     # groups cannot overlap: read at most `length` of each, then check
+        try:
+            groups = [list(itertools.islice(g, length + 1)) for g in itertools.islice(spec, length + 1)]
+        except TypeError:
+            raise InputError(f"groups must be token, word, source:K, ranges like 0-3,4-9, or lists of positions; "
+                             f"got {spec!r:.80}") from None
+        if len(groups) > length or any(len(g) > length for g in groups):
+            raise InputError(f"groups: give at most {length} groups of at most {length} positions each (lists of "
+                             f"positions 0…{length - 1})")
+        return _explicit(groups, length)
     spec = spec.strip()
     if spec == "token":
         labels = list(tokens) if tokens is not None and len(tokens) == length else [str(i) for i in range(length)]
@@ -88,6 +97,9 @@ def assign(spec: str | Sequence[Sequence[int]], length: int, word_ids: Sequence[
                                  "or position ranges like 0-3,4-9") from None
             if a > b:
                 raise InputError(f"--groups {spec!r}: range {a}-{b} is empty")
+            if a < 0 or b >= length:        # checked before the range is built (0-300000000 is no list to make)
+                raise InputError(f"--groups {spec!r}: position {a if a < 0 else b} is outside the input's {length} "
+                                 f"positions (0…{length - 1})")
             positions.extend(range(a, b + 1))
         groups.append(positions)
     return _explicit(groups, length)

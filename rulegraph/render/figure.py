@@ -32,13 +32,14 @@ def save_png(fig) -> bytes:
 
 
 def save(fig, path: str | Path) -> Path:
-    """``fig`` as a PNG at ``path`` (its folder made), then closed."""
-    plt = _pyplot()
+    """``fig`` as a PNG at ``path`` (its folder made; written whole, never through a link), then closed."""
+    from ..files import save_figure
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, "the picture", dpi=100, bbox_inches="tight")
+    finally:
+        _pyplot().close(fig)
 
 
 def explanation_figure(e, item: int = 0, ax=None):

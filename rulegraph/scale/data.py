@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import InputError, read_text
-from ..text import Encoded, TextEncoder
+from ..text import MAX_TEXT_CHARS, Encoded, TextEncoder
 
 COLUMNS = "the data file needs `text` (or `context`) and optionally `label`, `question` and `answer`"
 #: the fields read as the text, in order of preference
 TEXT_FIELDS = ("text", "context")
+#: class indices are below this
+MAX_CLASSES = 2**31
 
 
 @dataclass
@@ -49,17 +51,40 @@ class Example:
 
 
 def _csv(path: Path) -> Iterator[tuple[int, dict | str]]:
+    """The records of a CSV file, one per line: a quoted field that runs over a line end (an
+    unterminated quote merges the records after it), a record with more or fewer fields than the
+    header, a column named twice, text after a closing quote are errors naming the file and line."""
     content = read_text(path, "data file", InputError, encoding="utf-8-sig", limit=None)
     if not content.strip():
         raise InputError(f"{path} is empty; {COLUMNS}, under a header row")
-    reader = csv.DictReader(io.StringIO(content, newline=""))
+    if csv.field_size_limit() < len(content):
+        csv.field_size_limit(min(len(content) + 1, 2**31 - 1))   # long texts are refused per record, below
+    reader = csv.reader(io.StringIO(content, newline=""), strict=True)
+    end = 0
     try:
-        fields = reader.fieldnames or []
+        fields = next(reader, [])
+        twice = next((f for i, f in enumerate(fields) if f in fields[:i]), None)
+        if twice is not None:
+            raise InputError(f"{path}:1: column {twice!r} appears twice in the header; name each column once")
         if not any(f in fields for f in TEXT_FIELDS):
             raise InputError(f"{path}: no `text` column (columns: {', '.join(fields) or 'none'}); {COLUMNS}")
-        for record in reader:
-            yield reader.line_num, record
+        end = reader.line_num
+        for values in reader:
+            start, end = end + 1, reader.line_num
+            if not values:
+                continue
+            if end > start and any("\n" in v or "\r" in v for v in values):
+                raise InputError(f"{path}:{start}: a quoted field runs over lines {start}…{end} (an unterminated "
+                                 "quote?); a CSV data file holds one record per line (a text with line breaks: "
+                                 "use JSON lines)")
+            if len(values) != len(fields):
+                raise InputError(f"{path}:{end}: the record has {len(values)} fields, the header {len(fields)} "
+                                 f"({', '.join(fields)}); quote a text that holds a comma")
+            yield end, dict(zip(fields, values))
     except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise InputError(f"{path}:{end + 1}: a quoted field opened in the record starting on line {end + 1} is "
+                             "never closed (an unterminated quote)") from None
         raise InputError(f"{path}:{reader.line_num}: not a valid CSV file ({exc})") from None
 
 
@@ -117,37 +142,51 @@ def read_rows(path: Path, labels: list[str] | None = None, n: int | None = None,
             rows.append(Row(i, "", problem=f"{where}: {record}"))
             continue
         field = next((f for f in TEXT_FIELDS if record.get(f) is not None), "text")
-        text, question = record.get(field), record.get("question")
-        bad = next(((name, v) for name, v in ((field, text), ("question", question))
-                    if v is not None and not isinstance(v, str)), None)
+        text, question, answer = record.get(field), record.get("question"), record.get("answer")
+        strings = ((field, text), ("question", question), ("answer", answer))
+        bad = next(((name, v) for name, v in strings if v is not None and not isinstance(v, str)), None)
         if bad:
             rows.append(Row(i, "", problem=f"{where}: `{bad[0]}` is a {type(bad[1]).__name__}, not a string"))
+            continue
+        long = next(((name, v) for name, v in strings if v is not None and len(v) > MAX_TEXT_CHARS), None)
+        if long:
+            rows.append(Row(i, "", problem=f"{where}: `{long[0]}` has {len(long[1]):,} characters; a data file's "
+                                           f"texts may have at most {MAX_TEXT_CHARS:,}"))
             continue
         text = (text or "").strip()
         if not text:
             continue
-        label = record.get("label")
-        label = _label(path, i, line, None if label is None else str(label), labels, classes)
-        answer = record.get("answer")
-        rows.append(Row(i, text, label, str(answer) if answer else None, question.strip() or None if question else None))
+        label = _label(path, i, line, record.get("label"), labels, classes)
+        rows.append(Row(i, text, label, answer or None, question.strip() or None if question else None))
     if not rows:
         raise InputError(f"{path}: no rows with a text")
     return rows
 
 
-def _label(path: Path, i: int, line: int, value: str | None, labels: list[str] | None,
-           classes: int | None) -> int | None:
-    if value is None or value.strip() == "":
-        return None
-    value = value.strip()
+def _label(path: Path, i: int, line: int, value, labels: list[str] | None, classes: int | None) -> int | None:
+    """A record's label as a class index: an integer (a JSON number without a fraction, or its
+    digits in text) in 0…``classes``−1, or a name in ``labels``; a boolean or a fractional number
+    is an error (never truncated to an index)."""
+    where = f"{path}:{line}: row {i + 1}"
     valid = (f"0…{classes - 1}" if classes else "a class index") + \
         (f" or one of {', '.join(labels)}" if labels else "")
-    where = f"{path}:{line}: row {i + 1}"
+    if isinstance(value, bool):
+        raise InputError(f"{where}: label {str(value).lower()} is a boolean, not a class; valid: {valid}")
+    if isinstance(value, float):
+        if not value.is_integer() or abs(value) >= MAX_CLASSES:
+            raise InputError(f"{where}: label {value!r} is not a class index; valid: {valid}")
+        raise InputError(f"{where}: label {value!r} is a decimal number; write the class index {int(value)} "
+                         f"without a fraction (valid: {valid})")
+    if value is None or str(value).strip() == "":
+        return None
+    value = str(value).strip()
     if value.lstrip("-").isdigit():
-        index = int(value)
-        if index < 0 or (classes is not None and index >= classes):
-            raise InputError(f"{where}: label {index} is outside the model's {classes or ''} classes; "
-                             f"valid: {valid}".replace("  ", " "))
+        index = int(value) if len(value) < 20 else 2**63
+        if index < 0 or (classes is not None and index >= classes) or index >= MAX_CLASSES:
+            shown = value if len(value) < 20 else value[:8] + "…"
+            raise InputError(f"{where}: label {shown} is outside the model's {classes or ''} classes; "
+                             f"valid: {valid}".replace("  ", " ") if classes else
+                             f"{where}: label {shown} is not a class index (at most {MAX_CLASSES - 1}); valid: {valid}")
         return index
     if labels and value in labels:
         return labels.index(value)

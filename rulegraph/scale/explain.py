@@ -33,12 +33,14 @@ from typing import Any
 
 from .. import methods as registry
 from ..errors import InputError
+from ..files import write_file
 from ..loaders import load
+from ..methods.sequences import fixed_batch
 from ..passes.base import labels
 from ..text import TextEncoder
 from .data import Example, Row, encode, read_rows
 from .engines import Engine, engine as make_engine
-from .job import Folder, Job, Worker, contents, digest, is_causal, method_options
+from .job import Folder, Job, Worker, contents, digest, is_causal, method_options, read_files
 from .journal import write_parquet
 from .listener import Listener
 
@@ -122,7 +124,8 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     method_options(config.options_by_method(), config.seed)       # unknown or bad options: an error naming the valid ones
     graph = load(config.model)
     encoder = TextEncoder.for_model(graph, config.model, config.tokenizer)
-    rows = read_rows(Path(config.data), labels(graph), config.n)
+    names = labels(graph)
+    rows = read_rows(Path(config.data), names, config.n, classes=len(names) if names else None)
     if config.target == "label":
         missing = [r.index for r in rows if not r.problem and r.label is None]
         if missing:
@@ -130,12 +133,22 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
                              f"({len(missing)} records lack one)")
     examples, truncated = encode(rows, encoder)
     job = Job(Folder(out, JOURNAL, (TABLE, SUMMARY), "explanations"), [name], engine, listener, default_method=name)
-    job.open(config.identity(), force=force)
+    rules = config.method if Path(config.method).suffix in (".yaml", ".yml") else None
+    job.open(config.identity(), force=force, inputs=read_files(config.model, config.data, config.tokenizer, rules))
+    try:
+        return _run(job, config, graph, encoder, rows, examples, truncated, name, engine, out, listener)
+    finally:
+        job.close()
+
+
+def _run(job: Job, config: DatasetConfig, graph, encoder: TextEncoder, rows: list[Row], examples: list[Example],
+         truncated: int, name: str, engine: Engine, out: Path, listener: Listener) -> dict[str, Any]:
+    """The open job's work: the rows the journal lacks, then the table and the summary."""
     job.record(failed(r, name, r.problem) for r in rows if r.problem and (r.index, name) not in job.done)
     if truncated:
         listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
     causal = bool(examples) and is_causal(graph, examples[0], config.device)
-    tasks = job.tasks(examples, config.batch, config.batch_tokens, causal)
+    tasks = job.tasks(examples, min(config.batch, fixed_batch(graph) or config.batch), config.batch_tokens, causal)
     listener.method(name)
     seconds = job.run(functools.partial(ExplainWorker, config), tasks, failed, total=len(examples))
     result = job.rows({r.index for r in rows})
@@ -146,5 +159,5 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
                "first_error": bad[0]["error"] if bad else None, "method": name, "engine": engine.describe(),
                "config": asdict(config), "run_seconds": seconds,
                "explained_now": now, "examples_per_second": now / seconds if now and seconds else None}
-    (Path(out) / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    write_file(Path(out) / SUMMARY, json.dumps(summary, indent=2) + "\n", SUMMARY)
     return summary

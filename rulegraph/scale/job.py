@@ -33,6 +33,7 @@ import torch
 
 from .. import methods as registry
 from ..errors import InputError, RulegraphError
+from ..files import FolderLock, refuse_input, refuse_link, write_file
 from ..explanation import Explanation
 from ..interpreter import DTYPES, prepare
 from ..ir import Graph
@@ -67,6 +68,12 @@ def contents(model: str, data: str, tokenizer: str | None) -> dict[str, str | No
             "tokenizer": digest(vocabulary) if vocabulary.is_file() else None}
 
 
+def read_files(model: str, data: str, tokenizer: str | None, *more: str | None) -> list[str]:
+    """The files a job reads (the model, the data, the tokenizer, a rule file…): its outputs never replace them."""
+    vocabulary = tokenizer or str(Path(model).parent / "tokenizer.json")
+    return [str(p) for p in (model, data, vocabulary, *more) if p]
+
+
 def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[str, Any]]:
     """Each method's options checked and completed (a seeded method gets the job's ``seed`` unless given one)."""
     out = {}
@@ -89,34 +96,77 @@ def is_causal(graph: Graph, example: Example, device: str = "cpu") -> bool:
 
 class Folder:
     """A job's output folder: ``config.json`` (the settings that decide the rows), the
-    ``journal`` of rows, and the ``outputs`` the job writes at the end from the journal."""
+    ``journal`` of rows, and the ``outputs`` the job writes at the end from the journal.
+
+    While a job has it open, the folder is locked (:class:`~rulegraph.files.FolderLock`): a
+    second run on it is refused with the first one's pid. Its files are never written through a
+    symbolic link, and never when one of them is a file the job reads (``inputs``) or a
+    ``config.json`` that some other program wrote (a model's folder): not even with ``force``."""
 
     def __init__(self, path: Path, journal: str, outputs: tuple[str, ...], holds: str):
         self.path = Path(path)
         self.journal = Journal(self.path / journal)
         self.outputs = outputs
         self.holds = holds              # what the folder holds, for messages ("explanations", "results")
+        self.lock = FolderLock(self.path, holds)
 
-    def open(self, identity: dict, description: dict | None = None, force: bool = False) -> Journal:
+    def names(self) -> tuple[str, ...]:
+        """Every file the job writes in the folder."""
+        return (self.journal.path.name, CONFIG, *self.outputs)
+
+    def open(self, identity: dict, description: dict | None = None, force: bool = False,
+             inputs: Iterable = ()) -> Journal:
         """Start, resume or refuse (see the module docstring). ``config.json`` holds ``identity``
-        and ``description`` (context that does not decide the rows, e.g. a protocol's summary)."""
+        and ``description`` (context that does not decide the rows, e.g. a protocol's summary);
+        ``inputs``: the files the job reads."""
         stored_at = self.path / CONFIG
         description = description or {}
-        if force:
-            for name in (self.journal.path.name, CONFIG, *self.outputs):
-                (self.path / name).unlink(missing_ok=True)
-        elif stored_at.exists():
-            stored = json.loads(stored_at.read_text())
-            stored = {k: v for k, v in stored.items() if k not in description}
-            if stored != identity:
-                diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
-                raise InputError(f"{self.path} holds {self.holds} made with other settings ({', '.join(diff)}); "
-                                 "pass --force to start over, or choose another --out")
-        elif self.journal.path.exists() or any((self.path / name).exists() for name in self.outputs):
-            raise InputError(f"{self.path} holds {self.holds} without {CONFIG}; pass --force to overwrite them")
-        self.path.mkdir(parents=True, exist_ok=True)
-        stored_at.write_text(json.dumps({**identity, **description}, indent=2) + "\n")
+        for name in self.names():
+            refuse_link(self.path / name)
+            refuse_input(self.path / name, "", inputs)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create {self.path}: {exc.strerror or exc}") from None
+        self.lock.acquire()
+        try:
+            stored = self._stored(stored_at, force)
+            if force:
+                for name in self.names():
+                    (self.path / name).unlink(missing_ok=True)
+            elif stored is not None:
+                stored = {k: v for k, v in stored.items() if k not in description}
+                if stored != identity:
+                    diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
+                    raise InputError(f"{self.path} holds {self.holds} made with other settings ({', '.join(diff)}); "
+                                     "pass --force to start over, or choose another --out")
+            elif self.journal.path.exists() or any((self.path / name).exists() for name in self.outputs):
+                raise InputError(f"{self.path} holds {self.holds} without {CONFIG}; pass --force to overwrite them")
+            write_file(stored_at, json.dumps({**identity, **description}, indent=2) + "\n", CONFIG)
+        except BaseException:
+            self.lock.release()
+            raise
         return self.journal
+
+    def _stored(self, path: Path, force: bool) -> dict | None:
+        """The settings ``config.json`` holds (``None``: none, or one cut short that ``force``
+        replaces); a ``config.json`` that is not a job's settings file is refused even with ``force``."""
+        if not path.exists():
+            return None
+        try:
+            stored = json.loads(path.read_bytes())
+        except (ValueError, OSError):
+            if force:
+                return None
+            raise InputError(f"{path} is not valid JSON (cut short by a stop?); pass --force to start over") from None
+        if not isinstance(stored, dict) or not all(str(stored.get(k, "")).startswith("sha256:") for k in ("model", "data")):
+            raise InputError(f"{path} is not the settings file of a rulegraph run (another program's config.json, "
+                             "e.g. a model's); choose another --out (--force never replaces it)")
+        return stored
+
+    def close(self) -> None:
+        """Release the folder's lock (the end of the process releases it too)."""
+        self.lock.release()
 
 
 @dataclass
@@ -204,10 +254,19 @@ class Job:
         self.default_method = default_method        # the method of journal rows that do not name one
         self.done: set[tuple[int, str]] = set()
 
-    def open(self, identity: dict, description: dict | None = None, force: bool = False) -> None:
-        """Open the folder; :attr:`done` holds the (example, method) pairs the journal has."""
-        journal = self.folder.open(identity, description, force)
-        self.done = {(r["example"], r.get("method", self.default_method)) for r in journal.read(repair=True)}
+    def open(self, identity: dict, description: dict | None = None, force: bool = False, inputs: Iterable = ()) -> None:
+        """Open (and lock) the folder; :attr:`done` holds the (example, method) pairs the journal has;
+        ``inputs``: the files the job reads (never written over)."""
+        journal = self.folder.open(identity, description, force, inputs)
+        try:
+            self.done = {(r["example"], r.get("method", self.default_method)) for r in journal.read(repair=True)}
+        except BaseException:
+            self.folder.close()
+            raise
+
+    def close(self) -> None:
+        """The job is over: the folder's lock is released."""
+        self.folder.close()
 
     def record(self, rows: Iterable[dict]) -> None:
         self.folder.journal.append(rows)

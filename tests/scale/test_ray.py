@@ -10,6 +10,8 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -153,3 +155,64 @@ def test_without_ray_the_ray_engine_says_how_to_install_it(corpus, data, tmp_pat
     assert run.returncode == 2, run.stderr
     assert "pip install 'rulegraph[ray]'" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+#: a driver whose one worker sleeps; it says "running" once the worker is up
+SLEEPING_DRIVER = """
+import threading, time
+from rulegraph.scale import Task, engine
+
+class Sleeper:
+    def __call__(self, payload):
+        time.sleep(300)
+        return []
+
+def sleeper():
+    return Sleeper()
+
+on_ray = engine("ray", num_workers=1)
+
+def say():
+    while not on_ray.pids:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    print("running", flush=True)
+
+threading.Thread(target=say, daemon=True).start()
+on_ray.run(sleeper, [Task(0, None)], lambda *_: None)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads /proc")
+def test_a_driver_killed_with_sigkill_leaves_no_process_of_its_cluster():
+    """Ray's dashboard and runtime-env agents outlive a driver killed with SIGKILL (the raylet's
+    children); the engine's reaper kills every process of the cluster the driver started."""
+    from rulegraph.scale.reaper import _stat, descendants
+    driver = subprocess.Popen([sys.executable, "-c", SLEEPING_DRIVER], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "running", driver.stderr.read()[-2000:]
+        tree = descendants(driver.pid)
+        names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace") for pid in tree}
+        assert any("raylet" in n for n in names) and any("Agent" in n or "agent" in n for n in names), names
+    finally:
+        driver.kill()
+        driver.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    alive = tree
+    while alive and time.monotonic() < deadline:
+        alive = {pid: start for pid, start in tree.items() if (_stat(pid) or (0, None))[1] == start}
+        time.sleep(0.5)
+    assert not alive, {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in alive}
+
+
+def test_address_auto_without_a_cluster_is_one_line_before_any_file(monkeypatch, corpus, data, tmp_path):
+    """``--address auto`` where no cluster runs (Ray itself raises ConnectionError, exit 3 before)."""
+    import ray._private.services as services
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda *a, **k: set())
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda *a, **k: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    model, _, _ = corpus
+    with pytest.raises(InputError, match="--address auto: no running Ray cluster was found on this machine"):
+        explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "rows", engine=engine("ray", address="auto"))
+    assert not (tmp_path / "rows").exists()

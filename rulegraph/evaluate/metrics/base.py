@@ -115,6 +115,8 @@ class Metric:
     higher_is_better: ClassVar[bool] = True
     title: ClassVar[str] = ""
     x_label: ClassVar[str] = ""
+    #: what a record must give for the metric to score it (``"answer"``: span QA), else None
+    needs: ClassVar[str | None] = None
     options: ClassVar[tuple[Option, ...]] = ()
     protocol: ClassVar[tuple[str, ...]] = ()    # protocol fields it reads (grid, score), passed by build()
 

@@ -13,6 +13,7 @@ class PrecisionAtK(Metric):
     default = False
     title = "Precision@k: top-k tokens in the answer"
     x_label = ""
+    needs = "answer"
     options = (Option("precision_k", int, 20, "Precision@k: k", low=1, high=100_000, attr="k"),)
     k: int = 20
 

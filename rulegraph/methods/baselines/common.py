@@ -97,6 +97,18 @@ def chunks(n: int, per: int):
         yield range(start, min(n, start + max(1, per)))
 
 
+def fixed_chunks(n: int, per: int, fixed: int | None):
+    """Indices ``0…n−1`` in chunks of at most ``per``, or with a ``fixed`` batch in chunks of exactly
+    ``fixed`` (the last one padded by repeating its last index): ``(indices, how many are real)``."""
+    if fixed is None:
+        for chunk in chunks(n, per):
+            yield list(chunk), len(chunk)
+        return
+    for start in range(0, n, fixed):
+        real = list(range(start, min(n, start + fixed)))
+        yield real + [real[-1]] * (fixed - len(real)), len(real)
+
+
 def never_perturbed(req: Request, ids: Tensor) -> Tensor:
     """Positions never perturbed: the special tokens given, and padding."""
     special = req.special if req.special is not None else torch.zeros_like(ids, dtype=torch.bool)

@@ -12,8 +12,8 @@ from ...explanation import Explanation
 from ...passes.base import select
 from ...ruleset import RuleSet
 from ..base import Option, Request, baseline
-from ..sequences import token_input
-from .common import BATCH_TOKENS, by_key, chunks, explanation, forward, gradients, never_perturbed
+from ..sequences import fixed_batch, token_input
+from .common import BATCH_TOKENS, by_key, explanation, fixed_chunks, forward, gradients, never_perturbed
 
 Tensor = torch.Tensor
 
@@ -46,13 +46,14 @@ def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation
     length = next(iter(req.inputs.values())).shape[-1] if req.inputs else 1
     rows = [(b, s) for b in range(batch) for s in range(steps)]
     total = {v: torch.zeros_like(t) for v, t in x.items()}
-    for chunk in chunks(len(rows), BATCH_TOKENS // max(1, length)):
+    for chunk, real in fixed_chunks(len(rows), BATCH_TOKENS // max(1, length), fixed_batch(req.graph)):
         bs = torch.tensor([rows[i][0] for i in chunk])
         a = alphas[[rows[i][1] for i in chunk]].to(next(iter(x.values())).device)
         inputs = {k: t[bs] for k, t in req.inputs.items()}
         overrides = {v: base[v][bs] + a.view(-1, *[1] * (x[v].dim() - 1)) * (x[v][bs] - base[v][bs]) for v in values}
         grads, _, _, _ = gradients(req, inputs, [targets[i] for i in bs.tolist()], overrides)
         w = weights[[rows[i][1] for i in chunk]].to(a.device)
+        w[real:] = 0                          # rows repeated to fill a fixed batch add nothing
         for v in values:
             total[v].index_add_(0, bs.to(a.device), grads[v] * w.view(-1, *[1] * (x[v].dim() - 1)))
     attributions = {v: (x[v] - base[v]) * total[v] for v in values}
