@@ -3,11 +3,10 @@ over a protocol's grid, of f(x) − f(x̃ᵏ), x̃ᵏ being x with its k% most r
 f the probability p(ŷ|·) (or, under a protocol saying so, the logit or the log-odds of ŷ). ↑"""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ...tokens import Tokens
-from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, logp, metric
+from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, metric, quantity
 
 
 @dataclass
@@ -50,12 +49,7 @@ class AOPC(Deletion):
             self.percents = tuple(range(0, self.k_max + 1, self.k_step))
 
     def value(self, logits, target: int) -> float:
-        if self.score == "logit":
-            return float(logits[target])
-        lp = logp(logits, target)
-        if self.score == "log-odds":
-            return lp - math.log(-math.expm1(lp)) if lp < 0 else math.inf
-        return math.exp(lp)
+        return quantity(logits, target, self.score)
 
     def reduce(self, case, logits):
         f0 = self.value(logits[case.tokens], case.target)
