@@ -27,6 +27,7 @@ Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegra
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,23 @@ DECOMPOSITION_OPTIONS = (
 )
 
 
+#: Options of every rule set: what is explained (``rulegraph evaluate -o NAME.score=logprob``); the API's
+#: ``contrast=`` / ``target_score=`` arguments take precedence where given.
+RULES_OPTIONS = (
+    Option("score", str, "logit", "explain the logit, or the log-probability (z_A − Σ p·z, p held constant)",
+           ("logit", "logprob")),
+    Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
+           ("runner-up",)),
+)
+
+
+def _explained(options: dict[str, Any]) -> str:
+    """What a rule set's scores are relevance of, under its options."""
+    if options.get("contrast"):
+        return "relevance of z − z(runner-up)"
+    return "relevance of log p (p held)" if options.get("score") == "logprob" else RELEVANCE
+
+
 def _rules_method(name: str) -> Method:
     description, decomposition = "", False
     try:
@@ -65,8 +83,10 @@ def _rules_method(name: str) -> Method:
     def run(request: Request, **options) -> Explanation:
         kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
                       audit=request.audit)
-        if request.contrast is not None or request.score != "logit":
-            kwargs.update(contrast=request.contrast, score=request.score)
+        contrast = request.contrast if request.contrast is not None else options.pop("contrast", None)
+        score = request.score if request.score != "logit" else options.pop("score", "logit")
+        if contrast is not None or score != "logit":
+            kwargs.update(contrast=contrast, score=score)
         if request.objective is not None:
             kwargs.update(objective=request.objective)
         if decomposition:
@@ -74,7 +94,7 @@ def _rules_method(name: str) -> Method:
                              threshold=options["lambda"], variant=options["variant"], **kwargs)
         return explain(request.graph, RuleSet.load(name), request.inputs, request.target, **kwargs)
     return Method(name, description.strip() or f"rule set {name}", run,
-                  DECOMPOSITION_OPTIONS if decomposition else (), "rules", True, RELEVANCE)
+                  (*RULES_OPTIONS, *(DECOMPOSITION_OPTIONS if decomposition else ())), "rules", True, _explained)
 
 
 def names() -> list[str]:
@@ -89,7 +109,16 @@ def methods() -> dict[str, Method]:
 
 
 def get(name: str) -> Method:
-    """The method called ``name``: a baseline, a shipped rule set, or a path to a YAML rule file."""
+    """The method called ``name``: a baseline, a shipped rule set, or a path to a YAML rule file; or
+    ``LABEL=METHOD``, that method under another name, so that one evaluation can compare a method with
+    itself under other options (``--methods lp=lrp-ah-ln,lrp-ah-ln -o lp.score=logprob``)."""
+    label, alias, base = name.partition("=")
+    if alias:
+        if not label or not base or "," in label:
+            raise InputError(f"method {name!r}: write LABEL=METHOD, e.g. lrp-logprob=lrp-ah-ln")
+        if label in BASELINES or label in shipped_rule_sets():
+            raise InputError(f"method label {label!r} is already a method's name; choose another")
+        return replace(get(base), name=label)
     if name in BASELINES:
         return BASELINES.get(name)
     if name in shipped_rule_sets():
