@@ -107,7 +107,8 @@ def metric_names(rows: Sequence[dict]) -> list[str]:
 
 def table(rows: Sequence[dict], pairs: Sequence[tuple[str, str]], metrics: Sequence[str] | None = None,
           seed: int = 0) -> dict[str, dict[str, Difference]]:
-    """``"A − B"`` → metric → :class:`Difference`, for each pair and metric (default: those the rows hold)."""
+    """``"A − B"`` (:func:`label`) → metric → :class:`Difference`, for each pair and metric (default: those
+    the rows hold)."""
     methods = {r["method"] for r in rows}
     for a, b in pairs:
         for m in (a, b):
@@ -120,7 +121,8 @@ def table(rows: Sequence[dict], pairs: Sequence[tuple[str, str]], metrics: Seque
 
 
 def label(a: str, b: str) -> str:
-    return f"{a} − {b}"
+    """``A − B`` with ``LABEL=METHOD`` methods shown by their labels."""
+    return f"{a.partition('=')[0]} − {b.partition('=')[0]}"
 
 
 def texts(cells: dict[str, Difference]) -> str:

@@ -66,3 +66,24 @@ def test_leave_one_out_on_a_causal_lm_removes_each_token_before_the_explained_po
     scores = torch.as_tensor(e.scores("input_ids")).flatten().tolist()
     assert scores[5:] == [0, 0]
     assert scores[:5] == pytest.approx(expected, abs=1e-5 * max(map(abs, expected)))
+
+
+@pytest.mark.parametrize("method", ["attention", "rollout"])
+def test_attention_methods_on_a_causal_lm_read_the_row_of_the_explained_position(lm, method):
+    """Not row 0 (a classifier's [CLS]), which in a causal model attends to itself only."""
+    module, path = lm
+    x = torch.tensor([IDS])
+    e = explain_with(path, method, {"input_ids": x, "attention_mask": torch.ones_like(x)}, position=4,
+                     dtype=torch.float64)
+    with torch.no_grad():
+        attentions = [a[0].mean(0) for a in module(input_ids=x, output_attentions=True).attentions]
+    if method == "attention":
+        expected = attentions[-1][4]
+    else:       # Abnar & Zuidema: 0.5·A + 0.5·I per block, rows normalised, multiplied through
+        r = torch.eye(len(IDS), dtype=torch.float64)
+        for a in attentions:
+            a = 0.5 * a + 0.5 * torch.eye(len(IDS), dtype=torch.float64)
+            r = (a / a.sum(-1, keepdim=True)) @ r
+        expected = r[4]
+    scores = torch.as_tensor(e.scores("input_ids"), dtype=torch.float64).flatten()
+    assert torch.allclose(scores, expected, atol=1e-6) and scores[5:].abs().max() < 1e-12
