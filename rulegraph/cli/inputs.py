@@ -19,6 +19,7 @@ from ..ir import Graph
 from ..loaders import load
 from ..methods import explain_with
 from ..objective import parse as parse_objective
+from ..passes.base import RUNNER_UP
 from ..text import Encoded, TextEncoder
 from .console import err
 from .decomposition import pass_arguments
@@ -106,7 +107,8 @@ def resolve_targets(graph: Graph, model: Path, tokenizer, opts: dict[str, Any]) 
     opts = dict(opts)
     if opts.get("objective") is not None:
         opts["objective"] = parse_objective(opts["objective"])
-    texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)}
+    texts = {o: opts.get(o) for o in ("target", "contrast") if isinstance(opts.get(o), str)
+             and not (o == "contrast" and opts[o] == RUNNER_UP)}
     if opts.get("objective") is not None and any(isinstance(t, str) for t in opts["objective"].tokens):
         texts["objective"] = next(t for t in opts["objective"].tokens if isinstance(t, str))
     if not texts:
