@@ -188,3 +188,27 @@ def test_bad_protocol_fields_are_refused():
         P.parse_grid("10,x")
     with pytest.raises(InputError, match="unknown counting rule 'nearest'"):
         P.resolve("default", count="nearest")
+
+
+def test_an_overridden_preset_is_described_as_such_and_replaced_settings_are_left_out(tmp_path):
+    model_path = bow.build(tmp_path / "bow")
+    data = tmp_path / "d.csv"
+    data.write_text("text\nw1 w2 w3 w4\nw5 w6 w7\n")
+    config = Config(model=str(model_path), data=str(data), methods=["gi"], metrics=["aopc"], protocol="decompx",
+                    grid=[10.0, 20.0], count="round", settings={"aopc_k": 30})
+    summary = Evaluation(config, tmp_path / "out", progress=False).run()
+    assert summary.protocol.startswith("protocol decompx + --aopc-grid, --count:")
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text())["protocol"]
+    assert doc["overrides"] == {"grid": [10.0, 20.0], "count": "round"}
+    assert doc["description"].startswith(P.PROTOCOLS.get("decompx").description.rstrip("."))
+    assert doc["description"].endswith("Overridden here: --aopc-grid 10,20 (preset: 0,10,20,30,40,50,60,70,80,90); "
+                                       "--count round (preset: round-half-up).")
+    settings = json.loads((tmp_path / "out" / "summary.json").read_text())["config"]["settings"]
+    assert "aopc_k" not in settings and "aopc_step" not in settings and "lodds_k" in settings
+    # a preset as it is: its own text, nothing overridden, and the grid settings shown where no grid replaces them
+    plain = Evaluation(Config(model=str(model_path), data=str(data), methods=["gi"], metrics=["aopc"]),
+                       tmp_path / "plain", progress=False)
+    plain.run()
+    doc = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert doc["protocol"]["overrides"] == {} and doc["protocol"]["description"] == P.PROTOCOLS.get("default").description
+    assert doc["config"]["settings"]["aopc_k"] == 20
