@@ -7,7 +7,8 @@ The task is next-token prediction on held-out IMDB sentences: from the held-out 
 sentence of each review with 8 to 40 words, cut before its last word; the text is that prefix
 (after ``<|endoftext|>``), and the method explains the logit of the token the model predicts next
 (its argmax at the last position; ``rulegraph evaluate`` does this for any causal LM). Texts of 10
-to 48 tokens are kept, the first ``N``.
+to 48 tokens are kept: the data file holds the first 2,000, the evaluation the first ``N`` (a later
+run with a larger ``N`` continues the same run).
 
 Protocol ``achtibat2024`` (Achtibat et al., ICML 2024, Table 1): most- and least-relevant-first
 removal with the token embeddings set to zero, the predicted token's logit at fractions 0, 10, …,
@@ -46,6 +47,8 @@ from rulegraph.scale import engine as make_engine  # noqa: E402
 
 PART = "lm"
 N = 400
+#: texts written to the data file; ``--n`` evaluates the first N of them, so a run with a larger N resumes
+POOL = 2000
 METHODS = ["random", "attention", "rollout", "gae", "gi", "ig", "loo", "lrp-ah-ln", "cp-lrp", "epsilon", "attnlrp",
            "decomposition"]
 OPTIONS = {"ig": {"steps": "16", "baseline": "zero"}, "loo": {"mode": "zero"}}
@@ -85,7 +88,7 @@ def config(n: int) -> Config:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["text"])
-        writer.writerows([t] for t in texts(n))
+        writer.writerows([t] for t in texts(POOL))
     protocol = P.PROTOCOLS.get(PROTOCOL)
     return Config(model=str(model), data=str(path), methods=METHODS, metrics=METRICS, options=OPTIONS,
                   removal=protocol.removal, seed=0, n=n, batch=1, protocol=PROTOCOL)

@@ -43,6 +43,8 @@ RULE_SETS = ["epsilon", "cp-lrp", "decomposition", "lrp-ah-ln", "attnlrp"]
 #: quantity → the method options that explain it (the logit: none)
 QUANTITIES = {"logit": {}, "logprob": {"score": "logprob"}, "contrast": {"contrast": "runner-up"}}
 N = 300
+#: sentences written to the data file; ``--n`` evaluates the first N, so a larger N continues a run
+POOL = 1000
 #: run name → (protocol, removal, metrics, settings)
 RUNS = {"rt-quantity": ("default", REMOVAL, METRICS, SETTINGS),
         "rt-quantity-mask-10-50": ("mask-10-50", "mask", ["aopc", "lodds"], {"lodds_k": 20})}
@@ -60,7 +62,7 @@ def methods() -> list[str]:
 def config(name: str, n: int) -> Config:
     protocol, removal, metrics, settings = RUNS[name]
     _, test = data.rotten_tomatoes(train.SEED)
-    csv_path = write_csv(EVAL_DIR / "rt-quantity-test.csv", test[:n])
+    csv_path = write_csv(EVAL_DIR / "rt-quantity-test.csv", test[:POOL])
     options = {method(r, q): dict(o) for r in RULE_SETS for q, o in QUANTITIES.items() if o}
     return Config(model=str(train.ensure_model()), data=str(csv_path), methods=methods(), metrics=metrics,
                   options=options, removal=removal, settings=settings, seed=0, n=n, batch=8, protocol=protocol)
