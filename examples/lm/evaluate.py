@@ -20,8 +20,8 @@ baseline: the same zero embeddings), leave-one-out (mode ``zero``: the same remo
 rule sets lrp-ah-ln, cp-lrp, epsilon, attnlrp and the decomposition.
 
 Results go to ``.cache/eval/lm`` (resumable); ``--docs`` copies the table, plots, summary, per-text
-results and the paired differences (the best method by ``morf-lerf`` against each other method)
-to ``docs/evaluation/lm-*``.
+results and the paired differences (the best method by ``morf-lerf`` against each other method, and
+the rule sets against each other, IG and GAE) to ``docs/evaluation/lm-*``.
 """
 from __future__ import annotations
 
@@ -94,11 +94,17 @@ def config(n: int) -> Config:
                   removal=protocol.removal, seed=0, n=n, batch=1, protocol=PROTOCOL)
 
 
-def best_pairs(summary) -> list[tuple[str, str]]:
-    """The method with the largest mean ``morf-lerf`` against every other method."""
+#: the rule sets against each other and against the strongest other methods, besides the leader against all
+PAIRS = [("lrp-ah-ln", "attnlrp"), ("lrp-ah-ln", "cp-lrp"), ("cp-lrp", "attnlrp"), ("cp-lrp", "epsilon"),
+         ("cp-lrp", "decomposition"), ("lrp-ah-ln", "ig"), ("lrp-ah-ln", "gae"), ("attnlrp", "ig"), ("ig", "gi")]
+
+
+def pairs(summary) -> list[tuple[str, str]]:
+    """The method with the largest mean ``morf-lerf`` against every other method, then :data:`PAIRS`."""
     means = {m: per["morf-lerf"]["mean"] for m, per in summary.table.items() if "morf-lerf" in per}
     best = max(means, key=means.get)
-    return [(best, m) for m in sorted(means, key=means.get, reverse=True) if m != best]
+    lead = [(best, m) for m in sorted(means, key=means.get, reverse=True) if m != best]
+    return lead + [p for p in PAIRS if p not in lead and all(m in means for m in p)]
 
 
 def run(n: int, threads: int | None, docs: bool, console: Console, compute: bool = True) -> Path:
@@ -119,7 +125,7 @@ def run(n: int, threads: int | None, docs: bool, console: Console, compute: bool
     metrics = evaluation.metrics()
     Console(highlight=False, width=200).print(render_table(summary, metrics, f"{PART}: {summary.n_examples} texts"))
     (out / "table.md").write_text(markdown_table(summary, metrics) + "\n")
-    result = paired.table(summary.rows, best_pairs(summary), METRICS, cfg.seed)
+    result = paired.table(summary.rows, pairs(summary), METRICS, cfg.seed)
     Console(highlight=False, width=200).print(render_paired(result))
     (out / "paired.md").write_text(paired.CAPTION + "\n\n" + paired.markdown(result) + "\n")
     if docs:
