@@ -13,7 +13,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import tiny

@@ -12,8 +12,9 @@ Conventions, for every metric:
   stay. ``n`` is their number; a fraction ``f`` of them is ``⌊f·n + ½⌋`` tokens.
 * "Most relevant first" orders removable positions by score, highest first; ties by position.
 * Removal (:class:`Removal`): ``mask`` replaces a token by [MASK] (by [UNK] when the
-  vocabulary has no [MASK]), ``unk`` by [UNK], ``delete`` drops it (the sequence
-  shortens). AUAC always starts from [UNK], as in Ali et al. (2022) (``delete``: from nothing).
+  vocabulary has no [MASK]), ``unk`` by [UNK], ``pad`` by [PAD], ``delete`` drops it (the
+  sequence shortens), ``zero`` keeps the position with a zero token embedding. AUAC starts from
+  [UNK], as in Ali et al. (2022) (``delete``: from nothing; ``zero``: from zero embeddings).
 * ``p`` is the softmax probability of the explained class ŷ (the model's prediction on
   the full input, which the method explained); logits are the raw outputs.
 * Areas are trapezoids over the fraction axis [0, 1], so they do not grow with length.
