@@ -18,11 +18,13 @@ curves at 20 % steps, word deletion up to 4 words), and ``mask-10-50`` ([MASK], 
 max(1, round(kL)), AOPC and LOdds). Paired differences per text: each rule set's logprob and contrast
 against its logit, and the leading method against every other. Results in ``.cache/eval/rt-quantity`` and
 ``rt-quantity-mask-10-50`` (resumable); ``--docs`` copies tables, plots, summaries, per-text results and the
-paired tables to ``docs/evaluation/``.
+paired tables to ``docs/evaluation/``, and writes the rule set × quantity table of both runs,
+``docs/evaluation/rt-quantity.md``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -104,6 +106,24 @@ def run(name: str, n: int, threads: int | None, docs: bool, console: Console, co
     return out
 
 
+def combined_table(names: list[str]) -> str:
+    """Rule set × quantity rows, AOPC and LOdds of each run as columns (mean [95% interval]), from the runs'
+    summary.json: the table of docs/evaluation.md."""
+    docs = {name: json.loads((EVAL_DIR / name / "summary.json").read_text()) for name in names}
+    head = [f"{metric} ({docs[n]['protocol']['name']}) {'↑' if docs[n]['higher_is_better'][metric] else '↓'}"
+            for n in names for metric in ("aopc", "lodds")]
+    lines = ["| rule set | explains | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    for r in RULE_SETS:
+        for q in QUANTITIES:
+            cells = []
+            for n in names:
+                for metric in ("aopc", "lodds"):
+                    s = docs[n]["table"][method(r, q)][metric]
+                    cells.append(f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]")
+            lines.append(f"| {r} | {q} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=N, help="held-out sentences (default: %(default)s)")
@@ -117,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         if name not in RUNS:
             parser.error(f"unknown run {name!r}; valid: {', '.join(RUNS)}")
         run(name, args.n, args.threads, args.docs, console, not args.report_only)
+    if args.docs and all((EVAL_DIR / name / "summary.json").exists() for name in RUNS):
+        (DOCS_DIR / "rt-quantity.md").write_text(combined_table(list(RUNS)) + "\n")
     return 0
 
 
