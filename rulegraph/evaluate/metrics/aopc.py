@@ -43,6 +43,9 @@ class AOPC(Deletion):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.score != "probability":     # the plots' panel says which quantity dropped
+            self.title = {"logit": "AOPC: z(ŷ|x) − z(ŷ|x̃ᵏ), the logit",
+                          "log-odds": "AOPC: log-odds(ŷ|x) − log-odds(ŷ|x̃ᵏ)"}[self.score]
         if self.grid is not None:
             self.percents = tuple(self.grid)
         else:       # integers, as before protocols: the same curve keys and the same values
