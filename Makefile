@@ -23,12 +23,15 @@ demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .c
 test: setup  ## the test suite (tiny random-weight models, no network)
 	$(PY) -m pytest -q
 
-eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + `rulegraph evaluate` (resumable)
+eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` (resumable)
 	$(PY) examples/sentiment/demo.py
 	$(PY) examples/sentiment/train_imdb.py
 	$(PY) examples/sentiment/evaluate.py rt --docs
 	$(PY) examples/sentiment/evaluate.py imdb --engine ray --num-workers 2 --docs
 	$(PY) examples/sentiment/evaluate.py imdb --name imdb-rest --engine ray --num-workers 2 --docs
+	$(PY) examples/sentiment/quantity.py --docs
+	$(PY) examples/lm/train.py
+	$(PY) examples/lm/evaluate.py --docs
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py

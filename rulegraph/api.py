@@ -25,7 +25,7 @@ from .methods.sequences import batch
 from .objective import Objective, parse as parse_objective
 from .options import PASS_OPTIONS
 from .passes import prepared
-from .passes.base import labels as model_labels
+from .passes.base import RUNNER_UP, labels as model_labels
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder
 
@@ -96,11 +96,11 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     if isinstance(objective, str):
         objective = parse_objective(objective)
     worded = {what: item for what, given in (("target", target), ("contrast", contrast)) for item in _flat(given)
-              if isinstance(item, str) and item not in (names or ())}
+              if isinstance(item, str) and item not in (names or ()) and item != RUNNER_UP}
     if isinstance(objective, Objective):
         worded.update(("objective token", t) for t in objective.tokens if isinstance(t, str))
     target = _indices(target, "target", names, encoder)
-    contrast = _indices(contrast, "contrast", names, encoder)
+    contrast = contrast if contrast == RUNNER_UP else _indices(contrast, "contrast", names, encoder)
     if isinstance(objective, Objective) and any(isinstance(t, str) for t in objective.tokens):
         if encoder is None:
             encoder = _encoder(model, graph, tokenizer, required=True)

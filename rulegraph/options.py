@@ -89,6 +89,15 @@ def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, nou
             for name, o in names.items()}
 
 
+#: options of every rule set, whatever its pass: what its scores explain (``rulegraph evaluate -o
+#: NAME.score=logprob``); :func:`rulegraph.explain`'s ``score=`` / ``contrast=`` take precedence where given
+RULE_SET_OPTIONS: tuple[Option, ...] = (
+    Option("score", str, "logit", "explain the logit, or the log-probability (z_A − Σ p·z, p held constant)",
+           ("logit", "logprob")),
+    Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
+           ("runner-up",)),
+)
+
 #: pass name → its options (``explain(..., groups=…)``, ``--groups``, a rule set's method options)
 PASS_OPTIONS: dict[str, tuple[Option, ...]] = {
     "relevance": (

@@ -12,8 +12,15 @@ from typing import Iterable
 from .errors import InputError
 
 #: How removed tokens are treated: replaced by [MASK] (or [UNK] when the vocabulary has no
-#: [MASK]), replaced by [UNK], replaced by [PAD], or deleted from the sequence.
-REMOVALS = ("mask", "unk", "pad", "delete")
+#: [MASK]), replaced by [UNK], replaced by [PAD], deleted from the sequence, or kept in place with
+#: their token embedding set to zero (``zero``: the AttnLRP paper's ablation, Achtibat et al.,
+#: ICML 2024; the position stays, the id becomes :data:`ZERO`, which the model runner turns into
+#: a zero row of the token-embedding lookup).
+REMOVALS = ("mask", "unk", "pad", "delete", "zero")
+
+#: The id a ``zero`` removal writes: not a vocabulary entry (ids are ≥ 0) but a marker read by
+#: :class:`rulegraph.methods.sequences.TokenModel`, which feeds the model a zero embedding there.
+ZERO = -1
 
 #: What runs batched forwards of perturbed sequences: the rulegraph interpreter, or
 #: onnxruntime on the model's ONNX file (no relevance is needed there, only logits); ``auto``
@@ -42,6 +49,8 @@ class Vocab:
             raise InputError(f"unknown removal {mode!r}; valid: {', '.join(REMOVALS)}")
         if mode == "delete":
             return None
+        if mode == "zero":
+            return ZERO
         if mode == "pad":
             if self.pad is None:
                 raise InputError("removal 'pad' needs a [PAD] token, and the tokenizer has none; "
@@ -66,7 +75,8 @@ class Tokens:
         return len(self.ids)
 
     def remove(self, positions: Iterable[int], replacement: int | None) -> "Tokens":
-        """These positions replaced by ``replacement``, or deleted when it is ``None``."""
+        """These positions replaced by ``replacement`` (:data:`ZERO`: a zero embedding), or deleted when it
+        is ``None``."""
         gone = set(positions)
         if not gone:
             return self

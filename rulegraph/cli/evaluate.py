@@ -97,6 +97,21 @@ def render_table(summary, metrics: list[M.Metric], title: str = "") -> Table:
     return t
 
 
+def render_paired(result, title: str = "") -> Table:
+    """Pairs × metrics: the mean difference A − B per text and its 95% bootstrap interval."""
+    from ..evaluate import paired
+    metrics = list(next(iter(result.values()))) if result else []
+    t = Table(title=title or "paired differences A − B per text, mean [95% bootstrap interval]",
+              caption="↑/↓: higher/lower is better, so a difference on that side favours A; texts: those both scored")
+    t.add_column("A − B")
+    t.add_column("texts", justify="right")
+    for m in metrics:
+        t.add_column(f"{m} {M.METRICS.get(m).direction()}", justify="right")
+    for pair, cells in result.items():
+        t.add_row(pair, paired.texts(cells), *(paired.cell(cells[m]) for m in metrics))
+    return t
+
+
 def given_settings(settings: dict) -> dict:
     """The metric options given on the command line (the others stay unset, so that the
     protocol's, e.g. ali2022's steps = 10, or the declared default applies)."""
@@ -121,8 +136,8 @@ def metric_options(command):
                    "`answer` (span QA)")
 @click.option("--methods", "methods", required=True, metavar="A,B,…",
               help="methods to compare (see `rulegraph methods`): baselines and rule sets")
-@click.option("--metrics", "metric_names", default=",".join(M.defaults()), show_default=True, metavar="A,B,…",
-              help=f"any of {', '.join(M.METRICS)}")
+@click.option("--metrics", "metric_names", default=None, metavar="A,B,…",
+              help=f"any of {', '.join(M.METRICS)} (default: the protocol's, else {','.join(M.defaults())})")
 @click.option("--tokenizer", type=click.Path(path_type=Path), metavar="PATH",
               help="tokenizer.json (default: the one next to the model)")
 @click.option("--n", "n", type=Bounded(int, 1), default=None, help="evaluate the first N texts of the file (default: all; ≥ 1)")
@@ -151,7 +166,10 @@ def metric_options(command):
               help="AOPC's drops of the explained class's probability, logit or log-odds "
                    "(default: the protocol's; default protocol: probability)")
 @click.option("--option", "-o", "raw_options", multiple=True, metavar="METHOD.KEY=VALUE",
-              help="a method option, e.g. ig.steps=50, loo.mode=delete (repeatable)")
+              help="a method option, e.g. ig.steps=50, loo.mode=delete, lrp-ah-ln.score=logprob (repeatable)")
+@click.option("--paired", "pairs", metavar="A-B,C-D,…",
+              help="also report paired differences A − B per text (mean, 95% bootstrap interval over the texts both "
+                   "scored) for these pairs of --methods; written to OUT/paired.csv and summary.json")
 @metric_options
 @click.option("--seed", type=Bounded(int, 0, 2**32 - 1), default=0, show_default=True,
               help="seed of the random baseline and the bootstrap (0…2³²−1)")
@@ -170,7 +188,7 @@ def metric_options(command):
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--report-only", is_flag=True, help="evaluate nothing more: the table of the results already in --out")
 def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, protocol_name, removal, aopc_grid,
-                 count_rule, min_count, min_length, score, raw_options, seed, batch, batch_tokens, device, runtime,
+                 count_rule, min_count, min_length, score, raw_options, pairs, seed, batch, batch_tokens, device, runtime,
                  dtype, threads, engine_name, address, num_workers, cpus_per_worker, gpus_per_worker, force, quiet,
                  report_only, **metric_settings):
     """Faithfulness of explanation METHODS for MODEL on the texts of --data: AOPC, LOdds, AUAC,
@@ -197,7 +215,8 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
     if len(set(method_names)) != len(method_names):
         raise InputError("--methods lists a method twice")
     config = Config(
-        model=str(model), data=str(data), methods=method_names, metrics=_csv(metric_names, "metrics"),
+        model=str(model), data=str(data), methods=method_names,
+        metrics=_csv(metric_names, "metrics") if metric_names is not None else list(protocol.metrics or M.defaults()),
         tokenizer=str(tokenizer) if tokenizer else None, options=parse_options(raw_options, method_names),
         removal=protocol.removal, settings=given_settings(metric_settings), seed=seed, n=n,
         device=device, runtime=runtime, dtype=dtype, batch=batch, batch_tokens=batch_tokens,
@@ -205,13 +224,16 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
         count=protocol.count, min_count=protocol.min_count, min_length=protocol.min_length, score=protocol.score)
     engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker)
     evaluation = Evaluation(config, out_dir, force=force, listener=TerminalListener(err), progress=not quiet,
-                            engine=engine)
+                            engine=engine, pairs=pairs)
     summary = evaluation.run(compute=not report_only)
     metrics = M.build(config.metrics, M.Removal(protocol.removal), evaluation.settings, evaluation.metric_protocol())
     out.print(escape(summary.protocol), soft_wrap=True)
     out.print(render_table(summary, metrics))
+    if summary.paired:
+        out.print(render_paired(summary.paired))
     for name, f in summary.failed.items():
         err.print(f"[red]{name}: failed on {f['texts']} of {f['of']} texts, left out of its figures "
                   f"(first error: {escape(f['error'])})[/]", soft_wrap=True)
-    err.print(f"[dim]wrote {out_dir}/results.jsonl, results.parquet, table.csv, summary.json, curves.png, conservation.png; "
+    err.print(f"[dim]wrote {out_dir}/results.jsonl, results.parquet, table.csv, summary.json, curves.png, conservation.png"
+              f"{', paired.csv' if summary.paired else ''}; "
               "interval: 95% percentile bootstrap over examples[/]")

@@ -134,7 +134,8 @@ def input_options(f):
                      help="the class to explain, by index or by name (default: the argmax); for a language model "
                           "the text of one token, e.g. \" Paris\" (tokenized with the model's tokenizer)"),
         click.option("--contrast", type=TOKEN_OR_ID, default=None,
-                     help="explain target − contrast: a class (index or name) or the text of one token"),
+                     help="explain target − contrast: a class (index or name), the text of one token, or runner-up "
+                          "(the highest class other than the target)"),
         click.option("--objective", default=None, metavar="EXPR",
                      help="explain a linear expression of one position's logits and log-probabilities instead, "
                           "e.g. 'logprob[\" Paris\"] - logprob[\" London\"]' or '0.5*logit[2] + logit[3]' "

@@ -10,7 +10,8 @@ the table. Where a paper does not fix a detail, its preset's description says wh
 
 Fields (:class:`Protocol`):
 
-``removal``     ``mask`` ([MASK]; [UNK] without one), ``unk``, ``pad`` or ``delete``
+``removal``     ``mask`` ([MASK]; [UNK] without one), ``unk``, ``pad``, ``delete`` or ``zero`` (the token
+                embedding set to zero, the position kept)
 ``grid``        AOPC's k in % of the removable tokens; ``None``: 0…``--aopc-k`` in ``--aopc-step`` steps
 ``count``       tokens removed at fraction f of L removable ones: ``round-half-up`` ⌊fL + ½⌋,
                 ``round`` (Python's, half to even), ``floor`` ⌊fL⌋, ``ceil`` ⌈fL⌉
@@ -18,6 +19,12 @@ Fields (:class:`Protocol`):
 ``min_length``  inputs of fewer tokens ([CLS]/[SEP] included) are skipped, and counted
 ``score``       AOPC's drops of the explained class's ``probability``, ``logit`` or ``log-odds``
 ``settings``    metric options the protocol fixes (the curve ``steps``), unless given
+``metrics``     the metrics reported when ``--metrics`` is not given (``None``: those on by default)
+
+A preset overridden on the command line is described as such: :meth:`Protocol.describe` gives the
+preset's text followed by each field that differs from it, and the one-line :meth:`Protocol.summary`
+names ``preset + overrides``; the grid, once given, replaces ``--aopc-k``/``--aopc-step``, which are
+then neither printed nor written among the settings.
 """
 from __future__ import annotations
 
@@ -33,6 +40,11 @@ COUNTS = ("round-half-up", "round", "floor", "ceil")
 #: what AOPC measures at each step (a protocol's ``score``)
 MEASURES = ("probability", "logit", "log-odds")
 FIELDS = ("removal", "grid", "count", "min_count", "min_length", "score")
+#: the command-line option of each field
+FLAGS = {"removal": "--removal", "grid": "--aopc-grid", "count": "--count", "min_count": "--min-count",
+         "min_length": "--min-length", "score": "--score"}
+#: the metric settings a grid replaces (``--aopc-k``/``--aopc-step`` make the default grid)
+GRID_SETTINGS = ("aopc_k", "aopc_step")
 
 
 def count(rule: str, fraction: float, n: int, minimum: int = 0) -> int:
@@ -67,6 +79,8 @@ class Protocol:
     min_length: int = 0
     score: str = "probability"
     settings: dict[str, Any] = field(default_factory=dict)
+    metrics: tuple[str, ...] | None = None
+    preset: "Protocol | None" = field(default=None, repr=False, compare=False)   # what override() started from
 
     def __post_init__(self):
         if self.removal not in REMOVALS:
@@ -85,11 +99,27 @@ class Protocol:
             object.__setattr__(self, "grid", grid)
 
     def override(self, **given: Any) -> "Protocol":
-        """This protocol with the fields given (``None``: keep the preset's)."""
+        """This protocol with the fields given (``None``: keep the preset's); it remembers the preset."""
         unknown = [k for k in given if k not in FIELDS]
         if unknown:
             raise InputError(f"a protocol has no field {unknown[0]!r}; {choices(FIELDS, unknown[0])}")
-        return replace(self, **{k: v for k, v in given.items() if v is not None})
+        return replace(self, **{k: v for k, v in given.items() if v is not None}, preset=self.preset or self)
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields that differ from the preset this protocol was made from (JSON-ready)."""
+        if self.preset is None:
+            return {}
+        mine, theirs = self.fields(), self.preset.fields()
+        return {k: v for k, v in mine.items() if v != theirs[k]}
+
+    def describe(self) -> str:
+        """The preset's description, followed by the fields overridden (with the preset's values)."""
+        changed = self.overrides()
+        if not changed:
+            return self.description
+        theirs = self.preset.fields()
+        return self.description.rstrip(".") + ". Overridden here: " + "; ".join(
+            f"{FLAGS[k]} {_shown(k, v)} (preset: {_shown(k, theirs[k])})" for k, v in changed.items()) + "."
 
     def fields(self) -> dict[str, Any]:
         """The fields that decide the numbers (JSON-ready)."""
@@ -109,12 +139,14 @@ class Protocol:
 
     def summary(self, k_max: int = 20, k_step: int = 1) -> str:
         """One line: what this protocol does."""
-        token = {"mask": "[MASK]", "unk": "[UNK]", "pad": "[PAD]", "delete": "deleted"}[self.removal]
+        token = {"mask": "[MASK]", "unk": "[UNK]", "pad": "[PAD]", "delete": "deleted",
+                 "zero": "zero embeddings"}[self.removal]
         grid = self.grid_for(k_max, k_step)
         shown = ", ".join(f"{k:g}" for k in grid) if len(grid) <= 12 else f"{grid[0]:g}, {grid[1]:g}, …, {grid[-1]:g}"
         rule = {"round-half-up": "⌊kL + ½⌋", "round": "round(kL) (half to even)", "floor": "⌊kL⌋",
                 "ceil": "⌈kL⌉"}[self.count]
-        parts = [f"protocol {self.name}: removed tokens {token}", f"AOPC k ∈ {{{shown}}} %",
+        name = self.name + (" + " + ", ".join(FLAGS[k] for k in self.overrides()) if self.overrides() else "")
+        parts = [f"protocol {name}: removed tokens {token}", f"AOPC k ∈ {{{shown}}} %",
                  f"count {rule}" + (f", at least {self.min_count}" if self.min_count else ""),
                  f"AOPC of the {self.score}"]
         if self.min_length:
@@ -122,6 +154,13 @@ class Protocol:
         if self.settings:
             parts.append(", ".join(f"{k}={v}" for k, v in self.settings.items()))
         return "; ".join(parts)
+
+
+def _shown(name: str, value: Any) -> str:
+    """A field's value as the command line writes it."""
+    if name == "grid":
+        return "0…--aopc-k in --aopc-step steps" if value is None else ",".join(f"{k:g}" for k in value)
+    return str(value)
 
 
 #: The presets by name.
@@ -157,6 +196,19 @@ protocol("yang2023", "Yang et al. (ACL 2023, linear decomposition): the top k % 
          "k = 0, 1, …, 20 % (the k = 0 term is 0). The paper does not say whether k counts percent steps "
          "or tokens, nor the rounding: percent steps and round-half-up are chosen.",
          removal="delete", grid=tuple(range(0, 21)))
+protocol("mask-10-50", "the top k % replaced by [MASK] for k = 10, 20, 30, 40, 50 % (k = 0 not in the mean), "
+         "max(1, round(kL)) tokens (Python's round, half to even), drops of the probability: the protocol of an "
+         "independent re-implementation of this evaluation (docs/evaluation.md), which rulegraph reproduces per "
+         "sentence under it.",
+         removal="mask", grid=(10, 20, 30, 40, 50), count="round", min_count=1)
+protocol("achtibat2024", "AttnLRP (Achtibat et al., ICML 2024, Table 1), as its authors describe it: relevance at "
+         "the input embeddings; most- and least-relevant-first ablation with the token embeddings set to zero (the "
+         "position kept: a causal LM's later tokens keep their positions, and no [MASK]/[UNK] token is needed, "
+         "which a byte-level LM tokenizer lacks); the logit of the predicted token recorded at each step; the area "
+         "between the two curves (metric morf-lerf). Steps are not stated: fractions 0, 10, …, 100 % of the "
+         "removable tokens, ⌊kL + ½⌋ tokens, trapezoids over the fraction axis, are chosen. For classifiers and "
+         "causal LMs (explained at the last token, for the token it predicts).",
+         removal="zero", grid=tuple(range(0, 101, 10)), score="logit", metrics=("morf-lerf",))
 
 
 def resolve(name: str = "default", **given: Any) -> Protocol:

@@ -44,11 +44,12 @@ from ..scale.journal import write_parquet
 from ..scale.listener import Listener
 from ..text import TextEncoder
 from . import metrics as M
+from . import paired
 from . import protocols as P
 from .summary import BOOTSTRAP, Summary, aggregate, failures, parquet_row, write
 
 RESULTS = "results.jsonl"
-OUTPUTS = ("table.csv", "summary.json", "curves.png", "conservation.png", "results.parquet")
+OUTPUTS = ("table.csv", "summary.json", "curves.png", "conservation.png", "results.parquet", "paired.csv")
 
 
 @dataclass
@@ -95,8 +96,9 @@ class Config:
                 **self.resolved().identity()}
 
     def options_by_method(self) -> dict[str, dict[str, Any]]:
-        """Name → the options given for it, in ``methods`` order (the worker's view of the settings)."""
-        return {name: self.options.get(name, {}) for name in self.methods}
+        """Name → the options given for it, in ``methods`` order (the worker's view of the settings); a
+        ``LABEL=METHOD`` method's options may be given under its label."""
+        return {name: self.options.get(name, self.options.get(name.partition("=")[0], {})) for name in self.methods}
 
     def all_settings(self) -> dict[str, Any]:
         """Every metric option: those given, else the protocol's (e.g. ``steps``), else the default."""
@@ -105,7 +107,7 @@ class Config:
 
 class Evaluation:
     def __init__(self, config: Config, out: Path, *, force: bool = False, listener: Listener | None = None,
-                 progress: bool = True, engine: Engine | None = None):
+                 progress: bool = True, engine: Engine | None = None, pairs: str | list[str] | None = None):
         self.config = config
         self.out = Path(out)
         self.force = force
@@ -120,11 +122,14 @@ class Evaluation:
         if not config.methods:
             raise InputError(f"no methods given; {choices(registry.names())}")
         self.methods = {name: registry.get(name) for name in config.methods}
+        labels = {name.partition("=")[0] for name in self.methods}
         for name in config.options:
-            if name not in self.methods:
+            if name not in self.methods and name not in labels:
                 raise InputError(f"options given for {name!r}, which is not among --methods "
                                  f"({', '.join(config.methods)})")
         self.options = method_options(config.options_by_method(), config.seed)
+        # paired differences A − B to report (--paired), checked against the methods before any work
+        self.pairs = paired.parse_pairs(pairs, config.methods) if pairs else []
         self.failed: dict[str, dict[str, Any]] = {}     # method → texts it failed on (see failures())
         self.job = Job(Folder(self.out, RESULTS, OUTPUTS, "results"), list(self.methods), self.engine, self.listener)
 
@@ -214,6 +219,8 @@ class Evaluation:
         summary.scores = {n: m.units(self.options[n]) for n, m in self.methods.items()}
         summary.skipped = skipped
         summary.protocol = pr.summary(self.settings["aopc_k"], self.settings["aopc_step"])
+        if self.pairs:
+            summary.paired = paired.table(results, self.pairs, [m.name for m in metrics], cfg.seed)
         write(self.out, summary, metrics, self._context(summary), self.methods)
         if results:
             write_parquet([parquet_row(r) for r in results], self.out / "results.parquet")
@@ -222,11 +229,12 @@ class Evaluation:
     def _context(self, summary: Summary) -> dict[str, Any]:
         """What ``summary.json`` says of the settings and the protocol."""
         cfg, pr = self.config, self.protocol
+        shown = {k: v for k, v in self.settings.items() if pr.grid is None or k not in P.GRID_SETTINGS}
         return {
-            "config": {**asdict(cfg), "settings": self.settings},
+            "config": {**asdict(cfg), "settings": shown},
             "removal": pr.removal,
             "protocol": {"name": cfg.protocol, **pr.fields(), "aopc_grid": list(self.grid),
-                         "description": P.PROTOCOLS.get(cfg.protocol).description, "summary": summary.protocol},
+                         "overrides": pr.overrides(), "description": pr.describe(), "summary": summary.protocol},
             "skipped": {"texts": summary.skipped, "min_length": pr.min_length},
             "interval": f"95% percentile bootstrap over examples ({BOOTSTRAP} resamples, seed {cfg.seed})",
         }
@@ -260,7 +268,8 @@ class EvalWorker(Worker):
         removal = M.Removal(pr.removal, self.vocab.replacement(pr.removal), self.vocab.unk, pr.count, pr.min_count)
         self.metrics = M.build(config.metrics, removal, config.all_settings(), {"grid": pr.grid, "score": pr.score})
         self.model = registry.TokenModel(self.graph, device=config.device, dtype=self.dtype, pad_id=self.vocab.pad,
-                                         batch_tokens=config.batch_tokens, runtime=config.runtime)
+                                         batch_tokens=config.batch_tokens, runtime=config.runtime,
+                                         zeroed=pr.removal == "zero")
         self.warm_model = False
 
     def failed(self, row: Row, method: str, error: str, example: Example | None = None) -> dict:

@@ -34,6 +34,7 @@ class Summary:
     scores: dict[str, str] = field(default_factory=dict)    # method → the quantity its scores are
     skipped: int = 0                # texts under the protocol's minimum length, not evaluated
     protocol: str = ""              # the resolved protocol in one line
+    paired: dict[str, dict[str, Any]] = field(default_factory=dict)   # "A − B" → metric → paired.Difference
 
 
 def machine() -> str:
@@ -163,6 +164,13 @@ def write(out: Path, summary: Summary, metrics: list[M.Metric], context: dict[st
         "scores": summary.scores,
         "failed": summary.failed,
     }
+    if summary.paired:
+        from . import paired
+        doc["paired"] = paired.as_json(summary.paired)
+        doc["paired_caption"] = paired.CAPTION
+        write_file(out / "paired.csv", paired.csv_text(summary.paired), "paired.csv")
+    else:
+        (out / "paired.csv").unlink(missing_ok=True)
     write_file(out / "summary.json", json.dumps(doc, indent=2) + "\n", "summary.json")
     plots.curves(summary, metrics, out / "curves.png", {n: m.reference for n, m in methods.items()})
     plots.conservation(summary, {n: m.additive for n, m in methods.items()}, out / "conservation.png")

@@ -27,6 +27,7 @@ Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegra
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,7 +37,7 @@ from ..errors import InputError, RuleFileError, choices
 from ..explanation import Explanation
 from ..interpreter import as_tensor
 from ..loaders import load
-from ..options import PASS_OPTIONS
+from ..options import PASS_OPTIONS, RULE_SET_OPTIONS
 from ..passes import apply
 from ..passes.base import check_arguments
 from ..ruleset import RuleSet, shipped_rule_sets
@@ -63,15 +64,25 @@ def _rules_method(rules: str | RuleSet) -> Method:
     def run(request: Request, **options) -> Explanation:
         kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
                       audit=request.audit)
-        if request.contrast is not None or request.score != "logit":
-            kwargs.update(contrast=request.contrast, score=request.score)
+        contrast = request.contrast if request.contrast is not None else options.pop("contrast", None)
+        score = request.score if request.score != "logit" else options.pop("score", "logit")
+        options.pop("contrast", None), options.pop("score", None)
+        if contrast is not None or score != "logit":
+            kwargs.update(contrast=contrast, score=score)
         if request.objective is not None:
             kwargs.update(objective=request.objective)
         given = {k: v for k, v in options.items() if v is not None}
         return apply(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
                      request.target, **kwargs, **given)
-    declared = PASS_OPTIONS.get(pass_name, ())
-    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, RELEVANCE)
+    declared = (*RULE_SET_OPTIONS, *PASS_OPTIONS.get(pass_name, ()))
+    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _explained)
+
+
+def _explained(options: dict[str, Any]) -> str:
+    """What a rule set's scores are relevance of, under its options."""
+    if options.get("contrast"):
+        return "relevance of z − z(runner-up)"
+    return "relevance of log p (p held)" if options.get("score") == "logprob" else RELEVANCE
 
 
 def names() -> list[str]:
@@ -87,13 +98,22 @@ def methods() -> dict[str, Method]:
 
 def get(name: str | RuleSet) -> Method:
     """The method called ``name``: a baseline, a shipped rule set, a path to a YAML rule file, or
-    a :class:`RuleSet` object."""
+    a :class:`RuleSet` object; or ``LABEL=METHOD``, that method under another name, so that one
+    evaluation can compare a method with itself under other options (``--methods
+    lp=lrp-ah-ln,lrp-ah-ln -o lp.score=logprob``)."""
     if isinstance(name, RuleSet):
         return _rules_method(name)
     if not isinstance(name, (str, Path)):
         raise InputError(f"a method is a name (see `rulegraph methods`), a rule file path or a RuleSet; "
                          f"got a {type(name).__name__}")
     name = str(name)
+    label, alias, base = name.partition("=")
+    if alias and not Path(name).exists():
+        if not label or not base or "," in label:
+            raise InputError(f"method {name!r}: write LABEL=METHOD, e.g. lrp-logprob=lrp-ah-ln")
+        if label in BASELINES or label in shipped_rule_sets(None):
+            raise InputError(f"method label {label!r} is already a method's name; choose another")
+        return replace(get(base), name=label)
     if name in BASELINES:
         return BASELINES.get(name)
     if name in shipped_rule_sets(None):
@@ -132,7 +152,8 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     e = m.run(request, **resolved)
     e.rules = m.name
     e.extra.setdefault("method", m.name)
-    shown = {o.name: resolved[o.name] for o in m.options if o.cli}     # not the API's inputs (word ids…)
+    shown = {o.name: resolved[o.name] for o in m.options     # not the API's inputs (word ids…), nor what
+             if o.cli and o not in RULE_SET_OPTIONS}              # e.contrast / e.extra record already
     if shown:
         e.extra.setdefault("options", shown)
     return e

@@ -12,13 +12,14 @@ import torch
 
 from ..errors import InputError
 from ..interpreter import prepare
-from ..ir import Graph
-from ..tokens import RUNTIMES, REMOVALS, Tokens, Vocab  # noqa: F401  (re-exported)
+from ..ir import Graph, Node
+from ..tokens import RUNTIMES, REMOVALS, ZERO, Tokens, Vocab  # noqa: F401  (re-exported)
 
 Tensor = torch.Tensor
 
-def token_input(graph: Graph) -> str:
-    """The integer input holding the token ids: the one feeding the largest embedding table."""
+
+def _token_lookup(graph: Graph) -> tuple[Node, str] | None:
+    """The token-embedding lookup (the embedding Gather with the largest table) and its integer input."""
     from ..ruleset import Boundary
     best, rows = None, -1
     for value, key in Boundary("embeddings").values(graph).items():
@@ -27,7 +28,14 @@ def token_input(graph: Graph) -> str:
             continue
         table = graph.constants.get(node.inputs[0])
         if table is not None and table.shape[0] > rows:
-            best, rows = key, table.shape[0]
+            best, rows = (node, key), table.shape[0]
+    return best
+
+
+def token_input(graph: Graph) -> str:
+    """The integer input holding the token ids: the one feeding the largest embedding table."""
+    found = _token_lookup(graph)
+    best = found[1] if found else None
     if best is None:
         ints = [i.name for i in graph.inputs if not i.is_float]
         if not ints:
@@ -66,11 +74,15 @@ def _onnx_file(graph: Graph) -> str | None:
     return path if path and Path(path).is_file() else None
 
 
-def resolve_runtime(runtime: str, graph: Graph, device: str, dtype: torch.dtype) -> str:
-    """``runtime`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error."""
+def resolve_runtime(runtime: str, graph: Graph, device: str, dtype: torch.dtype, zeroed: bool = False) -> str:
+    """``runtime`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error.
+    ``zeroed``: sequences may hold zero embeddings, which only the interpreter can feed."""
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
-    possible = _onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32
+    if zeroed and runtime == "onnxruntime":
+        raise InputError("removal 'zero' feeds zero embeddings inside the graph, which the onnxruntime runtime "
+                         "cannot; use --runtime rulegraph or auto")
+    possible = _onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32 and not zeroed
     if runtime == "auto":
         return "onnxruntime" if possible else "rulegraph"
     if runtime == "onnxruntime" and not possible:
@@ -102,11 +114,28 @@ def fixed_batch(graph: Graph) -> int | None:
     return min(sizes) if sizes else None
 
 
+def zero_embedding_lookup(graph: Graph) -> Node:
+    """The token-embedding Gather a ``zero`` removal overrides (see :class:`TokenModel`)."""
+    found = _token_lookup(graph)
+    if found is None:
+        raise InputError("removal 'zero' needs a token-embedding lookup (a Gather of a constant table by the token "
+                         "ids); the model has none")
+    return found[0]
+
+
 class TokenModel:
     """Runs lists of :class:`Tokens` through the graph's plan (or onnxruntime: ``runtime``, see
     :data:`RUNTIMES`) in padded batches and returns the chosen output's ``[N, classes]`` logits
     (float64, CPU), in the order given. For a causal LM (a ``[batch, positions, vocabulary]``
     output) these are the next-token logits after each sequence's last token.
+
+    A position holding :data:`~rulegraph.tokens.ZERO` (a ``zero`` removal) is fed a zero token
+    embedding: the id there becomes the [PAD] id, and the output of the token-embedding lookup
+    (:func:`zero_embedding_lookup`) is overridden with its rows at those positions set to 0, as
+    ``inputs_embeds`` with zero rows would be in Hugging Face (position and token-type embeddings
+    are still added where the model adds them). Such sequences run through the interpreter; with
+    ``zeroed=True`` (sequences may hold ZERO) ``runtime="auto"`` takes it for every sequence, so that
+    perturbed and unperturbed forwards are computed alike.
 
     Sequences are sorted by length and cut into batches of at most ``batch_tokens`` padded
     tokens (and ``max_rows`` rows). Padding uses the [PAD] id with attention mask 0; a model
@@ -115,10 +144,11 @@ class TokenModel:
 
     def __init__(self, graph: Graph, *, output: str | None = None, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, pad_id: int | None = 0, batch_tokens: int = 8192,
-                 max_rows: int = 256, runtime: str = "rulegraph"):
+                 max_rows: int = 256, runtime: str = "rulegraph", zeroed: bool = False):
         self.graph = graph
         self.output = output or graph.outputs[0]
-        self.runtime = resolve_runtime(runtime, graph, device, dtype)
+        self.runtime = resolve_runtime(runtime, graph, device, dtype, zeroed)
+        self.lookup = zero_embedding_lookup(graph) if zeroed else None
         self.plan = prepare(graph, device, dtype) if self.runtime == "rulegraph" else None
         self.session = _onnxruntime_session(graph) if self.runtime == "onnxruntime" else None
         self.ids = token_input(graph)
@@ -134,6 +164,20 @@ class TokenModel:
         self.max_rows = max_rows if self.fixed is None else self.fixed
         self.forwards = 0           # sequences run so far
         self.seconds = 0.0
+        if self.lookup is not None:
+            self._check_lookup()
+
+    def _check_lookup(self) -> None:
+        """The lookup's output must be ``[batch, tokens, hidden]`` in the ids' order, which the override
+        assumes: true when it reads the ids directly or through ops that keep their order and shape (a
+        Cast, GPT-2's Reshape to ``[-1, tokens]``); one probe forward of a ``[2, 3]`` batch checks it."""
+        value = self.lookup.outputs[0]
+        with torch.no_grad():
+            probe = self.plan.run(self.feeds([Tokens((self.pad_id,) * 3)] * 2), keep=frozenset({value}))[value]
+        if tuple(probe.shape[:2]) != (2, 3) or probe.dim() != 3:
+            raise InputError(f"removal 'zero' overrides the token-embedding lookup {self.lookup.name!r}, whose output "
+                             f"is not [batch, tokens, hidden] (shape {tuple(probe.shape)} for 2 × 3 tokens); use "
+                             "another --removal")
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices grouped into padded batches (by increasing length)."""
@@ -180,7 +224,8 @@ class TokenModel:
             for batch in self.batches([len(s) for s in seqs]):
                 rows_run = [seqs[i] for i in batch]
                 rows_run += rows_run[-1:] * ((self.fixed or 0) - len(rows_run))      # copies, dropped below
-                out = self._forward(self.feeds(rows_run))
+                feeds = self.feeds(rows_run)
+                out = self._forward(feeds, self._zeroed(feeds))
                 if out.dim() not in (2, 3):
                     raise InputError(f"output {self.output!r} has shape {tuple(out.shape)}; token perturbation "
                                      "needs a [batch, classes] or a causal LM's [batch, positions, vocabulary] output")
@@ -191,15 +236,32 @@ class TokenModel:
         self.seconds += time.perf_counter() - started
         return torch.stack(rows)
 
+    def _zeroed(self, feeds: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """The override of the token-embedding lookup for the positions holding ZERO (which become the
+        [PAD] id in ``feeds``), or ``None`` where there are none."""
+        ids = feeds[self.ids]
+        zero = ids == ZERO
+        if not bool(zero.any()):
+            return None
+        if self.lookup is None:
+            raise InputError("a sequence holds zero-embedding positions (removal 'zero'), but the model runner "
+                             "was not made for them (TokenModel(zeroed=True))")
+        ids[zero] = self.pad_id
+        table = self.plan.constants[self.lookup.inputs[0]]
+        rows = table[ids.to(table.device)]
+        rows[zero.to(rows.device)] = 0
+        return {self.lookup.outputs[0]: rows}
+
     def next_token(self, seq: Tokens) -> bool:
         """Whether the output has a positions axis (a causal LM: explained at the last token)."""
         with torch.no_grad():
             return self._forward(self.feeds([seq] * (self.fixed or 1))).dim() == 3
 
-    def _forward(self, feeds: dict[str, Tensor]) -> Tensor:
-        """The chosen output for one padded batch, from onnxruntime or the plan."""
+    def _forward(self, feeds: dict[str, Tensor], overrides: dict[str, Tensor] | None = None) -> Tensor:
+        """The chosen output for one padded batch, from onnxruntime or the plan (``overrides``: values
+        the plan uses instead of computing them)."""
         if self.session is not None:
             arrays = {i.name: feeds[i.name].numpy().astype(_NUMPY.get(i.type, "int64"))
                       for i in self.session.get_inputs()}
             return torch.from_numpy(self.session.run([self.output], arrays)[0])
-        return self.plan.run(feeds, keep=frozenset())[self.output]
+        return self.plan.run(feeds, keep=frozenset(), overrides=overrides)[self.output]

@@ -22,6 +22,8 @@ Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
   i.e. log p_A plus the entropy H(p) (shift-invariant like log p_A); the explanation reports
   both (``output_value`` and ``extra["logprob"]``). Under ``gi`` the scores are
   ``x ⊙ ∂(z_A − Σ p_j z_j)/∂x`` with p detached, which is also ``x ⊙ ∂ log p_A/∂x``.
+* ``contrast="runner-up"``: B is, per item, the class with the highest logit other than A (the
+  prediction's closest rival), so the explained scalar is ``z_A − z_B = log p_A − log p_B``.
 * both: ``log p_A − log p_B = z_A − z_B``, so the seed is the logit contrast's (``e_A − e_B``)
   and the explained scalar is exactly the log-probability ratio.
 * ``objective="logprob[' Paris'] - logprob[' London']"``: any linear expression of logits and
@@ -200,7 +202,8 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
                          f"the output {output!r} has {out.shape[-1]} per item")
     mapping = boundary_map(binding, plan, values)
     seed, targets, position = select(out, target, position, contrast, score, objective)
-    contrasts = None if contrast is None else _per_item(contrast, len(targets))
+    contrasts = None if contrast is None else runner_up(_picked(values[output], position), targets) \
+        if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
                    mapping)
 
@@ -228,6 +231,8 @@ def boundary_map(binding: Binding, plan: Plan, values: Values) -> BoundaryMap:
     return origins(binding, plan, values)
 
 
+#: ``contrast=RUNNER_UP``: subtract, per item, the highest logit other than the target's
+RUNNER_UP = "runner-up"
 
 
 def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = None, score: Any = "logit",
@@ -251,11 +256,21 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
     if position is not None and (isinstance(position, (str, bytes)) or not (
             _is_index(position) or isinstance(position, (list, tuple)) and all(_is_index(p) for p in position))):
         raise InputError(f"position must be an int or a list of them, one per batch item; got {position!r}")
-    if contrast is not None and (isinstance(contrast, (str, bytes)) or not (
+    if contrast is not None and contrast != RUNNER_UP and (isinstance(contrast, (str, bytes)) or not (
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
-        raise InputError(f"contrast must be a class index (int) or a list of them, one per batch item; got {contrast!r}")
+        raise InputError(f"contrast must be a class index (int), a list of them (one per batch item) or "
+                         f"{RUNNER_UP!r}; got {contrast!r}")
     if not isinstance(score, str) or score not in QUANTITIES:
         raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
+
+
+def runner_up(picked: Tensor, targets: list[int]) -> list[int]:
+    """Per item of ``[batch, classes]``, the class with the highest value other than its target."""
+    if picked.shape[-1] < 2:
+        raise InputError("contrast='runner-up' needs an output with at least 2 classes")
+    rest = picked.detach().clone()
+    rest[torch.arange(rest.shape[0]), targets] = -torch.inf
+    return rest.argmax(-1).tolist()
 
 
 def _per_item(index: Any, batch: int) -> list[int]:
@@ -320,7 +335,7 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     if objective is not None:
         seed = objective.seed(picked)
     elif contrast is not None:
-        contrasts = _per_item(contrast, batch)
+        contrasts = runner_up(picked, targets) if contrast == RUNNER_UP else _per_item(contrast, batch)
         if len(contrasts) != batch:
             raise InputError(f"got {len(contrasts)} contrast classes for a batch of {batch}")
         bad = [c for c in contrasts if not 0 <= c < classes]

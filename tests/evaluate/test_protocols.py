@@ -31,6 +31,9 @@ HAND = {
     "mask-lrp": [1, 2, 3, 4, 6, 7, 8, 9, 10],
     # k = 0, 10, …, 100 %: 0…10
     "ali2022": list(range(11)),
+    "achtibat2024": list(range(11)),
+    # k = 10…50 %, max(1, round(k·10)): 1…5
+    "mask-10-50": [1, 2, 3, 4, 5],
 }
 
 
@@ -40,13 +43,21 @@ def metric_of(preset: str) -> M.AOPC:
     return M.build(["aopc"], removal, {}, {"grid": p.grid, "score": p.score})[0]
 
 
+def logit(c, removed):
+    """The explained logit ±s/2 of the bag of words with these positions removed."""
+    sign = 1 if c.target == 1 else -1
+    return sign * (float(bow.weights()[IDS].sum()) - sum(bow.weights()[IDS[i]] for i in removed)) / 2
+
+
 @pytest.mark.parametrize("preset", list(HAND))
 def test_each_preset_gives_the_hand_computed_aopc(preset):
-    """Removed tokens count 0 in the bag of words ([UNK], [PAD] and deletion alike), so the AOPC is
-    the mean of p(x) − p(x without the top-c tokens) over the hand-counted c."""
+    """Removed tokens count 0 in the bag of words ([UNK], [PAD], deletion and a zero embedding alike), so
+    the AOPC is the mean of f(x) − f(x without the top-c tokens) over the hand-counted c, f the preset's
+    score (the probability, or the logit under achtibat2024)."""
     c = case()
     order = ideal(c)
-    expected = float(np.mean([p_target(c, []) - p_target(c, order[:n]) for n in HAND[preset]]))
+    f = logit if P.PROTOCOLS.get(preset).score == "logit" else p_target
+    expected = float(np.mean([f(c, []) - f(c, order[:n]) for n in HAND[preset]]))
     result = M.compute(metric_of(preset), model, c)
     assert result.value == pytest.approx(expected, abs=1e-12)
     assert len(result.curve) == len(HAND[preset])
@@ -66,13 +77,13 @@ def test_scores_logit_and_log_odds():
     s = float(bow.weights()[IDS].sum())
     sign = 1 if c.target == 1 else -1
 
-    def logit(removed):        # the explained logit ±s/2 of the bag of words
+    def logit_of(removed):     # the explained logit ±s/2 of the bag of words
         return sign * (s - sum(bow.weights()[IDS[i]] for i in removed)) / 2
 
     def log_odds(removed):
         p = p_target(c, removed)
         return math.log(p / (1 - p))
-    for score, f in (("logit", logit), ("log-odds", log_odds)):
+    for score, f in (("logit", logit_of), ("log-odds", log_odds)):
         metric = M.build(["aopc"], M.Removal("unk", UNK, UNK), {}, {"grid": (0.0, 10.0, 20.0), "score": score})[0]
         expected = np.mean([f([]) - f(order[:n]) for n in (0, 1, 2)])
         assert M.compute(metric, model, c).value == pytest.approx(expected, abs=1e-9)
@@ -177,3 +188,27 @@ def test_bad_protocol_fields_are_refused():
         P.parse_grid("10,x")
     with pytest.raises(InputError, match="unknown counting rule 'nearest'"):
         P.resolve("default", count="nearest")
+
+
+def test_an_overridden_preset_is_described_as_such_and_replaced_settings_are_left_out(tmp_path):
+    model_path = bow.build(tmp_path / "bow")
+    data = tmp_path / "d.csv"
+    data.write_text("text\nw1 w2 w3 w4\nw5 w6 w7\n")
+    config = Config(model=str(model_path), data=str(data), methods=["gi"], metrics=["aopc"], protocol="decompx",
+                    grid=[10.0, 20.0], count="round", settings={"aopc_k": 30})
+    summary = Evaluation(config, tmp_path / "out", progress=False).run()
+    assert summary.protocol.startswith("protocol decompx + --aopc-grid, --count:")
+    doc = json.loads((tmp_path / "out" / "summary.json").read_text())["protocol"]
+    assert doc["overrides"] == {"grid": [10.0, 20.0], "count": "round"}
+    assert doc["description"].startswith(P.PROTOCOLS.get("decompx").description.rstrip("."))
+    assert doc["description"].endswith("Overridden here: --aopc-grid 10,20 (preset: 0,10,20,30,40,50,60,70,80,90); "
+                                       "--count round (preset: round-half-up).")
+    settings = json.loads((tmp_path / "out" / "summary.json").read_text())["config"]["settings"]
+    assert "aopc_k" not in settings and "aopc_step" not in settings and "lodds_k" in settings
+    # a preset as it is: its own text, nothing overridden, and the grid settings shown where no grid replaces them
+    plain = Evaluation(Config(model=str(model_path), data=str(data), methods=["gi"], metrics=["aopc"]),
+                       tmp_path / "plain", progress=False)
+    plain.run()
+    doc = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert doc["protocol"]["overrides"] == {} and doc["protocol"]["description"] == P.PROTOCOLS.get("default").description
+    assert doc["config"]["settings"]["aopc_k"] == 20

@@ -12,8 +12,9 @@ Conventions, for every metric:
   stay. ``n`` is their number; a fraction ``f`` of them is ``⌊f·n + ½⌋`` tokens.
 * "Most relevant first" orders removable positions by score, highest first; ties by position.
 * Removal (:class:`Removal`): ``mask`` replaces a token by [MASK] (by [UNK] when the
-  vocabulary has no [MASK]), ``unk`` by [UNK], ``delete`` drops it (the sequence
-  shortens). AUAC always starts from [UNK], as in Ali et al. (2022) (``delete``: from nothing).
+  vocabulary has no [MASK]), ``unk`` by [UNK], ``pad`` by [PAD], ``delete`` drops it (the
+  sequence shortens), ``zero`` keeps the position with a zero token embedding. AUAC starts from
+  [UNK], as in Ali et al. (2022) (``delete``: from nothing; ``zero``: from zero embeddings).
 * ``p`` is the softmax probability of the explained class ŷ (the model's prediction on
   the full input, which the method explained); logits are the raw outputs.
 * Areas are trapezoids over the fraction axis [0, 1], so they do not grow with length.
@@ -30,12 +31,14 @@ The metrics (x̃ᵏ: x with the top-k% removed), each defined in its file:
 ``precision@k``   top-k tokens inside the answer span ↑, off by default   (precision_at_k.py)
 ``logprob-drop``  mean over k of log p(y|x) − log p(y|x̃ᵏ), y an LM's next token ↑, off by default
                                                                          (logprob_drop.py)
+``morf-lerf``     area between the least- and most-relevant-first curves of the protocol's score ↑,
+                  off by default (``--protocol achtibat2024``)          (morf_lerf.py)
 """
 from __future__ import annotations
 
 from . import aopc as _aopc, lodds as _lodds, auac as _auac, au_mse as _au_mse  # noqa: F401  (registration order)
 from . import hiding as _hiding, revealing as _revealing, word_deletion as _word_deletion  # noqa: F401
-from . import precision_at_k as _precision_at_k, logprob_drop as _logprob_drop  # noqa: F401
+from . import precision_at_k as _precision_at_k, logprob_drop as _logprob_drop, morf_lerf as _morf_lerf  # noqa: F401
 from .aopc import AOPC, Deletion, aopc
 from .au_mse import AUMSE, au_mse
 from .auac import AUAC, Fractions, auac
@@ -44,11 +47,12 @@ from .base import (METRICS, Case, Metric, ModelFn, Option, Removal, Result, all_
 from .hiding import Hiding, hiding
 from .lodds import LOdds, lodds
 from .logprob_drop import LogProbDrop, logprob_drop
+from .morf_lerf import MorfLerf, morf_lerf
 from .precision_at_k import PrecisionAtK, precision_at_k
 from .revealing import Revealing, revealing
 from .word_deletion import WordDeletion, word_deletion
 
 __all__ = ["AOPC", "AUAC", "AUMSE", "Case", "Deletion", "Fractions", "Hiding", "LOdds", "LogProbDrop", "METRICS", "Metric",
-           "ModelFn", "Option", "PrecisionAtK", "Removal", "Result", "Revealing", "WordDeletion", "all_options",
-           "aopc", "area", "au_mse", "auac", "build", "compute", "count", "defaults", "hiding", "lodds", "logprob_drop", "metric",
+           "ModelFn", "MorfLerf", "Option", "PrecisionAtK", "Removal", "Result", "Revealing", "WordDeletion", "all_options",
+           "aopc", "area", "au_mse", "auac", "build", "compute", "count", "defaults", "hiding", "lodds", "logprob_drop", "metric", "morf_lerf",
            "precision_at_k", "revealing", "settings", "word_deletion"]

@@ -3,11 +3,10 @@ over a protocol's grid, of f(x) − f(x̃ᵏ), x̃ᵏ being x with its k% most r
 f the probability p(ŷ|·) (or, under a protocol saying so, the logit or the log-odds of ŷ). ↑"""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ...tokens import Tokens
-from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, logp, metric
+from .base import Case, Metric, ModelFn, Option, Removal, Result, compute, metric, quantity
 
 
 @dataclass
@@ -44,18 +43,16 @@ class AOPC(Deletion):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.score != "probability":     # the plots' panel says which quantity dropped
+            self.title = {"logit": "AOPC: z(ŷ|x) − z(ŷ|x̃ᵏ), the logit",
+                          "log-odds": "AOPC: log-odds(ŷ|x) − log-odds(ŷ|x̃ᵏ)"}[self.score]
         if self.grid is not None:
             self.percents = tuple(self.grid)
         else:       # integers, as before protocols: the same curve keys and the same values
             self.percents = tuple(range(0, self.k_max + 1, self.k_step))
 
     def value(self, logits, target: int) -> float:
-        if self.score == "logit":
-            return float(logits[target])
-        lp = logp(logits, target)
-        if self.score == "log-odds":
-            return lp - math.log(-math.expm1(lp)) if lp < 0 else math.inf
-        return math.exp(lp)
+        return quantity(logits, target, self.score)
 
     def reduce(self, case, logits):
         f0 = self.value(logits[case.tokens], case.target)

@@ -1,5 +1,6 @@
 """AUAC (Ali et al. 2022 Sec. 6.2): start from all-[UNK], reveal the most relevant tokens first;
-the area under p(ŷ) over the fraction revealed. ↑ (``delete``: start from nothing.)"""
+the area under p(ŷ) over the fraction revealed. ↑ (``delete``: start from nothing; ``zero``: from zero
+token embeddings.)"""
 from __future__ import annotations
 
 import math
@@ -60,7 +61,7 @@ class AUAC(Fractions):
     def perturbed(self, case, f):
         order = self.order(case)
         hidden = self.selected(order, self.removal.count(f, len(order)))
-        return case.tokens.remove(hidden, None if self.removal.token is None else self.removal.unk)
+        return case.tokens.remove(hidden, self.removal.hidden)
 
     def inputs(self, case):
         return [self.perturbed(case, f) for f in self.xs()]

@@ -45,6 +45,12 @@ class Removal:
     def apply(self, tokens: Tokens, positions) -> Tokens:
         return tokens.remove(positions, self.token)
 
+    @property
+    def hidden(self) -> int | None:
+        """What AUAC's start puts in place of every token: [UNK] (Ali et al. 2022), a zero embedding under
+        ``zero``, nothing (``None``: deleted) under ``delete``."""
+        return None if self.token is None else self.token if self.mode == "zero" else self.unk
+
     def count(self, fraction: float, n: int) -> int:
         """Tokens removed at ``fraction`` of ``n`` under this protocol's counting rule."""
         return counting(self.rule, fraction, n, self.min_count)
@@ -68,6 +74,10 @@ class Case:
 
     def most_relevant_first(self) -> list[int]:
         return sorted(self.removable, key=lambda i: (-self.scores[i], i))
+
+    def least_relevant_first(self) -> list[int]:
+        """Removable positions, lowest (most negative) score first; ties by position."""
+        return sorted(self.removable, key=lambda i: (self.scores[i], i))
 
     def least_abs_first(self) -> list[int]:
         return sorted(self.removable, key=lambda i: (abs(self.scores[i]), i))
@@ -93,6 +103,17 @@ def logp(logits: Tensor, target: int) -> float:
     """log p(target) under the softmax of ``logits``, in float64."""
     import torch
     return float(torch.log_softmax(logits.double(), -1)[target])
+
+
+def quantity(logits: Tensor, target: int, score: str = "probability") -> float:
+    """The explained class's ``probability``, ``logit`` or ``log-odds`` log(p / (1 − p)) under ``logits``
+    (a protocol's ``score``, evaluate/protocols.py), in float64."""
+    if score == "logit":
+        return float(logits[target])
+    lp = logp(logits, target)
+    if score == "log-odds":
+        return lp - math.log(-math.expm1(lp)) if lp < 0 else math.inf
+    return math.exp(lp)
 
 
 def correct(logits: Tensor, reference: int) -> float:

@@ -27,8 +27,11 @@ def attention_values(graph: Graph) -> list[str]:
     return graph.cache.attention
 
 
-def query_rows(req: Request, row: int, batch: int, length: int) -> list[int]:
-    """The query position per item: ``row``, or for ``row < 0`` counted back from the last real token."""
+def query_rows(req: Request, row: int, batch: int, length: int, position: int | list[int] | None = None) -> list[int]:
+    """The query position per item: for an output with positions (a causal LM), the explained
+    ``position``; else ``row``, or for ``row < 0`` counted back from the last real token."""
+    if position is not None:
+        return list(position) if isinstance(position, list) else [position] * batch
     if row >= 0:
         if row >= length:
             raise InputError(f"attention row {row} is outside the {length} positions")
@@ -52,14 +55,14 @@ def attention_probabilities(req: Request) -> tuple[list[Tensor], Tensor, list[in
           "block (default the last)",
           Option("block", int, -1, "which attention block (0-based; negative counts from the last)"),
           Option("row", int, 0, "query position read: 0 = [CLS] (BERT-style classifiers); negative counts back "
-                 "from the last real token (−1 for decoder classifiers)"),
+                 "from the last real token (−1 for decoder classifiers); a causal LM reads its explained position"),
           unit="attention weight (heads averaged)", reference=True)
 def raw_attention(req: Request, block: int, row: int) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
     if not -len(probs) <= block < len(probs):
         raise InputError(f"attention block {block} does not exist; the model has {len(probs)} (0…{len(probs) - 1})")
     a = probs[block].mean(1)
-    rows = query_rows(req, row, a.shape[0], a.shape[1])
+    rows = query_rows(req, row, a.shape[0], a.shape[1], position)
     scores = torch.stack([a[b, r] for b, r in enumerate(rows)]).cpu()
     key = token_input(req.graph)
     return explanation(req, out, targets, position, {key: scores}, block=block % len(probs))

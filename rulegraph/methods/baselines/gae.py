@@ -50,6 +50,6 @@ def generic_attention_explainability(req: Request, row: int) -> Explanation:
         if env[v].dim() != 4:
             raise InputError(f"attention probabilities of shape {tuple(env[v].shape)}; expected [batch, heads, q, k]")
     r = relevance_map([weighted[v].to(torch.float64) for v in values])
-    rows = query_rows(req, row, r.shape[0], r.shape[1])
+    rows = query_rows(req, row, r.shape[0], r.shape[1], position)
     scores = torch.stack([r[b, q] for b, q in enumerate(rows)]).cpu()
     return explanation(req, out, targets, position, {token_input(req.graph): scores}, rows=rows)

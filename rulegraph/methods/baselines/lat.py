@@ -43,7 +43,7 @@ def trace(probs: list[Tensor], rows: list[int]) -> tuple[Tensor, list[list[float
           unit="attention share (sums to 1)", reference=True)
 def layerwise_attention_tracing(req: Request, row: int) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
-    rows = query_rows(req, row, probs[0].shape[0], probs[0].shape[-1])
+    rows = query_rows(req, row, probs[0].shape[0], probs[0].shape[-1], position)
     r, sums = trace(probs, rows)
     return explanation(req, out, targets, position, {token_input(req.graph): r.cpu()},
                        rows=rows, block_sums=[list(s) for s in zip(*sums)])

@@ -111,7 +111,7 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
         cam = (grad * r_attention).mean(1).clamp(min=0)                                  # Eq. 10 (heads averaged, ⁺)
         cam = cam + torch.eye(cam.shape[-1], dtype=cam.dtype, device=cam.device)
         rollout = cam if rollout is None else cam @ rollout                              # Eq. 11
-    rows = query_rows(req, row, rollout.shape[0], rollout.shape[1])
+    rows = query_rows(req, row, rollout.shape[0], rollout.shape[1], e.position)
     scores = torch.stack([rollout[i, q] for i, q in enumerate(rows)]).detach().double().cpu()
     out = torch.as_tensor(e.output_tensor)
     return explanation(req, out, e.target, e.position, {token_input(req.graph): scores},

@@ -32,6 +32,6 @@ def rollout_matrix(probs: list[Tensor], residual: float = 0.5) -> Tensor:
 def attention_rollout(req: Request, row: int, residual: float) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
     r = rollout_matrix(probs, residual)
-    rows = query_rows(req, row, r.shape[0], r.shape[1])
+    rows = query_rows(req, row, r.shape[0], r.shape[1], position)
     scores = torch.stack([r[b, q] for b, q in enumerate(rows)]).cpu()
     return explanation(req, out, targets, position, {token_input(req.graph): scores})
