@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -135,10 +135,11 @@ class _Runner:
 
 def verify(path: Path | torch.export.ExportedProgram, module: torch.nn.Module, example: Mapping[str, torch.Tensor],
            axes: Mapping[str, Mapping[int, str]], output_names: Sequence[str],
-           max_length: int | None = None) -> Verdict:
+           max_length: int | None = None, finish: Callable[[dict], dict] | None = None) -> Verdict:
     """Run the exported graph (an ONNX file, or a torch.export program through rulegraph's fx loader)
     at :func:`sizes` other than the traced ones and compare its outputs with the module's (see the
-    module docstring)."""
+    module docstring). ``finish``: makes resized inputs ones the module accepts (e.g. an
+    encoder–decoder classifier's rows each ending in one eos token)."""
     dtype = weight_dtype(module)
     tolerance = TOLERANCE.get(dtype, TOLERANCE[torch.float32])
     checks = sizes(example, axes, max_length) if axes else [{}]
@@ -149,6 +150,7 @@ def verify(path: Path | torch.export.ExportedProgram, module: torch.nn.Module, e
     worst, scale = 0.0, 0.0
     for chosen in checks:
         inputs = resized(example, axes, chosen) if chosen else dict(example)
+        inputs = finish(inputs) if finish is not None else inputs
         with eval_mode(module), quiet(), torch.no_grad():
             expected = _outputs(module(**inputs))
         try:

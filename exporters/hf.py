@@ -119,6 +119,20 @@ class HFInfo:
         """An encoder–decoder classifier reads each row's last eos token (BART, T5)."""
         return self.encoder_decoder and self.task == "sequence-classification" and self.eos_token_id is not None
 
+    def finish(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``inputs`` made ones the model accepts: an encoder–decoder classifier (BART, T5) reads the
+        hidden state at each row's last eos token and checks that every row holds as many eos tokens,
+        so each row gets one, at the end of its tokens (the export check resizes rows)."""
+        if not self._eos_rows or "input_ids" not in inputs:
+            return inputs
+        ids, mask = inputs["input_ids"].clone(), inputs.get("attention_mask")
+        ends = mask.sum(1) - 1 if mask is not None else torch.full((ids.shape[0],), ids.shape[1] - 1)
+        first = 1 if self.pad_token_id == 0 else 0
+        other = first if first != self.eos_token_id else first + 1
+        ids = ids.masked_fill(ids == self.eos_token_id, other)
+        ids[torch.arange(ids.shape[0]), ends] = self.eos_token_id
+        return {**inputs, "input_ids": ids}
+
     def example_inputs(self, batch: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
         """Deterministic example inputs for tracing (see the task's ``example``)."""
         if batch < 2:
@@ -141,13 +155,8 @@ def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     mask[-1, length // 2 + 1 :] = 0
     if info.pad_token_id is not None:
         ids = ids.masked_fill(mask == 0, info.pad_token_id)
-    if info._eos_rows:
-        # an encoder–decoder classifier (BART, T5) reads the hidden state at each row's last eos token
-        # and checks that every row holds as many eos tokens: one, at the end of each row's tokens
-        other = first if first != info.eos_token_id else first + 1
-        ids = ids.masked_fill(ids == info.eos_token_id, other)
-        ids[torch.arange(batch), mask.sum(1) - 1] = info.eos_token_id
-    inputs = {"input_ids": ids, "attention_mask": mask}
+    inputs = info.finish({"input_ids": ids, "attention_mask": mask})
+    ids = inputs["input_ids"]
     if "token_type_ids" in info.input_names:
         inputs["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
     if "decoder_input_ids" in info.input_names:       # a target prefix of another length than the source
@@ -434,6 +443,7 @@ def export_hf(
         metadata={**info.metadata(), **(metadata or {})},
         overwrite=overwrite,
         external_data=external_data,
+        finish=info.finish,
     )
     _copy(copies)
     return model_path
@@ -507,7 +517,7 @@ def save_hf_fx(
     module, info = load_hf(model_dir, attention=attention, task=task)
     example = info.example_inputs()
     program = export_fx(module, example)
-    verdict = verify(program, module, example, dynamic_axes(example), info.outputs, info.max_length)
+    verdict = verify(program, module, example, dynamic_axes(example), info.outputs, info.max_length, info.finish)
     if not verdict.ok:
         raise ExportError(f"{model_path}: the torch.export program does not compute what the module computes — "
                           f"{verdict.summary}; nothing was written")
@@ -621,7 +631,10 @@ def _vocab_size(model: torch.nn.Module, model_dir: Path) -> int:
     size = getattr(model.config, "vocab_size", None)
     if isinstance(size, int) and size > 0:
         return size
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):      # CANINE hashes code points: no table
+        embeddings = None
     rows = getattr(embeddings, "num_embeddings", None)
     return rows if isinstance(rows, int) and rows > 0 else CODE_POINTS
 
@@ -649,8 +662,8 @@ def _max_length(config: object) -> int | None:
     embedding rows (two, usually) are out of reach.
     """
     positions = getattr(config, "max_position_embeddings", None)
-    if positions is None:
-        return None
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None            # no limit stated (XLNet's relative positions say -1)
     if getattr(config, "model_type", None) in PADDING_OFFSET_MODEL_TYPES:
         return positions - (getattr(config, "pad_token_id", None) or 0) - 1
     return positions

@@ -5,7 +5,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import onnx
 import torch
@@ -69,6 +69,7 @@ def export_onnx(
     overwrite: bool = False,
     external_data: int = EXTERNAL_DATA_THRESHOLD,
     check: bool = True,
+    finish: Callable[[dict], dict] | None = None,
 ) -> Path:
     """Export ``module`` to an ONNX file and return its path.
 
@@ -98,6 +99,8 @@ def export_onnx(
             traced one and compare it with the module (:mod:`rulegraph.exporters.check`); on a
             mismatch (or a failing exporter) try the other exporter, and raise ``ExportError`` with the
             figures when none is right. The result is recorded as ``rulegraph.export_check``.
+        finish: makes the check's resized inputs ones the module accepts (see
+            :func:`~rulegraph.exporters.check.verify`).
 
     Raises:
         ValueError: bad exporter name, opset, example inputs or metadata.
@@ -134,7 +137,7 @@ def export_onnx(
             props = _metadata_props(metadata, name)
             if check:
                 verdict = verify(raw, module, example_inputs, dynamic, output_names,
-                                 int(limit) if limit.isdigit() else None)
+                                 int(limit) if limit.isdigit() else None, finish)
                 if not verdict.ok:
                     failures.append(f"the {name} export is wrong: {verdict.summary}")
                     continue

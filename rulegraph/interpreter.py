@@ -34,6 +34,7 @@ from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .limits import check_tensor
+from .options import DTYPE_NAMES
 from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
 
@@ -44,7 +45,7 @@ SHAPE_CACHE_SIZE = 32
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
 #: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 

@@ -89,6 +89,10 @@ def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, nou
             for name, o in names.items()}
 
 
+#: the precisions a run computes in, by torch dtype name (the half precisions where the device has them;
+#: docs/precision.md); :data:`rulegraph.interpreter.DTYPES` maps them to dtypes
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+
 #: options of every rule set, whatever its pass: what its scores explain (``rulegraph evaluate -o
 #: NAME.score=logprob``); :func:`rulegraph.explain`'s ``score=`` / ``contrast=`` take precedence where given
 RULE_SET_OPTIONS: tuple[Option, ...] = (

@@ -76,7 +76,12 @@ class _Rewrite:
                 nodes.extend(self.replaced[n.name])
             elif n.name not in self.dropped:
                 nodes.append(n)
-        used = {v for n in nodes for v in n.inputs} | set(g.outputs)
+        while True:     # a QuantizeLinear of a constant whose DequantizeLinear was folded: dead now
+            used = {v for n in nodes for v in n.inputs} | set(g.outputs)
+            live = [n for n in nodes if any(v in used for v in n.outputs if v)]
+            if len(live) == len(nodes):
+                break
+            nodes = live
         constants = {k: v for k, v in self.constants.items() if k in used}
         return Graph(nodes, g.inputs, g.outputs, constants, opset=g.opset, name=g.name, metadata=g.metadata,
                      source=g.source)

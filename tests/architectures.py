@@ -52,6 +52,9 @@ class Family:
     #: that attribute)
     ops: tuple[str, ...] = ()
     note: str = ""
+    #: the start of the ``ExportError`` `rulegraph export` refuses the family with (its export check finds
+    #: no exporter whose graph computes what the module computes at other input sizes); "" where it exports
+    refused: str = ""
 
 
 def _seeded(make: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
@@ -109,10 +112,10 @@ FAMILIES: tuple[Family, ...] = (
                                              attention_window=4, pad_token_id=0, bos_token_id=2, eos_token_id=3,
                                              **LABELS),
            "SplitToSequence / SequenceAt (global-attention indices), ScatterND, sliding-window chunks",
-           batch=2, note="Longformer: the TorchScript export bakes in the traced batch (2) and lengths that are a "
-                         "multiple of the attention window, so the rule sets conserve on such inputs; on others (the "
-                         "one-item inputs `check` makes up) its Reshapes fail, and `check` says so; the dynamo "
-                         "exporter cannot export it", ops=("SplitToSequence", "SequenceAt", "ScatterND")),
+           batch=2, rule_sets=(), note="Longformer: refused by `rulegraph export`. The TorchScript export bakes in "
+                         "the traced batch and a length that is a multiple of the attention window (its Reshapes fail "
+                         "at other sizes, which the export check runs), and the dynamo exporter cannot export it",
+           refused="no export computes what the module computes"),
     Family("bloom", "Bloom", _text("BloomConfig", "BloomForSequenceClassification", vocab_size=V, hidden_size=16,
                                    n_layer=1, n_head=2, pad_token_id=0, bos_token_id=2, eos_token_id=3, **LABELS),
            "ALiBi position biases added to the attention scores"),
@@ -285,6 +288,7 @@ def render() -> str:
         if f.note:
             notes.append(f.note)
             mark = f" [{len(notes)}]"
-        lines.append(f"| {f.title}{mark} | {', '.join(f.exporters)} | " + " | ".join(marks) + f" | {f.exercises} |")
+        exercises = f"refused at export: {f.refused}" if f.refused else f.exercises
+        lines.append(f"| {f.title}{mark} | {', '.join(f.exporters)} | " + " | ".join(marks) + f" | {exercises} |")
     lines += ["", *(f"[{i}] {note}." for i, note in enumerate(notes, 1))] if notes else []
     return "\n".join(lines) + "\n"

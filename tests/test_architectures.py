@@ -16,18 +16,27 @@ import rulegraph
 from architectures import BY_NAME, CNN_SETS, DOC, FAMILIES, TRANSFORMER_SETS, embedding_gi, export, feeds, pixel_gi, \
     render
 from rulegraph.dryrun import dry_run, made_up_inputs
-from rulegraph.errors import RulegraphError
+from rulegraph.errors import ExportError, RulegraphError
 
 F64 = torch.float64
 
 
-@pytest.fixture(scope="module", params=[f"{f.name}-{e}" for f in FAMILIES for e in f.exporters])
+@pytest.fixture(scope="module", params=[f"{f.name}-{e}" for f in FAMILIES for e in f.exporters if not f.refused])
 def exported(request, tmp_path_factory):
     pytest.importorskip("transformers")
     name, _, exporter = request.param.rpartition("-")
     family = BY_NAME[name]
     module, path = export(family, tmp_path_factory.mktemp(family.name), exporter)
     return family, module, rulegraph.load(str(path)), feeds(family, path)
+
+
+@pytest.mark.parametrize("name", [f.name for f in FAMILIES if f.refused])
+def test_a_family_no_exporter_gets_right_is_refused_at_export_and_nothing_is_written(name, tmp_path):
+    pytest.importorskip("transformers")
+    family = BY_NAME[name]
+    with pytest.raises(ExportError, match=family.refused):
+        export(family, tmp_path, family.exporters[0])
+    assert not list((tmp_path / family.exporters[0]).glob("model.*"))
 
 
 def test_the_export_holds_what_the_family_exercises(exported):

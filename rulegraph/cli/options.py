@@ -8,14 +8,12 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from .. import interpreter
 from ..image import IMAGENET_MEAN, IMAGENET_STD
-from ..options import PASS_OPTIONS, Option
+from ..options import DTYPE_NAMES, PASS_OPTIONS, Option
 from ..rules import shipped_rule_sets
 from ..scale import ENGINES
 
-#: the precisions a run can use, by name (the half precisions where the device has them, see docs/precision.md)
-DTYPES = tuple(interpreter.DTYPES)
+DTYPES = DTYPE_NAMES
 
 
 #: the sections of ``--help`` (:class:`Grouped`), by option name, in the order shown

@@ -4,7 +4,7 @@ Each method's table cell is its mean with its own bootstrap interval; two method
 overlap can still differ reliably, since every text is scored by both. A paired difference takes,
 per text, method A's metric minus method B's, over the texts both scored (a failed row, or a metric
 undefined on a text, leaves that text out of that column), and reports the mean with its 95%
-percentile-bootstrap interval (:func:`rulegraph.evaluate.summary.bootstrap`, the evaluation's seed),
+percentile-bootstrap interval (:func:`rulegraph.evaluate.bootstrap.bootstrap`, the evaluation's seed),
 the differences taken in the order of the texts (so every engine gives the same interval).
 
 ``rulegraph evaluate … --paired A-B,C-D`` adds these to a run (``paired.csv``, ``summary.json``);
@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 from ..errors import InputError, choices
 from . import metrics as M
-from .summary import bootstrap
+from .bootstrap import bootstrap
 
 RESULTS = "results.jsonl"
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..files import write_file
-from . import metrics as M
+from . import metrics as M, paired
+from .bootstrap import BOOTSTRAP, bootstrap
 
-BOOTSTRAP = 2000
 TIMING = ("explained/min and evaluated/min exclude one warm-up call per method (and one forward of the "
           "metrics' model), made before the timed calls")
 
@@ -60,17 +60,6 @@ def failures(rows: list[dict], methods: list[str]) -> dict[str, dict[str, Any]]:
             out[method] = {"texts": len(bad), "of": len(mine), "error": bad[0]["error"],
                            "examples": [r["example"] for r in bad]}
     return out
-
-
-def bootstrap(values: list[float], seed: int, resamples: int = BOOTSTRAP) -> tuple[float, float, float]:
-    """Mean and 95% percentile-bootstrap interval."""
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, len(v), (resamples, len(v)))].mean(1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(v.mean()), float(low), float(high)
 
 
 def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], seed: int, n_examples: int) -> Summary:
@@ -165,7 +154,6 @@ def write(out: Path, summary: Summary, metrics: list[M.Metric], context: dict[st
         "failed": summary.failed,
     }
     if summary.paired:
-        from . import paired
         doc["paired"] = paired.as_json(summary.paired)
         doc["paired_caption"] = paired.CAPTION
         write_file(out / "paired.csv", paired.csv_text(summary.paired), "paired.csv")

@@ -211,17 +211,37 @@ def _full_axes(values, axes, rank, fill):
     return out
 
 
+def _output_sizes(shape: tuple[int, ...], scales, sizes, axes, keep_aspect_ratio_policy: str):
+    """Resize's output sizes and per-axis factors from ``scales`` or ``sizes`` (ONNX opset 18)."""
+    rank = len(shape)
+    if sizes:
+        out_sizes = [int(s) for s in _full_axes(sizes, axes, rank, shape)]
+        factors = [o / i for o, i in zip(out_sizes, shape)]
+        if keep_aspect_ratio_policy != "stretch":
+            if keep_aspect_ratio_policy not in ("not_larger", "not_smaller"):
+                raise ValueError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not one of "
+                                 "stretch, not_larger, not_smaller")
+            chosen = [a % rank for a in axes] if axes is not None else list(range(rank))
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            scale = pick(factors[a] for a in chosen)
+            factors = [scale if d in chosen else 1.0 for d in range(rank)]
+            out_sizes = [int(math.floor(i * f + 0.5)) if d in chosen else i
+                         for d, (i, f) in enumerate(zip(shape, factors))]
+    elif scales:
+        factors = [float(s) for s in _full_axes(scales, axes, rank, [1.0] * rank)]
+        out_sizes = [int(math.floor(i * f)) for i, f in zip(shape, factors)]
+    else:
+        raise ValueError("Resize needs scales or sizes")
+    return out_sizes, factors
+
+
 def _resize_size(args, attrs) -> int:
-    """An upper bound on Resize's output: ``sizes``, or each axis times its scale (rounded up)."""
-    x, axes = args[0], attrs.get("axes")
+    """Resize's output size, before it runs."""
+    x = args[0]
     sizes = args[3] if len(args) > 3 else None
     scales = args[2] if len(args) > 2 else None
-    if sizes is not None and len(sizes):
-        return math.prod(int(s) for s in _full_axes(list(sizes), axes, x.dim(), x.shape))
-    if scales is not None and len(scales):
-        factors = _full_axes(list(scales), axes, x.dim(), [1.0] * x.dim())
-        return math.prod(math.ceil(i * float(f)) for i, f in zip(x.shape, factors))
-    return x.numel()
+    out, _ = _output_sizes(tuple(x.shape), scales, sizes, attrs.get("axes"), attrs.get("keep_aspect_ratio_policy", "stretch"))
+    return math.prod(out)
 
 
 @op("Resize", static=(1, 2, 3), affine=always, additive=(0,), size=_resize_size)
@@ -239,25 +259,8 @@ def resize(x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinate_t
         raise ValueError("Resize with antialias is not supported")
     if nearest_mode not in _NEAREST:
         raise ValueError(f"Resize nearest_mode {nearest_mode!r} is not one of {', '.join(_NEAREST)}")
+    out_sizes, factors = _output_sizes(tuple(x.shape), scales, sizes, axes, keep_aspect_ratio_policy)
     rank = x.dim()
-    if sizes:
-        out_sizes = [int(s) for s in _full_axes(sizes, axes, rank, x.shape)]
-        factors = [o / i for o, i in zip(out_sizes, x.shape)]
-        if keep_aspect_ratio_policy != "stretch":
-            if keep_aspect_ratio_policy not in ("not_larger", "not_smaller"):
-                raise ValueError(f"Resize keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not one of "
-                                 "stretch, not_larger, not_smaller")
-            chosen = [a % rank for a in axes] if axes is not None else list(range(rank))
-            pick = min if keep_aspect_ratio_policy == "not_larger" else max
-            scale = pick(factors[a] for a in chosen)
-            factors = [scale if d in chosen else 1.0 for d in range(rank)]
-            out_sizes = [int(math.floor(i * f + 0.5)) if d in chosen else i
-                         for d, (i, f) in enumerate(zip(x.shape, factors))]
-    elif scales:
-        factors = [float(s) for s in _full_axes(scales, axes, rank, [1.0] * rank)]
-        out_sizes = [int(math.floor(i * f)) for i, f in zip(x.shape, factors)]
-    else:
-        raise ValueError("Resize needs scales or sizes")
     coord_dtype = x.dtype if x.is_floating_point() else torch.float64
     for d, (size, out, factor) in enumerate(zip(x.shape, out_sizes, factors)):
         if out == size and factor == 1.0:

@@ -74,17 +74,16 @@ CASES = [
     ("export-link", ["export", "{hf}", "{dir}/export-link", "--force"], "model.onnx is a symbolic link", 2),
     # 4. silent wrong targets and dropped options
     ("target-pad-classifier", [*E, "{bert}", "-r", "gi", *T, "--target", "[PAD]"],
-     "--target '[PAD]' is text, but output 'logits' is not indexed by the vocabulary (it scores 2 classes); give a "
-     "class index (0…1) or a label (negative, positive)", 2),
+     "target '[PAD]' is not a class of this model; its classes: negative, positive", 2),
     ("target-text-span-qa", [*E, "{qa}", "-r", "gi", *T, "--output", "end_logits", "--target", "w5"],
-     "--target 'w5' is text, but output 'end_logits' is not indexed by the vocabulary (it scores positions); give a "
+     "target 'w5' is text, but output 'end_logits' is not indexed by the vocabulary (it scores positions); give a "
      "position index", 2),
     ("contrast-text-classifier", [*E, "{bert}", "-r", "gi", *T, "--target", "1", "--contrast", "w5"],
-     "--contrast 'w5' is text, but output 'logits' is not indexed by the vocabulary", 2),
+     "contrast 'w5' is not a class of this model; its classes: negative, positive", 2),
     ("objective-text-classifier", [*E, "{bert}", "-r", "gi", *T, "--objective", "logit['w5']"],
-     "--objective 'w5' is text", 2),
-    ("question-twice", [*E, "{qa}", "-r", "gi", *T, "-q", "who", "-q", "what"],
-     "--question/-q takes one value and was given more than once", 2),
+     "objective token 'w5' is text, but output 'logits' is not indexed by the vocabulary (it scores 2 classes)", 2),
+    ("question-twice", [*E, "{qa}", "-r", "gi", *T, "--question", "who", "--question", "what"],
+     "--question takes one value and was given more than once", 2),
     ("rules-twice", [*E, "{bert}", "-r", "gi", "-r", "lrp-ah", *T], "--rules/-r takes one value", 2),
     ("heads-n-twice", ["heads", "calibrate", "{bert}", "--data", "{dir}/ok.csv", "--n", "2", "--n", "3"],
      "--n takes one value", 2),
@@ -121,7 +120,7 @@ CASES = [
     ("expand-explain", [*E, "{expand}", "-r", "gi", "-i", "x=1,2,3"],
      "node 'expand' (Expand) would make a tensor of 30,000,000,000 elements (111.8 GiB); the limit for one tensor is "
      "8.0 GiB", 2),
-    ("expand-check", ["check", "{expand}", "-r", "gi"], "the forward cannot run: node 'expand' (Expand) would make", 1),
+    ("expand-check", ["check", "{expand}", "-r", "gi"], "the forward fails on a made-up input of x 1×3: node 'expand' (Expand) would make", 1),
     ("groups-huge-range", [*E, "{bert}", "-r", "decomposition", *T, "--groups", "0-300000000"],
      "--groups '0-300000000': position 300000000 is outside the input's 5 positions (0…4)", 2),
     # 6. what was an internal error (exit 3)

@@ -44,15 +44,15 @@ def test_a_target_with_a_runner_up_contrast_subtracts_the_best_other_class(causa
     logits = e.output_tensor[:, -1].clone()
     logits[:, 5] = -torch.inf
     assert e.contrast == logits.argmax(-1).tolist()
-    with pytest.raises(InputError, match="contrast must be a class index"):
-        rulegraph.explain(path, "gi", inputs(), contrast="second")
+    with pytest.raises(InputError, match="contrast 'second' is not in the tokenizer's vocabulary"):
+        rulegraph.explain(path, "gi", inputs(), contrast="second")      # text other than runner-up: a token
 
 
 def test_a_method_under_another_name():
     m = get("lp=lrp-ah-ln")
-    assert m.name == "lp" and m.kind == "rules" and {o.name for o in m.options} >= {"score", "contrast"}
-    assert m.quantity({"score": "logprob"}) == "relevance of log p (p held)"
-    assert get("lrp-ah-ln").quantity({"contrast": "runner-up"}) == "relevance of z − z(runner-up)"
+    assert m.name == "lp" and m.rule_set and {o.name for o in m.options} >= {"score", "contrast"}
+    assert m.units({"score": "logprob"}) == "relevance of log p (p held)"
+    assert get("lrp-ah-ln").units({"contrast": "runner-up"}) == "relevance of z − z(runner-up)"
     with pytest.raises(InputError, match="already a method's name"):
         get("gi=lrp-ah-ln")
     with pytest.raises(InputError, match="LABEL=METHOD"):

@@ -317,7 +317,7 @@ def test_partitions():
 
 @pytest.mark.parametrize("spec, message", [
     ("0-2,2-3", "position 2 is in groups 0 and 1"),
-    ("0-9", "the input has 4 positions"),
+    ("0-9", "outside the input.s 4 positions"),
     ("a-b", "cannot read 'a-b'"),
     ("3-1", "range 3-1 is empty"),
     ("source:4", "K must be between 1 and 3"),
