@@ -51,7 +51,12 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         from ..methods import get
         from .evaluate import parse_options
         m = get(method)
-        options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
+        given = parse_options(method_option, [m.name]).get(m.name, {})
+        options = m.resolve(given)
+        for name in ("score", "contrast"):     # a rule set's -o score=… / contrast=…: what --score / --contrast set
+            value = options.pop(name, None)
+            if name in given and opts.get(name) in (None, "logit"):
+                opts[name] = value
     if steps:
         import warnings
         warnings.warn("--steps is deprecated: give the target prefix with --continuation TEXT (or -i "

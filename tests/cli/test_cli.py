@@ -185,3 +185,17 @@ def test_export_then_explain(capsys, tmp_path):
     assert from_fx["relevance"]["input_ids"] == pytest.approx(from_onnx["relevance"]["input_ids"], rel=1e-4, abs=1e-7)
     assert from_fx["output"] == from_onnx["output"] == "logits"              # the .pt2 keeps names and labels
     assert from_fx["labels"] == from_onnx["labels"] == ["negative", "positive"]
+
+
+def test_a_rule_set_as_a_method_takes_its_options_as_explain_takes_its_flags(capsys, bert_onnx):
+    """``--method R -o score=logprob`` explains what ``-r R --score logprob`` does; a pass's option
+    (``-o alpha=abs``) reaches the pass."""
+    import json
+    outputs = []
+    for argv in (["--method", "lrp-ah-ln", "-o", "score=logprob"], ["-r", "lrp-ah-ln", "--score", "logprob"],
+                 ["--method", "decomposition", "-o", "alpha=abs"], ["-r", "decomposition", "--alpha", "abs"]):
+        code, out, err = run(capsys, "explain", bert_onnx, *argv, "-t", "w1 w2 w3", "--json", "-")
+        assert code == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[0]["score"] == "logprob" and outputs[0]["relevance"] == outputs[1]["relevance"]
+    assert outputs[2]["options"]["alpha"] == "abs" and outputs[2]["relevance"] == outputs[3]["relevance"]
