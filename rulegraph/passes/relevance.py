@@ -190,14 +190,35 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     return cache[id(plan)][1]
 
 
+def releases(visits: list[_Visit], spare: frozenset[str]) -> list[tuple[str, ...]]:
+    """Per visit, the values no later visit reads (as an input or output of its
+    node) and ``spare`` does not hold: :func:`walk` drops them from ``env`` after that visit, so a
+    value's memory is freed once its last reader has run (relevance held in signal form keeps its
+    own reference to the value until it is multiplied out)."""
+    last: dict[str, int] = {}
+    for i, visit in enumerate(visits):
+        for v in (*visit.node.inputs, *visit.node.outputs):
+            last[v] = i
+    dead: list[list[str]] = [[] for _ in visits]
+    for v, i in last.items():
+        if v and v not in spare:
+            dead[i].append(v)
+    return [tuple(d) for d in dead]
+
+
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
-         *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset()) -> Flow:
+         *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(),
+         release: frozenset[str] | None = None) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``.
 
     A conserving node's error is judged against the largest of |in|, |out| and
     |absorbed|; where those cancel (GI after a LayerNorm sums to ~0 from large terms),
     against Σ|R| arriving, the mass. On CPU the mass is measured only for the nodes
     that need it; on other devices, to avoid a sync per node, for every conserving one.
+
+    With ``release`` (a set of value names), the walk owns ``env``: each forward value is deleted
+    from it after its last reader (:func:`releases`), except the constants, ``output``, the
+    boundary, ``record_at`` and the values ``release`` names, which the caller reads afterwards.
     """
     ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
     incoming: dict[str, Incoming] = {}
@@ -211,7 +232,19 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         inflow[output] = [entry]
         flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
 
-    for visit in _visits(binding, plan):
+    visits = _visits(binding, plan)
+    schedule = None
+    if release is not None:
+        spare = frozenset(binding.boundary) | record_at | release | {output}
+        key = (id(plan), spare)
+        if key not in binding.walks or binding.walks[key][0] is not plan:
+            binding.walks[key] = (plan, releases(visits, spare))
+        schedule = binding.walks[key][1]
+    for i, visit in enumerate(visits):
+        if schedule is not None and i:
+            for v in schedule[i - 1]:
+                if v not in plan.constants:
+                    env.pop(v, None)
         node = visit.node
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
@@ -355,7 +388,8 @@ class RelevancePass(Pass):
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe})
+                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe},
+                    release=frozenset(b.weights for b in moe))
         if audit:
             finish(flow)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}
