@@ -83,12 +83,14 @@ def gradient_times_input(module, embed: Callable, run: Callable, target: Callabl
     return call
 
 
-def peak_rss(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 3600) -> dict[str, Any]:
-    """Run ``python -c code args`` in a process of its own: its wall seconds, peak resident memory
-    (GiB, as the process itself reads it at its end) and standard output."""
+def peak_rss(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 3600,
+             python: str | None = None) -> dict[str, Any]:
+    """Run ``python -c code args`` in a process of its own (``python``: another interpreter than this
+    one): its wall seconds, peak resident memory (GiB, as the process itself reads it at its end) and
+    standard output."""
     probe = "\nimport resource as _r\nprint('__peak_kib__', _r.getrusage(_r.RUSAGE_SELF).ru_maxrss)\n"
     started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-c", code + probe, *args], capture_output=True, text=True,
+    run = subprocess.run([python or sys.executable, "-c", code + probe, *args], capture_output=True, text=True,
                          env={**os.environ, **(env or {})}, timeout=timeout)
     seconds = time.perf_counter() - started
     if run.returncode != 0:

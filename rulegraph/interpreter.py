@@ -41,6 +41,8 @@ from .ops.sequence import TensorSequence
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
+#: how many arithmetic ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`)
+RECOMPUTE_DEPTH = 2
 #: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
@@ -137,7 +139,7 @@ class Plan:
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.limits = InputLimits.of(graph, self.stage)
-        self._schedules: dict[tuple, list[tuple[str, ...]]] = {}
+        self._schedules: dict[tuple, Any] = {}     # free schedules and recomputable sets, by what they depend on
         self._skipping: dict[tuple, list[Step]] = {}
 
     @functools.cached_property
@@ -291,6 +293,43 @@ class Plan:
                     dead[i].append(v)
             self._schedules[key] = [tuple(d) for d in dead]
         return self._schedules[key]
+
+    def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str],
+                     depth: int = RECOMPUTE_DEPTH) -> frozenset[str]:
+        """The values of ``keep`` a pass can recompute instead of keeping them through the forward:
+        each the output of an ``arithmetic`` op (Add, Sub, Mul, Div: correctly rounded IEEE operations, so
+        the recomputed tensor equals the forward's bit for bit) named in ``producers`` (nodes whose own
+        inputs the pass reads later than the value, so they are still there), from inputs kept or
+        themselves recomputable, at most ``depth`` ops deep; never a value of ``spare``. A scaled and
+        masked attention score is one: its product is kept, the two cheap steps after it are not."""
+        key = ("recomputable", keep, producers, spare, depth)
+        if key not in self._schedules:
+            levels: dict[str, int] = {}
+            for step in self.value_steps:
+                node = step.node
+                if not step.spec.arithmetic or node.name not in producers or len(node.outputs) != 1:
+                    continue
+                out = node.outputs[0]
+                if out not in keep or out in spare or out in self.graph.input_names:
+                    continue
+                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
+                if not all(v in keep for v in ins):
+                    continue
+                level = 1 + max((levels.get(v, 0) for v in ins), default=0)
+                if level <= depth:
+                    levels[out] = level
+            self._schedules[key] = frozenset(levels)
+        return self._schedules[key]
+
+    def recompute(self, env: "Values", name: str) -> Tensor:
+        """The value ``name``, computed again by its producer from ``env`` (its inputs first, where they
+        are missing too) and put back in ``env``; see :meth:`recomputable`."""
+        node = self.graph.producer[name]
+        for v in node.inputs:
+            if v and v not in env:
+                self.recompute(env, v)
+        self._execute(self.step_by_name[node.name], env, env.statics)
+        return env[name]
 
     def feeds(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
         """Check the user's inputs against the graph's and convert them to the plan's device and dtype."""

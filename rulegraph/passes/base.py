@@ -134,6 +134,11 @@ class Pass:
         raise NotImplementedError
 
     @classmethod
+    def keeps(cls, binding: Binding, plan: Plan) -> frozenset[str]:
+        """The values the forward keeps for the walk (default: every value a reached node touches)."""
+        return binding.needed_values
+
+    @classmethod
     def options(cls) -> tuple[Option, ...]:
         return PASS_OPTIONS.get(cls.name, ())
 
@@ -169,15 +174,16 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective)
+                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective, keeps=chosen.keeps)
     return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
-            score: str = "logit", objective: Objective | None = None) -> Forward:
-    """The shared prologue (see the module docstring)."""
+            score: str = "logit", objective: Objective | None = None, keeps=Pass.keeps) -> Forward:
+    """The shared prologue (see the module docstring); ``keeps(binding, plan)``: what the forward keeps
+    for the pass (:meth:`Pass.keeps`)."""
     check_arguments(inputs, target, position, contrast, score, objective)
     binding = ruleset.bind(graph)
     binding.require_complete()
@@ -192,7 +198,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         raise InputError(f"output {output!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(binding.boundary.values())))})")
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=binding.needed_values)
+    values = plan.run(inputs, keep=keeps(binding, plan))
     out = values[output]
     if not all_finite(out):                     # chunked: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..audit import Audit, Conservation, LayerAudit, NodeAudit
+from ..boundary import walk as boundary_walk
 from ..errors import InputError, NumericalError
 from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
@@ -190,14 +191,35 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     return cache[id(plan)][1]
 
 
+def releases(visits: list[_Visit], spare: frozenset[str]) -> tuple[frozenset[str], list[tuple[str, ...]]]:
+    """The values some visit reads (as an input or output of its node), and per visit those no later
+    visit reads and ``spare`` does not hold: :func:`walk` drops them from ``env`` after that visit, so
+    a value's memory is freed once its last reader has run (relevance held in signal form keeps its
+    own reference to the value until it is multiplied out); the values no visit reads go first."""
+    last: dict[str, int] = {}
+    for i, visit in enumerate(visits):
+        for v in (*visit.node.inputs, *visit.node.outputs):
+            last[v] = i
+    dead: list[list[str]] = [[] for _ in visits]
+    for v, i in last.items():
+        if v and v not in spare:
+            dead[i].append(v)
+    return frozenset(last) | spare, [tuple(d) for d in dead]
+
+
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
-         *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset()) -> Flow:
+         *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(),
+         release: frozenset[str] | None = None) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``.
 
     A conserving node's error is judged against the largest of |in|, |out| and
     |absorbed|; where those cancel (GI after a LayerNorm sums to ~0 from large terms),
     against Σ|R| arriving, the mass. On CPU the mass is measured only for the nodes
     that need it; on other devices, to avoid a sync per node, for every conserving one.
+
+    With ``release`` (a set of value names), the walk owns ``env``: each forward value is deleted
+    from it after its last reader (:func:`releases`), except the constants, ``output``, the
+    boundary, ``record_at`` and the values ``release`` names, which the caller reads afterwards.
     """
     ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
     incoming: dict[str, Incoming] = {}
@@ -211,7 +233,21 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         inflow[output] = [entry]
         flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
 
-    for visit in _visits(binding, plan):
+    visits = _visits(binding, plan)
+    schedule = None
+    if release is not None:
+        spare = frozenset(binding.boundary) | record_at | release | {output}
+        key = (id(plan), spare)
+        if key not in binding.walks or binding.walks[key][0] is not plan:
+            binding.walks[key] = (plan, releases(visits, spare))
+        read, schedule = binding.walks[key][1]
+        for v in [v for v in env if v not in read and v not in plan.constants]:
+            del env[v]
+    for i, visit in enumerate(visits):
+        if schedule is not None and i:
+            for v in schedule[i - 1]:
+                if v not in plan.constants:
+                    env.pop(v, None)
         node = visit.node
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
@@ -224,6 +260,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
             flow.stranded_entries[node.name] = arrived
             continue
         step = visit.step
+        for v in (*node.inputs, *node.outputs):
+            if v and v not in env:              # not kept by the forward (Plan.recomputable)
+                plan.recompute(env, v)
         inputs = env.arguments(step)
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
@@ -251,6 +290,10 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
             record.entries_mass = [ledger.arriving(a, mass=True) for a in arriving if a is not None]
         flow.nodes.append(record)
 
+    if schedule:
+        for v in schedule[-1]:
+            if v not in plan.constants:
+                env.pop(v, None)
     for v in binding.boundary:
         if v in incoming:
             arrived = incoming.pop(v)
@@ -348,6 +391,20 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
 class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
 
+    @classmethod
+    def keeps(cls, binding: Binding, plan: Plan) -> frozenset[str]:
+        """Every value a reached node touches, less those the walk recomputes when it reaches them
+        (:meth:`~rulegraph.interpreter.Plan.recomputable`: cheap arithmetic on kept values); the boundary,
+        the outputs, the lookups' index values and the experts' routing weights are kept."""
+        key = ("keeps", id(plan))
+        if key not in binding.walks or binding.walks[key][0] is not plan:
+            graph, needed = binding.graph, binding.needed_values
+            spare = frozenset(binding.boundary) | frozenset(graph.outputs) | boundary_walk(graph).path_values() | \
+                frozenset(b.weights for b in find_experts(graph))
+            binding.walks[key] = (plan, needed - plan.recomputable(needed, frozenset(n.name for n in binding.reached),
+                                                                   spare))
+        return binding.walks[key][1]
+
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]
@@ -355,7 +412,8 @@ class RelevancePass(Pass):
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe})
+                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe},
+                    release=frozenset(b.weights for b in moe))
         if audit:
             finish(flow)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}

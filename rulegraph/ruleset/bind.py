@@ -40,8 +40,9 @@ class Binding:
         #: what keeps the rule set from running on this graph, in walk order: a rule that cannot apply
         #: to the node it matched, an op with no implementation (``require_complete`` raises the first)
         self.problems: list[RulegraphError] = []
-        #: what a pass prepares once per binding and plan (the relevance walk's visits), by id(plan)
-        self.walks: dict[int, tuple] = {}
+        #: what a pass prepares once per binding and plan (the relevance walk's visits, by id(plan); its
+        #: release schedules, by (id(plan), the values it spares))
+        self.walks: dict = {}
         self._walk()
 
     def _walk(self) -> None:

@@ -1,0 +1,76 @@
+"""What the relevance pass keeps in memory: properties, not timings.
+
+The forward keeps only the values a reached node touches, less the cheap arithmetic the walk
+recomputes (``Plan.recomputable``); the walk drops each value after its last reader, so when it ends
+only what the caller reads afterwards is left (the boundary, the explained output). Neither changes
+a number: the relevance and the audit equal, bit for bit, those of a walk over every forward value.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rulegraph import RuleSet
+from rulegraph.boundary import walk as boundary_walk
+from rulegraph.interpreter import Stage
+from rulegraph.passes.base import Pass, forward, prepared
+from rulegraph.passes.relevance import RelevancePass, finish, walk
+
+RULE_SETS = ["attnlrp", "gi", "lrp-ah-ln", "cp-lrp"]
+
+
+def _inputs(length: int = 12):
+    ids = torch.randint(5, 90, (1, length), generator=torch.Generator().manual_seed(3))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _start(path, rules: str, keeps, dtype=torch.float32):
+    graph, ruleset = prepared(str(path), RuleSet.load(rules))
+    return forward(graph, ruleset, _inputs(), None, output=None, position=None, device="cpu", dtype=dtype,
+                   keeps=keeps)
+
+
+def _forward_values(start) -> set[str]:
+    """The values a run computed and kept: neither constants nor those fixed by the input shapes."""
+    plan = start.plan
+    return {v for v in start.values if v not in plan.constants and plan.stage.get(v) == Stage.VALUE
+            and v not in start.graph.input_names}
+
+
+@pytest.mark.parametrize("rules", RULE_SETS)
+def test_forward_keeps_only_what_the_walk_reads(causal_lm, rules):
+    _, path = causal_lm
+    start = _start(path, rules, RelevancePass.keeps)
+    binding = start.binding
+    read = {v for n in binding.reached for v in (*n.inputs, *n.outputs)} | set(binding.boundary) | \
+        set(start.graph.outputs) | boundary_walk(start.graph).path_values()     # what maps lookups to positions
+    kept = _forward_values(start)
+    assert kept <= read
+    recomputed = binding.needed_values - RelevancePass.keeps(binding, start.plan)
+    assert recomputed, "an attention's scaled scores are cheap arithmetic on kept values"
+    assert not kept & recomputed
+
+
+@pytest.mark.parametrize("rules", RULE_SETS)
+def test_walk_leaves_only_what_the_caller_reads(causal_lm, rules):
+    _, path = causal_lm
+    start = _start(path, rules, RelevancePass.keeps)
+    RelevancePass().run(start, audit=True)
+    left = _forward_values(start)
+    assert left <= set(start.binding.boundary) | {start.output}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rules", RULE_SETS)
+def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype):
+    _, path = causal_lm
+    whole = _start(path, rules, Pass.keeps, dtype)          # every value kept, none released
+    full = finish(walk(whole.binding, whole.plan, whole.values, whole.output, whole.seed, audit=True))
+    lean = _start(path, rules, RelevancePass.keeps, dtype)
+    assert len(_forward_values(lean)) < len(_forward_values(whole))
+    flow = finish(walk(lean.binding, lean.plan, lean.values, lean.output, lean.seed, audit=True,
+                       release=frozenset()))
+    assert full.boundary.keys() == flow.boundary.keys()
+    for v, r in full.boundary.items():
+        assert torch.equal(r, flow.boundary[v])
+    assert full.ledger.values == flow.ledger.values
