@@ -53,6 +53,12 @@ def curves(summary, metrics, path: Path, reference: dict[str, bool] | None = Non
         plt.close(fig)
 
 
+#: the scatter's caption: why a rule set that conserves need not sit on the diagonal
+UNDER_THE_DIAGONAL = ("Σ R over tokens = logit − what biases, position embeddings and LayerNorm β absorb − what a "
+                      "rule breaks by design (e.g. AttnLRP's softmax) − relevance at other inputs (token types): "
+                      "off the diagonal is not a conservation error; `rulegraph audit` books each part.")
+
+
 def conservation(summary, additive: dict[str, bool], path: Path, title: str = "") -> None:
     methods = [m for m in summary.table if additive.get(m)]
     if not methods:
@@ -64,7 +70,9 @@ def conservation(summary, additive: dict[str, bool], path: Path, title: str = ""
         rows = [r for r in summary.rows if r["method"] == method and "error" not in r]   # failed rows have no logit
         x = [r["logit"] for r in rows]
         y = [r["relevance_sum"] for r in rows]
-        ax.scatter(x, y, s=7, alpha=0.55, color=colours[method], label=method, edgecolors="none")
+        shares = sorted(b / a for a, b in zip(x, y) if a)
+        label = f"{method} (median Σ R / logit {shares[len(shares) // 2]:.2f})" if shares else method
+        ax.scatter(x, y, s=7, alpha=0.55, color=colours[method], label=label, edgecolors="none")
         lo, hi = min([lo, *x, *y]), max([hi, *x, *y])
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls=":", label="Σ R = logit")
     ax.set_xlabel("explained logit f(x)")
@@ -72,7 +80,8 @@ def conservation(summary, additive: dict[str, bool], path: Path, title: str = ""
     ax.set_title(title or "conservation per example", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, markerscale=2)
-    fig.tight_layout()
+    fig.text(0.01, 0.01, UNDER_THE_DIAGONAL, fontsize=6, color="#444444", wrap=True)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     try:
         save_figure(fig, path, path.name, dpi=90)
     finally:
