@@ -114,6 +114,7 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
                      objective=objective, **options)
     if encoded:
         e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]
+        e.word_ids = [x.word_ids for x in encoded]
         e.extra["text"] = encoded[0].text if len(encoded) == 1 else [x.text for x in encoded]
     elif isinstance(inputs, dict) and "input_ids" in inputs:       # ids given: shown as tokens where a tokenizer is known
         encoder = encoder or _encoder(model, graph, tokenizer, required=False)

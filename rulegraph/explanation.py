@@ -31,6 +31,7 @@ class Explanation:
     tokens: list[list[str]] | None = None       # per item, the tokens as the tokenizer names them
     texts: list[list[str]] | None = None        # per item, each token as a reader sees it
     special: list[list[bool]] | None = None     # per item, which tokens are special ([CLS], [SEP]…)
+    word_ids: list[list[int | None]] | None = None   # per item, each token's word (the tokenizer's; None: special)
     labels: list[str] | None = None
     names: dict[int, str] = field(default_factory=dict)   # output index → its token's text (language models)
     pixels: dict[str, Tensor] = field(default_factory=dict)   # image inputs (normalised), to show beside their relevance
@@ -52,7 +53,7 @@ class Explanation:
 
     def __repr__(self) -> str:
         """One screen: what was explained, the tokens, the strongest for and against, the audit's verdict."""
-        from .render.colour import explained_name, token_texts, words
+        from .render.colour import explained_name, token_texts
         key = next(iter(self.relevance))
         scores = self.scores(key)
         lines = [f"Explanation({self.rules}: {explained_name(self)} = {self.output_value[0]:.6g}"
@@ -62,8 +63,7 @@ class Explanation:
         else:
             named = self.texts is not None or self.tokens is not None
             tokens = token_texts(self, 0, len(scores))
-            ranked = sorted(words(tokens if named else [f" {t}" for t in tokens], scores,
-                                  self.special[0] if self.special else [False] * len(tokens)), key=lambda ws: ws[1])
+            ranked = sorted(self.words(key), key=lambda ws: ws[1])
             lines += ["  tokens: " + _shorten("".join(tokens) if named else " ".join(tokens)),
                       "  for: " + (", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—")
                       + "   against: " + (", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")]
@@ -102,6 +102,19 @@ class Explanation:
         key = key or next(iter(self.relevance))
         return self.relevance[key][item].reshape(-1).tolist()
 
+    def words(self, key: str | None = None, item: int = 0) -> list[tuple[str, float]]:
+        """Item ``item``'s scores by word, for any method: the tokens of each word of the tokenizer's
+        pre-tokenization (``word_ids``, the words of the decomposition's ``groups="word"``) merged, each
+        with the sum of its tokens' scores; special tokens left out. Without word ids, a word starts
+        after a space; without the tokens' texts, each position is its own word."""
+        from .render.colour import token_texts, words
+        scores = self.scores(key, item)
+        special = self.special[item] if self.special else [False] * len(scores)
+        named = self.texts is not None or self.tokens is not None
+        texts = token_texts(self, item, len(scores))
+        ids = self.word_ids[item] if self.word_ids and len(self.word_ids[item]) == len(scores) else None
+        return words(texts if named else [f" {t}" for t in texts], scores, special, ids)
+
     def to_dict(self) -> dict:
         d: dict[str, Any] = {
             "rules": self.rules,
@@ -127,6 +140,8 @@ class Explanation:
             d["tokens"] = self.tokens if self.batch_size > 1 else self.tokens[0]
         if self.texts is not None:
             d["texts"] = self.texts if self.batch_size > 1 else self.texts[0]
+            by_word = [[{"word": w, "score": x} for w, x in self.words(item=b)] for b in range(self.batch_size)]
+            d["words"] = by_word if self.batch_size > 1 else by_word[0]
         if self.audit is not None:
             d.update(self.audit.to_dict())
         d.update(self.extra)

@@ -61,3 +61,22 @@ def test_lrp_ah_ln_points_at_sentiment_words(demo):
     assert e.labels[e.target[0]] == "positive"
     assert scores["gorgeous"] == max(scores[t] for t in tokens[1:-1])
     assert torch.isfinite(e.relevance["input_ids"]).all()
+
+
+@pytest.mark.parametrize("method", ["ig", "lrp-ah-ln", "decomposition"])
+def test_any_methods_words_are_the_tokenizers_words_and_sum_its_token_scores(method):
+    """"unforgettable" is four word pieces, "," its own word: ``words()`` sums the pieces of each of the
+    tokenizer's words (special tokens left out), and equals the decomposition's word groups
+    (Group Additivity: signed α, float64)."""
+    text, demo = "an unforgettable, gorgeous movie", str(CACHE / "model.onnx")
+    e = rulegraph.explain(demo, method, text=text, dtype=torch.float64,
+                          **({"alpha": "signed"} if method == "decomposition" else {}))
+    scores, ids = e.scores(), e.word_ids[0]
+    expected = [sum(s for s, w in zip(scores, ids) if w == word) for word in sorted({w for w in ids if w is not None})]
+    assert [w for w, _ in e.words()] == ["an", "unforgettable", ",", "gorgeous", "movie"]
+    np.testing.assert_allclose([s for _, s in e.words()], expected, rtol=1e-12)
+    assert [d["word"] for d in e.to_dict()["words"]] == [w for w, _ in e.words()]
+    if method == "decomposition":
+        grouped = rulegraph.explain(demo, method, text=text, dtype=torch.float64, alpha="signed", groups="word")
+        by_label = {g["label"]: g["score"] for g in grouped.extra["decomposition"]["groups"]}
+        np.testing.assert_allclose([s for _, s in e.words()], [by_label[w] for w, _ in e.words()], rtol=1e-9)

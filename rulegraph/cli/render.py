@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..audit import Audit
 from ..explanation import Explanation
-from ..render.colour import colour_scale, css, explained_name, ink, mass_note, shade, token_texts, verdict, words
+from ..render.colour import colour_scale, css, explained_name, ink, mass_note, shade, token_texts, verdict
 
 
 def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | None = None) -> Text:
@@ -26,9 +26,9 @@ def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | N
     return text
 
 
-def top_tokens(tokens: list[str], scores: list[float], special: list[bool] | None = None, k: int = 5) -> Text:
-    """The ``k`` most relevant words for and against the output, with their scores."""
-    ranked = sorted(words(tokens, scores, special or [False] * len(tokens)), key=lambda ws: ws[1])
+def top_words(scored: list[tuple[str, float]], k: int = 5) -> Text:
+    """The ``k`` most relevant words (``Explanation.words``) for and against the output, with their scores."""
+    ranked = sorted(scored, key=lambda ws: ws[1])
     text = Text("for: ", style="bold")
     text.append(", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-k:]) if s > 0) or "—")
     text.append("   against: ", style="bold")
@@ -43,7 +43,7 @@ def explanation_lines(e: Explanation, item: int = 0) -> list:
     scores = e.scores(key, item)
     tokens = token_texts(e, item, len(scores))
     special = e.special[item] if e.special else None
-    lines = [heatmap_text(tokens, scores, special), top_tokens(tokens, scores, special)]
+    lines = [heatmap_text(tokens, scores, special), top_words(e.words(key, item))]
     note = mass_note(tokens, scores, special)
     if note:
         lines.append(Text(note, style="yellow"))

@@ -59,14 +59,19 @@ def mass_note(tokens: list[str], scores: list[float], special: list[bool] | None
     return (f"special tokens hold {share:.0%} of |relevance| ({listed}; Σ all tokens {sum(scores):+.3g})")
 
 
-def words(tokens: list[str], scores: list[float], special: list[bool]) -> list[tuple[str, float]]:
-    """Tokens as a reader sees them (a word starts with a space) merged into words, each with the
-    sum of its tokens' scores; special tokens left out."""
+def words(tokens: list[str], scores: list[float], special: list[bool],
+          word_ids: list[int | None] | None = None) -> list[tuple[str, float]]:
+    """Tokens as a reader sees them merged into words, each with the sum of its tokens' scores;
+    special tokens left out. A word is one of ``word_ids`` (the tokenizer's), else starts with a space."""
     merged: list[list | None] = []
-    for text, score, sp in zip(tokens, scores, special):
+    previous = None
+    for i, (text, score, sp) in enumerate(zip(tokens, scores, special)):
+        word = word_ids[i] if word_ids is not None else None
+        same = previous is not None and word == previous if word_ids is not None else not text.startswith(" ")
+        previous = word
         if sp:
             merged.append(None)
-        elif merged and merged[-1] is not None and not text.startswith(" "):
+        elif merged and merged[-1] is not None and same:
             merged[-1][0] += text
             merged[-1][1] += score
         else:
