@@ -5,7 +5,7 @@ A Hugging Face model directory (as written by ``save_pretrained``) holds
 the fast tokenizer (``tokenizer.json``, needed for export) of a text model, the image
 processor (``preprocessor_config.json``, optional) of an image classifier.
 
-Which head is exported is a :class:`Task` of :data:`TASKS` — sequence classification, image
+Which head is exported is a :class:`Head` of :data:`HEADS` — sequence classification, image
 classification, causal LM, span question answering, encoder–decoder LM — each a wrapper module
 with plain named inputs and outputs. The task is the one ``config.architectures`` names (its
 endings), else the first whose transformers Auto class knows the config's model type, unless
@@ -76,7 +76,7 @@ class HFInfo:
             for a model that reads characters and has no vocabulary, CANINE).
         pad_token_id: the padding token id from the config, or ``None``.
         source: the model directory, resolved.
-        task: the :data:`TASKS` entry the model was loaded as.
+        task: the :data:`HEADS` entry the model was loaded as.
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
@@ -137,7 +137,7 @@ class HFInfo:
         """Deterministic example inputs for tracing (see the task's ``example``)."""
         if batch < 2:
             raise ValueError("example inputs need batch >= 2 so the batch axis is traced as dynamic")
-        return TASKS.get(self.task).example(self, batch, length)
+        return HEADS.get(self.task).example(self, batch, length)
 
 
 def _token_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
@@ -254,7 +254,7 @@ class HFQuestionAnswering(torch.nn.Module):
 
 
 @dataclass(frozen=True)
-class Task:
+class Head:
     """One kind of Hugging Face head: how it is loaded, wrapped, described and fed.
 
     Attributes:
@@ -280,13 +280,13 @@ class Task:
     labelled: bool = False
 
 
-#: task name → :class:`Task`, in the order tried; ``rulegraph export --task`` and :func:`load_hf` take these names
-TASKS: Registry[Task] = Registry("task", InputError)
+#: task name → :class:`Head`, in the order tried; ``rulegraph export --task`` and :func:`load_hf` take these names
+HEADS: Registry[Head] = Registry("task", InputError)
 
 
 def task_of(config: object, architecture: str | None = None) -> str:
     """The task ``architecture`` (a model's class name) or else ``config.architectures`` names (the
-    first whose endings match), else the first :data:`TASKS` entry whose Auto class knows
+    first whose endings match), else the first :data:`HEADS` entry whose Auto class knows
     ``config``'s model type.
 
     Raises:
@@ -295,13 +295,13 @@ def task_of(config: object, architecture: str | None = None) -> str:
     import transformers
 
     for architecture in [*([architecture] if architecture else []), *(getattr(config, "architectures", None) or ())]:
-        for name in TASKS:
-            if architecture.endswith(TASKS.get(name).architectures):
+        for name in HEADS:
+            if architecture.endswith(HEADS.get(name).architectures):
                 return name
-    for name in TASKS:
-        if type(config) in getattr(transformers, TASKS.get(name).auto_class)._model_mapping:
+    for name in HEADS:
+        if type(config) in getattr(transformers, HEADS.get(name).auto_class)._model_mapping:
             return name
-    kinds = ", ".join(f"{TASKS.get(n).auto_class} ({n})" for n in TASKS)
+    kinds = ", ".join(f"{HEADS.get(n).auto_class} ({n})" for n in HEADS)
     raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} has no head rulegraph exports "
                      f"(tried {kinds})")
 
@@ -314,14 +314,14 @@ def load_hf(
     task: str | None = None,
 ) -> tuple[torch.nn.Module, HFInfo]:
     """Load a model from a Hugging Face model directory, in eval mode, wrapped for export by its
-    task's wrapper (see :data:`TASKS`).
+    task's wrapper (see :data:`HEADS`).
 
     Args:
         model_dir: a directory written by ``save_pretrained`` (``config.json`` + weights).
         attention: ``"eager"`` (explicit Softmax/MatMul; the default) or ``"sdpa"``.
         num_labels: override the number of classes; a head of a different size is
             newly initialised by transformers.
-        task: a :data:`TASKS` name; default: :func:`task_of` the config.
+        task: a :data:`HEADS` name; default: :func:`task_of` the config.
 
     Raises:
         FileNotFoundError: the directory or its ``config.json`` is missing.
@@ -333,7 +333,7 @@ def load_hf(
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
     config, name = _config(model_dir, num_labels, task)
-    chosen = TASKS.get(name)
+    chosen = HEADS.get(name)
     try:
         with _no_progress_bars():
             model = getattr(transformers, chosen.auto_class).from_pretrained(model_dir, config=config,
@@ -350,8 +350,8 @@ def _config(model_dir: Path, num_labels: int | None = None, task: str | None = N
     """The directory's config and its task name (``task`` when given)."""
     from transformers import AutoConfig
 
-    if task is not None and task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
+    if task is not None and task not in HEADS:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(HEADS)}")
     overrides = {} if num_labels is None else {"num_labels": num_labels}
     config = AutoConfig.from_pretrained(model_dir, **overrides)
     try:
@@ -364,7 +364,7 @@ def _companions(model_dir: Path, out_dir: Path, model_path: Path, overwrite: boo
                 task: str | None = None) -> dict[Path, Path]:
     """The files of the directory's task to copy beside an export (source → copy); refuses a
     missing required one, and (without ``overwrite``) an export or copy that would replace a file."""
-    task = TASKS.get(_config(model_dir, task=task)[1])
+    task = HEADS.get(_config(model_dir, task=task)[1])
     for name, what in task.required.items():
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"no {name} in {model_dir}; save {what} there")
@@ -410,7 +410,7 @@ def export_hf(
 
     The ONNX file has inputs named as in :attr:`HFInfo.input_names` with a dynamic
     ``batch`` axis (and ``sequence`` for token inputs, ``decoder_sequence`` for a decoder's),
-    the outputs of the ``task`` (:data:`TASKS`: ``logits``, or ``start_logits`` and ``end_logits``
+    the outputs of the ``task`` (:data:`HEADS`: ``logits``, or ``start_logits`` and ``end_logits``
     for span QA), and metadata
     ``rulegraph.labels`` (JSON list), ``rulegraph.model_type``, ``rulegraph.source``,
     ``rulegraph.task``, ``rulegraph.exporter`` and ``rulegraph.max_length`` (text; an encoder–decoder
@@ -474,7 +474,7 @@ def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torc
     its task's wrapper, eager attention, dense experts (a mixture of experts), in eval mode. The model
     is left as it was (its attention and experts implementations and training mode restored)."""
     name = task or task_of(model.config, type(model).__name__)      # a config built in memory names no architectures
-    chosen = TASKS.get(name)
+    chosen = HEADS.get(name)
     source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     training, attention = model.training, getattr(model.config, "_attn_implementation", None)
     experts = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else None
@@ -546,7 +546,7 @@ def _text_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """Read labels (classifiers), maximum length and input names (the wrapper's, ``token_type_ids``
     only where the model has more than one token type) from a loaded text model's config."""
     config = model.config
-    spec = TASKS.get(task)
+    spec = HEADS.get(task)
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     inputs = tuple(inspect.signature(spec.wrapper.forward).parameters)[1:]
     forward_params = inspect.signature(model.forward).parameters
@@ -610,18 +610,18 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
 
 
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
-TASKS.add("sequence-classification", Task("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
+HEADS.add("sequence-classification", Head("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
                                           _TOKENIZER, _text_info, _token_example,
                                           architectures=("ForSequenceClassification",), labelled=True))
-TASKS.add("image-classification", Task("AutoModelForImageClassification", HFImageClassifier, (PREPROCESSOR_FILE,),
+HEADS.add("image-classification", Head("AutoModelForImageClassification", HFImageClassifier, (PREPROCESSOR_FILE,),
                                        {}, _image_info, _image_example, architectures=("ForImageClassification",),
                                        labelled=True))
-TASKS.add("causal-lm", Task("AutoModelForCausalLM", HFClassifier, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
+HEADS.add("causal-lm", Head("AutoModelForCausalLM", HFClassifier, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
                             _token_example, architectures=("ForCausalLM", "LMHeadModel")))
-TASKS.add("question-answering", Task("AutoModelForQuestionAnswering", HFQuestionAnswering, (TOKENIZER_FILE,),
+HEADS.add("question-answering", Head("AutoModelForQuestionAnswering", HFQuestionAnswering, (TOKENIZER_FILE,),
                                      _TOKENIZER, _text_info, _token_example, outputs=("start_logits", "end_logits"),
                                      architectures=("ForQuestionAnswering",)))
-TASKS.add("seq2seq-lm", Task("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
+HEADS.add("seq2seq-lm", Head("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
                              _token_example, architectures=("ForConditionalGeneration", "MTModel")))
 
 

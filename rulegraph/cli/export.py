@@ -32,10 +32,10 @@ from .console import err, out
 def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, external_mib, force):
     """Export a Hugging Face model directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
     with its tokenizer.json or preprocessor_config.json."""
-    from ..exporters import TASKS, export_hf, save_hf_fx
+    from ..exporters import HEADS, export_hf, save_hf_fx
     from ..exporters.to_onnx import check_exporter_options
     if task is not None:
-        TASKS.get(task)                 # an unknown task: one line naming the valid ones
+        HEADS.get(task)                 # an unknown task: one line naming the valid ones
     try:
         check_exporter_options(exporter, opset)
     except ValueError as exc:
