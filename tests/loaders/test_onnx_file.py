@@ -1,13 +1,9 @@
 """An ONNX file read once (rulegraph.loaders.onnx_file): the weights are views of one buffer, aligned,
-byte for byte what onnx reads; a load's memory is about one copy of the weights (a child process's
-peak RSS); what the checker refused is still refused, a payload that does not fit its shape is one
+byte for byte what onnx reads (a load's memory: tests/loaders/test_memory.py); what the checker
+refused is still refused, a payload that does not fit its shape is one
 error, and a truncated file is one line; writing into a loaded weight touches nothing else, and
 canonizing and explaining write into no weight."""
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -131,42 +127,6 @@ def test_what_the_checker_refused_is_still_refused(tmp_path, spoil, message):
     with pytest.raises(ModelError) as caught:
         load_onnx(tmp_path / "bad.onnx")
     assert message in str(caught.value) and "\n" not in str(caught.value)
-
-
-CHILD = """
-import json, resource, sys
-import onnx, torch, rulegraph
-from rulegraph.loaders.onnx import load_onnx
-def rss():
-    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) * 1024
-load_onnx(sys.argv[2])                                  # the imports a first load makes, on a small model
-before, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-graph = load_onnx(sys.argv[1])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"growth": peak - max(before, peak_before) if peak > peak_before else rss() - before,
-                  "held": rss() - before}))
-"""
-
-
-def test_a_load_takes_about_one_copy_of_the_weights(tmp_path):
-    """The peak RSS a load adds, in a process of its own, is about the weights' bytes (reading the
-    file into protobuf, checking it from the file and copying each weight took over twice that)."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((1024, 1024)).astype(np.float32), f"w{k}") for k in range(12)]
-    nodes = [helper.make_node("MatMul", [f"h{k}" if k else "x", f"w{k}"], [f"h{k + 1}" if k < 11 else "y"])
-             for k in range(12)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])], weights)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "big.onnx"))
-    size = (tmp_path / "big.onnx").stat().st_size                         # 48 MiB of weights
-    _model(tmp_path / "small.onnx")
-    run = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "big.onnx"), str(tmp_path / "small.onnx")],
-                         capture_output=True, text=True, check=True)
-    found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert found["growth"] < 1.3 * size, (found, size)
-    held = load_onnx(tmp_path / "big.onnx").constants
-    assert all(held[f"w{k}"].data_ptr() % onnx_file.ALIGN == 0 for k in range(12))
-    assert found["held"] > 0.9 * size                                     # the weights are resident: it measures
 
 
 def test_writing_into_a_loaded_weight_changes_that_weight_only(tmp_path):
