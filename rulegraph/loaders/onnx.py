@@ -58,28 +58,33 @@ def model_file(path: str | Path) -> Path:
     return path
 
 
-def read_model(path: str | Path, external: ExternalData | None = None) -> onnx.ModelProto:
-    """Read and structurally check an ONNX file, with one-line errors. External data is not read
-    (:class:`~rulegraph.loaders.external.ExternalData` maps it when the graph is loaded); the check
-    runs on the file, so a model over protobuf's 2 GiB is checked too."""
-    path = model_file(path)
+def _read(path: Path, external: ExternalData):
+    """The model in ``path`` checked, and the file as read once (:class:`~rulegraph.loaders.onnx_file.OnnxFile`,
+    whose buffer holds the initializers' ``raw_data``; ``None`` when ``onnx.load`` had to read it).
+    External data is not read (:class:`~rulegraph.loaders.external.ExternalData` maps it when the graph
+    is loaded), only its locations checked."""
+    from . import onnx_file
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        read = onnx_file.read(path)
+        model = read.model if read is not None else onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises several unrelated types
         raise ModelError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'truncated or corrupt'})") from None
     if not model.graph.node:
         raise ModelError(f"{path} holds no graph nodes; is it an ONNX model?")
-    external = external or ExternalData(path)
-    for init in model.graph.initializer:
+    inits = model.graph.initializer
+    for init in inits:
         if _is_external(init):
             external.tensor(init, *_element(init))          # every location checked before the checker reads them
     try:
-        onnx.checker.check_model(str(path))
+        if read is None:
+            onnx.checker.check_model(str(path))
+        else:
+            onnx_file.check(model, {k for k, init in enumerate(inits) if read.raw[k] is not None or _is_external(init)})
     except onnx.checker.ValidationError as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), "invalid")
         if "No Op registered" not in first:  # unknown ops are reported per node, later
             raise ModelError(f"{path} is not a valid ONNX model: {first}") from None
-    return model
+    return model, read
 
 
 def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
@@ -87,11 +92,12 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
     memory-mapped from the files beside the model (see :mod:`rulegraph.loaders.external`)."""
     source = "onnx"
     external = ExternalData(None)
+    read = None
     if not isinstance(model, onnx.ModelProto):
         source = f"onnx:{model}"
         path = model_file(model)
         external = ExternalData(path)
-        model = read_model(path, external)
+        model, read = _read(path, external)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset and opset not in OPSETS:
         raise ModelError(f"{source.partition(':')[2] or 'the model'}: opset {opset} of the default ONNX domain is not "
@@ -103,7 +109,12 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 raise ModelError(f"node {n.name or n.op_type!r} ({n.op_type}) has a subgraph; control flow is not supported")
 
-    constants = {init.name: _tensor(init, external) for init in g.initializer}
+    held: dict[int, torch.Tensor] = {}
+    if read is not None:                    # the weights as views of the buffer the file was read into
+        from .onnx_file import weights
+        held = weights(read, {k: _element(g.initializer[k]) for k, found in enumerate(read.raw) if found is not None},
+                       source.partition(":")[2])
+    constants = {init.name: held[k] if k in held else _tensor(init, external) for k, init in enumerate(g.initializer)}
     for sparse in g.sparse_initializer:
         constants[sparse.values.name] = _dense(sparse, f"sparse initializer {sparse.values.name!r}")
     inputs = [_value_info(v) for v in g.input if v.name not in constants]
