@@ -132,3 +132,10 @@ def test_a_registry_refuses_a_name_twice_and_names_the_choices():
         r.register("round")(object())
     with pytest.raises(RulegraphError, match="unknown widget 'rond'; did you mean 'round'"):
         r.get("rond")
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test modules by their base name (the test folders are not packages): two
+    ``test_x.py`` in different folders stop the whole run at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
