@@ -111,7 +111,20 @@ def prepare(folder: Path) -> dict:
     return cases
 
 
+def link_packages(checkout: Path) -> None:
+    """In a checkout other than the installed one, link the packages the install maps from top-level
+    folders (``rulegraph/rules`` → ``rules/``, ``rulegraph/exporters`` → ``exporters/``; ``rulesets/``
+    before the move), so its ``rulegraph`` imports its own and not the installed checkout's."""
+    if checkout == REPO:
+        return
+    for name, target in (("rules", "rules"), ("exporters", "exporters"), ("rulesets", "rulesets")):
+        link = checkout / "rulegraph" / name
+        if (checkout / target).is_dir() and not link.exists():
+            link.symlink_to(Path("..") / target)
+
+
 def worker(checkout: Path, folder: Path) -> subprocess.Popen:
+    link_packages(checkout)
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "2"}
     p = subprocess.Popen([sys.executable, "-c", WORKER, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True, env=env, cwd=str(checkout))

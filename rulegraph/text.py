@@ -1,6 +1,7 @@
 """Text in, model inputs out: a ``tokenizers`` tokenizer.json, with the model's length limit."""
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ class TextEncoder:
         else:
             raise InputError(f"a tokenizer is a tokenizer.json path, a tokenizers.Tokenizer or a transformers fast "
                              f"tokenizer; got a {type(path).__name__}")
+        self._truncating = threading.Lock()
         self.tokenizer.no_padding()
         truncation = self.tokenizer.truncation
         self.max_length = max_length or (truncation or {}).get("max_length")
@@ -92,9 +94,12 @@ class TextEncoder:
         truncated = False
         if self.max_length and len(enc.ids) > self.max_length:
             n = len(enc.ids)
-            self.tokenizer.enable_truncation(self.max_length)
-            enc = self.tokenizer.encode(*pieces)
-            self.tokenizer.no_truncation()
+            with self._truncating:      # the setting is the tokenizer's: one thread at a time changes it
+                self.tokenizer.enable_truncation(self.max_length)
+                try:
+                    enc = self.tokenizer.encode(*pieces)
+                finally:
+                    self.tokenizer.no_truncation()
             truncated = True
             warnings.warn(f"the text has {n} tokens; truncated to the model's limit of {self.max_length}",
                           stacklevel=2)

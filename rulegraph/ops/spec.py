@@ -173,13 +173,20 @@ def _canonical_domain(domain: str) -> str:
 
 # -- output sizes (OpSpec.size) ------------------------------------------------------
 
-def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape) if isinstance(x, Tensor) else ()
-
-
 def broadcast_size(args: list, attrs: dict) -> int:
-    """Elements of the numpy-broadcast of the tensor arguments (elementwise ops of several inputs)."""
-    return math.prod(torch.broadcast_shapes(*(_shape(a) for a in args if isinstance(a, Tensor))))
+    """Elements of the numpy-broadcast of the tensor arguments (elementwise ops of several inputs), in
+    plain Python: it runs before every such op."""
+    shapes = [a.shape for a in args if isinstance(a, Tensor)]
+    if not shapes:
+        return 1
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return math.prod(first)
+    total = 1
+    for i in range(1, max(len(s) for s in shapes) + 1):
+        sizes = [s[-i] for s in shapes if len(s) >= i]
+        total *= 0 if 0 in sizes else max(sizes)
+    return total
 
 
 # -- shared helpers for VJPs -------------------------------------------------------
