@@ -33,7 +33,7 @@ import torch
 from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
-from .limits import check_tensor
+from .limits import check_tensor, tensor_budget
 from .options import DTYPE_NAMES
 from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
@@ -187,12 +187,14 @@ class Plan:
                 args[i] = args[i].tolist()
                 if k != Stage.VALUE:
                     statics[key] = args[i]
+        budget = tensor_budget()             # the message is made only for a tensor over it (hot path)
         if step.spec.size is not None:       # an op whose output can outgrow its inputs: checked before it runs
             try:
                 count = step.spec.size(args, step.attrs)
             except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
                 count = 0
-            check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
+            if count * self._itemsize > budget:
+                check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         try:
             out = step.spec.forward(*args, **step.attrs)
         except Exception as exc:  # an op failing on these inputs: name the node
@@ -201,7 +203,8 @@ class Plan:
             raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         for name, value in ((node.outputs[0], out),) if isinstance(out, (Tensor, TensorSequence)) else zip(node.outputs, out):
-            if isinstance(value, Tensor):     # views too (Expand): their size is work for the ops after
+            if isinstance(value, Tensor) and value.numel() * value.element_size() > budget:
+                # views too (Expand): their size is work for the ops after
                 check_tensor(value.numel(), value.element_size(), f"node {node.name!r} ({node.op})")
             if name:
                 env[name] = value
