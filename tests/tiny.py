@@ -251,3 +251,18 @@ def seq2seq_onnx(module: torch.nn.Module, path: Path, *, exporter: str = "torchs
     return export_onnx(HFSeq2SeqLM(module), example, path, exporter=exporter, overwrite=True,
                        metadata={"rulegraph.max_length": "64",
                                  "rulegraph.decoder_start_token_id": str(module.config.decoder_start_token_id)})
+
+
+def next_token_gi(module: torch.nn.Module, feeds: dict[str, torch.Tensor], target: int) -> torch.Tensor:
+    """The autograd reference of ``gi`` on a causal LM: x·∂z/∂x summed over the hidden size, per token of
+    item 0, z the ``target`` logit at the last position, on a float64 copy of ``module`` (a mixture of
+    experts runs transformers' own loop over the picked experts)."""
+    import copy
+    reference = copy.deepcopy(module).double()
+    from rulegraph.exporters.moe import has_experts
+    if has_experts(reference):
+        reference.set_experts_implementation("eager")
+    embeddings = reference.get_input_embeddings()(feeds["input_ids"]).detach().requires_grad_(True)
+    logits = reference(inputs_embeds=embeddings, attention_mask=feeds["attention_mask"]).logits[0, -1]
+    logits[target].backward()
+    return (embeddings * embeddings.grad).sum(-1)[0].detach()

@@ -42,8 +42,8 @@ CHUNK = 1 << 22
 def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absolute: bool = False,
                 nan_safe: bool = False) -> Tensor:
     """``Σ x ⊙ g`` (``Σ |x ⊙ g|`` with ``absolute``) as a 0-d tensor, in ``dtype`` (default ``x``'s),
-    computed :data:`CHUNK` elements at a time."""
-    if x.shape != g.shape:
+    a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole)."""
+    if x.shape != g.shape or x.numel() <= CHUNK:      # one product: broadcast, or small enough
         p = x * g
         p = p.to(dtype) if dtype is not None else p
         p = p.abs() if absolute else p
