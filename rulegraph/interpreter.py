@@ -41,8 +41,9 @@ from .ops.sequence import TensorSequence
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
-#: how many arithmetic ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`)
-RECOMPUTE_DEPTH = 2
+#: how many cheap ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`): attention's
+#: scale, mask, softmax and casts after its scores (five in a Llama export)
+RECOMPUTE_DEPTH = 6
 #: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
@@ -100,6 +101,13 @@ class Step:
     stage: Stage
     static: tuple[int, ...]            # input positions that are passed as host lists
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
+
+
+def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
+    """Whether value ``name`` that ``node`` just made has more elements than its value inputs together."""
+    out = env[name]
+    return isinstance(out, Tensor) and out.numel() > sum(
+        env[v].numel() for v in node.inputs if v and isinstance(env.get(v), Tensor))
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -210,10 +218,12 @@ class Plan:
                 env[name] = value
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
-            overrides: dict[str, Tensor] | None = None) -> Values:
+            overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset()) -> Values:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
-        reused while the forward runs).
+        reused while the forward runs). Of ``keep``, the values of ``spill`` (:meth:`spillable`) are
+        freed too where they came out larger than their producer's inputs together; a pass computes
+        them again (:meth:`recompute`).
 
         ``overrides`` maps value names to tensors used in place of what the graph would
         compute (e.g. embedding vectors replaced by interpolations, for integrated
@@ -233,11 +243,11 @@ class Plan:
             self._shape_cache.move_to_end(signature)
             shape_values, statics = cached
             env.update(shape_values)
-            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep)
+            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep, spill)
             env.statics = statics
             return env
         statics: dict = {}
-        self._run_steps(self._without(self.steps, skipped), env, statics, keep)
+        self._run_steps(self._without(self.steps, skipped), env, statics, keep, spill)
         shape_values = {v: env[v] for s in self.steps if s.stage == Stage.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         env.statics = statics
@@ -269,48 +279,81 @@ class Plan:
             self._skipping[key] = [s for s in steps if not all(v in skipped for v in s.node.outputs if v)]
         return self._skipping[key]
 
-    def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None) -> None:
+    def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None,
+                   spill: frozenset[str] = frozenset()) -> None:
         if keep is None:
             for step in steps:
                 self._execute(step, env, statics)
             return
-        schedule = self._free_schedule(steps, keep)
+        schedule, spilling = self._free_schedule(steps, keep, spill)
+        held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
         for step, dead in zip(steps, schedule):
             self._execute(step, env, statics)
+            if step.node.index in spilling:
+                held.update(v for v in step.node.outputs if v in spill and not _outgrew(env, step.node, v))
             for v in dead:
-                del env[v]
+                if v not in held:
+                    del env[v]
 
-    def _free_schedule(self, steps: list[Step], keep: frozenset[str]) -> list[tuple[str, ...]]:
-        """Per step, the value-dependent values no later step reads and ``keep`` does not hold."""
-        key = (id(steps), keep)
+    def _free_schedule(self, steps: list[Step], keep: frozenset[str],
+                       spill: frozenset[str] = frozenset()) -> tuple[list[tuple[str, ...]], frozenset[int]]:
+        """Per step, the value-dependent values no later step reads and ``keep`` does not hold (or holds
+        in ``spill``: freed unless kept when made); and the indices of the steps that make ``spill``'s."""
+        key = (id(steps), keep, spill)
         if key not in self._schedules:
             last: dict[str, int] = {}
             for i, step in enumerate(steps):
                 for v in (*step.node.inputs, *step.node.outputs):
                     if v and self.stage.get(v) == Stage.VALUE:
                         last[v] = i
-            spare = set(keep) | set(self.graph.outputs) | set(self.graph.input_names)
+            spare = (set(keep) - spill) | set(self.graph.outputs) | set(self.graph.input_names)
             dead: list[list[str]] = [[] for _ in steps]
             for v, i in last.items():
                 if v not in spare:
                     dead[i].append(v)
-            self._schedules[key] = [tuple(d) for d in dead]
+            spilling = frozenset(s.node.index for s in steps if any(v in spill for v in s.node.outputs))
+            self._schedules[key] = ([tuple(d) for d in dead], spilling)
+        return self._schedules[key]
+
+    def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
+        """The values of ``keep`` a pass may recompute when they outgrow their inputs: each the output of
+        an :attr:`~rulegraph.ops.OpSpec.outgrows` op (a product of two activations: attention scores)
+        named in ``producers`` (nodes whose own inputs the pass reads later than the value), from two or
+        more value inputs, all in ``keep`` (a product with a weight matrix is not one; ``keep`` here counts
+        what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward frees such a value where it has more
+        elements than those inputs together (:meth:`run`'s ``spill``): Q·Kᵀ at L × L from Q and K at
+        L × d is freed, P·V at L × d is kept. The recomputation runs the same kernel on the same
+        tensors, so it equals the forward's value bit for bit."""
+        key = ("spillable", keep, producers, spare)
+        if key not in self._schedules:
+            found = set()
+            for step in self.value_steps:
+                node = step.node
+                if not step.spec.outgrows or node.name not in producers or len(node.outputs) != 1:
+                    continue
+                out = node.outputs[0]
+                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
+                if out in keep and out not in spare and len(ins) > 1 and all(v in keep for v in ins):
+                    found.add(out)
+            self._schedules[key] = frozenset(found)
         return self._schedules[key]
 
     def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str],
                      depth: int = RECOMPUTE_DEPTH) -> frozenset[str]:
         """The values of ``keep`` a pass can recompute instead of keeping them through the forward:
-        each the output of an ``arithmetic`` op (Add, Sub, Mul, Div: correctly rounded IEEE operations, so
-        the recomputed tensor equals the forward's bit for bit) named in ``producers`` (nodes whose own
-        inputs the pass reads later than the value, so they are still there), from inputs kept or
-        themselves recomputable, at most ``depth`` ops deep; never a value of ``spare``. A scaled and
-        masked attention score is one: its product is kept, the two cheap steps after it are not."""
+        each the output of a :attr:`~rulegraph.ops.OpSpec.cheap` op (Add, Sub, Mul, Div: correctly rounded
+        IEEE operations; Softmax, Cast, Where: the same kernel on the same tensor; so the recomputed
+        tensor equals the forward's bit for bit) named in ``producers`` (nodes whose own inputs the pass
+        reads later than the value, so they are still there), from inputs kept or themselves
+        recomputable, at most ``depth`` ops deep; never a value of ``spare``. An attention's probabilities
+        are one: the scale, mask, softmax and cast after its scores are recomputed from them, and the
+        scores from the queries and keys where they outgrew them (:meth:`spillable`)."""
         key = ("recomputable", keep, producers, spare, depth)
         if key not in self._schedules:
             levels: dict[str, int] = {}
             for step in self.value_steps:
                 node = step.node
-                if not step.spec.arithmetic or node.name not in producers or len(node.outputs) != 1:
+                if not step.spec.cheap or node.name not in producers or len(node.outputs) != 1:
                     continue
                 out = node.outputs[0]
                 if out not in keep or out in spare or out in self.graph.input_names:

@@ -257,7 +257,8 @@ def _where_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(torch.where(cond, zero, g), b.shape) if wants[2] else None]
 
 
-@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, pointwise=True, vjp=_where_vjp, size=broadcast_size)
+@op("Where", affine=only(1, 2), additive=(1, 2), routing=True, pointwise=True, vjp=_where_vjp, size=broadcast_size,
+    cheap=True)
 def where(cond, a, b):
     return torch.where(cond, a, b)
 
@@ -289,7 +290,8 @@ def _casts_to_float(node) -> bool:
     return to is None or to.is_floating_point
 
 
-@op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp, float_output=_casts_to_float)
+@op("Cast", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_cast_vjp, float_output=_casts_to_float,
+    cheap=True)
 def cast(x, *, to, saturate=1):
     return x.to(to)
 

@@ -35,7 +35,7 @@ def _matmul_size(args, attrs) -> int:
     return math.prod((*torch.broadcast_shapes(a[:-2], b[:-2]), *rows, *cols))
 
 
-@op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size)
+@op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
 def matmul(a, b):
     return torch.matmul(a, b)
 
@@ -79,6 +79,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return y
 
 
-@op("Einsum", affine=lambda t: sum(map(bool, t)) <= 1)
+@op("Einsum", affine=lambda t: sum(map(bool, t)) <= 1, outgrows=True)
 def einsum(*xs, equation):
     return torch.einsum(equation, *xs)

@@ -31,7 +31,7 @@ def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
     return [gx if shape is None else gx.reshape(shape)]
 
 
-@op("Softmax", vjp=_softmax_vjp)
+@op("Softmax", vjp=_softmax_vjp, cheap=True)
 def softmax(x, *, axis=-1, coerce_2d=0):
     y, ax, shape = _softmax_axis(x, axis, coerce_2d)
     y = torch.softmax(y, dim=ax)

@@ -83,6 +83,14 @@ class OpSpec:
     #: declared by ops whose output can outgrow their inputs (a shape to fill, a range, broadcasting), so that
     #: the interpreter refuses a tensor over the budget (:mod:`rulegraph.limits`) before allocating it
     size: Callable[[list, dict], int] | None = None
+    #: computing the output again costs about what reading it does, and gives it bit for bit (correctly
+    #: rounded arithmetic, a softmax, a cast, a select): the relevance pass recomputes it in its walk rather
+    #: than keeping it through the forward (:meth:`rulegraph.interpreter.Plan.recomputable`)
+    cheap: bool = False
+    #: a product of two activations whose output can be far larger than its inputs (attention scores,
+    #: L × L from L × d): the relevance pass drops it in the forward where it outgrew them and computes it
+    #: again, bit for bit, when its walk gets there (:meth:`rulegraph.interpreter.Plan.spillable`)
+    outgrows: bool = False
     domain: str = ""
     doc: str = field(default="", compare=False)
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -130,6 +138,7 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
         if key in REGISTRY:
             raise RuntimeError(f"op {name!r} (domain {domain!r}) is registered twice")
         traits.setdefault("pointwise", bool(traits.get("elementwise") or traits.get("arithmetic")))
+        traits.setdefault("cheap", bool(traits.get("arithmetic")))
         defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
                     if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
         REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(),

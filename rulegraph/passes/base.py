@@ -139,6 +139,12 @@ class Pass:
         return binding.needed_values
 
     @classmethod
+    def spills(cls, binding: Binding, plan: Plan) -> frozenset[str]:
+        """Of :meth:`keeps`, the values the forward frees where they outgrow their inputs, because the
+        pass computes them again (default: none; see :meth:`~rulegraph.interpreter.Plan.spillable`)."""
+        return frozenset()
+
+    @classmethod
     def options(cls) -> tuple[Option, ...]:
         return PASS_OPTIONS.get(cls.name, ())
 
@@ -174,16 +180,16 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective, keeps=chosen.keeps)
+                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective, retains=chosen)
     return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
-            score: str = "logit", objective: Objective | None = None, keeps=Pass.keeps) -> Forward:
-    """The shared prologue (see the module docstring); ``keeps(binding, plan)``: what the forward keeps
-    for the pass (:meth:`Pass.keeps`)."""
+            score: str = "logit", objective: Objective | None = None, retains: type[Pass] = Pass) -> Forward:
+    """The shared prologue (see the module docstring); ``retains``: the pass whose :meth:`Pass.keeps` and
+    :meth:`Pass.spills` say what the forward keeps for it."""
     check_arguments(inputs, target, position, contrast, score, objective)
     binding = ruleset.bind(graph)
     binding.require_complete()
@@ -198,7 +204,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         raise InputError(f"output {output!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(binding.boundary.values())))})")
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=keeps(binding, plan))
+    values = plan.run(inputs, keep=retains.keeps(binding, plan), spill=retains.spills(binding, plan))
     out = values[output]
     if not all_finite(out):                     # chunked: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")

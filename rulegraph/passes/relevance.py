@@ -387,6 +387,14 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
     return Audit(conservation, list(layers.values()), nodes, tolerance(dtype))
 
 
+def _spare(binding: Binding) -> frozenset[str]:
+    """What the forward keeps whatever it costs: the boundary, the outputs, the lookups' index values and the
+    experts' routing weights."""
+    graph = binding.graph
+    return frozenset(binding.boundary) | frozenset(graph.outputs) | boundary_walk(graph).path_values() | \
+        frozenset(b.weights for b in find_experts(graph))
+
+
 @PASSES.register("relevance")
 class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
@@ -398,11 +406,19 @@ class RelevancePass(Pass):
         the outputs, the lookups' index values and the experts' routing weights are kept."""
         key = ("keeps", id(plan))
         if key not in binding.walks or binding.walks[key][0] is not plan:
-            graph, needed = binding.graph, binding.needed_values
-            spare = frozenset(binding.boundary) | frozenset(graph.outputs) | boundary_walk(graph).path_values() | \
-                frozenset(b.weights for b in find_experts(graph))
+            needed = binding.needed_values
             binding.walks[key] = (plan, needed - plan.recomputable(needed, frozenset(n.name for n in binding.reached),
-                                                                   spare))
+                                                                   _spare(binding)))
+        return binding.walks[key][1]
+
+    @classmethod
+    def spills(cls, binding: Binding, plan: Plan) -> frozenset[str]:
+        """The products of two activations the forward frees where they outgrow their inputs (attention
+        scores: :meth:`~rulegraph.interpreter.Plan.spillable`); the walk computes them again."""
+        key = ("spills", id(plan))
+        if key not in binding.walks or binding.walks[key][0] is not plan:
+            binding.walks[key] = (plan, plan.spillable(binding.needed_values, frozenset(n.name for n in binding.reached),
+                                                       _spare(binding)))
         return binding.walks[key][1]
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:

@@ -1,7 +1,8 @@
 """What the relevance pass keeps in memory: properties, not timings.
 
 The forward keeps only the values a reached node touches, less the cheap arithmetic the walk
-recomputes (``Plan.recomputable``); the walk drops each value after its last reader, so when it ends
+recomputes (``Plan.recomputable``: an attention's scale, mask, softmax and cast) and the products that
+outgrow their inputs (``Plan.spillable``: its scores, once longer than a head is wide); the walk drops each value after its last reader, so when it ends
 only what the caller reads afterwards is left (the boundary, the explained output). Neither changes
 a number: the relevance and the audit equal, bit for bit, those of a walk over every forward value.
 """
@@ -24,10 +25,10 @@ def _inputs(length: int = 12):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def _start(path, rules: str, keeps, dtype=torch.float32):
+def _start(path, rules: str, retains, dtype=torch.float32, length: int = 12):
     graph, ruleset = prepared(str(path), RuleSet.load(rules))
-    return forward(graph, ruleset, _inputs(), None, output=None, position=None, device="cpu", dtype=dtype,
-                   keeps=keeps)
+    return forward(graph, ruleset, _inputs(length), None, output=None, position=None, device="cpu", dtype=dtype,
+                   retains=retains)
 
 
 def _forward_values(start) -> set[str]:
@@ -40,7 +41,7 @@ def _forward_values(start) -> set[str]:
 @pytest.mark.parametrize("rules", RULE_SETS)
 def test_forward_keeps_only_what_the_walk_reads(causal_lm, rules):
     _, path = causal_lm
-    start = _start(path, rules, RelevancePass.keeps)
+    start = _start(path, rules, RelevancePass)
     binding = start.binding
     read = {v for n in binding.reached for v in (*n.inputs, *n.outputs)} | set(binding.boundary) | \
         set(start.graph.outputs) | boundary_walk(start.graph).path_values()     # what maps lookups to positions
@@ -54,19 +55,44 @@ def test_forward_keeps_only_what_the_walk_reads(causal_lm, rules):
 @pytest.mark.parametrize("rules", RULE_SETS)
 def test_walk_leaves_only_what_the_caller_reads(causal_lm, rules):
     _, path = causal_lm
-    start = _start(path, rules, RelevancePass.keeps)
+    start = _start(path, rules, RelevancePass)
     RelevancePass().run(start, audit=True)
     left = _forward_values(start)
     assert left <= set(start.binding.boundary) | {start.output}
 
 
+def _square(start, length: int) -> set[str]:
+    """The kept values shaped like attention scores or probabilities (the last two dims: positions)."""
+    return {v for v in _forward_values(start) if start.values[v].dim() >= 2
+            and tuple(start.values[v].shape[-2:]) == (length, length)}
+
+
+@pytest.mark.parametrize("rules", ["attnlrp", "gi"])       # those whose relevance goes through the softmax
+def test_attention_scores_are_recomputed_once_they_outgrow_queries_and_keys(causal_lm, rules):
+    """The tiny models' heads are 8 wide: at 12 positions Q·Kᵀ (12 × 12) is smaller than Q and K
+    (12 × 8 each) and is kept; at 40 it is larger, the forward frees it and keeps nothing of that shape
+    (the scale, mask, softmax and cast after it are recomputed from it; the causal mask, one for all the
+    layers, is kept). P·V (positions × 8) never outgrows P and V."""
+    _, path = causal_lm
+    short = _start(path, rules, RelevancePass, length=12)
+    spilled = RelevancePass.spills(short.binding, short.plan)
+    assert spilled and spilled <= _forward_values(short)
+    long = _start(path, rules, RelevancePass, length=40)
+    freed = spilled - _forward_values(long)
+    assert len(freed) == 2 and all(long.graph.producer[v].op == "MatMul" for v in freed), "each layer's Q·Kᵀ"
+    assert len(_square(long, 40)) <= 1, "at most the causal mask the layers share"
+    assert all(long.plan.recompute(long.values, v).shape[-2:] == (40, 40) for v in sorted(freed))
+    assert len(_square(_start(path, rules, Pass, length=40), 40)) > 4, "a forward for every value keeps them"
+
+
+@pytest.mark.parametrize("length", [12, 40])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rules", RULE_SETS)
-def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype):
+def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype, length):
     _, path = causal_lm
-    whole = _start(path, rules, Pass.keeps, dtype)          # every value kept, none released
+    whole = _start(path, rules, Pass, dtype, length)          # every value kept, none released
     full = finish(walk(whole.binding, whole.plan, whole.values, whole.output, whole.seed, audit=True))
-    lean = _start(path, rules, RelevancePass.keeps, dtype)
+    lean = _start(path, rules, RelevancePass, dtype, length)
     assert len(_forward_values(lean)) < len(_forward_values(whole))
     flow = finish(walk(lean.binding, lean.plan, lean.values, lean.output, lean.seed, audit=True,
                        release=frozenset()))
