@@ -184,7 +184,8 @@ class Plan:
             self._execute(step, env, {})
 
     # -- running ---------------------------------------------------------------------------
-    def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list]) -> None:
+    def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None) -> None:
+        """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
         for i, k in zip(step.static, step.static_stages):
@@ -195,7 +196,7 @@ class Plan:
                 args[i] = args[i].tolist()
                 if k != Stage.VALUE:
                     statics[key] = args[i]
-        budget = tensor_budget()             # the message is made only for a tensor over it (hot path)
+        budget = tensor_budget() if budget is None else budget     # a message only for a tensor over it
         if step.spec.size is not None:       # an op whose output can outgrow its inputs: checked before it runs
             try:
                 count = step.spec.size(args, step.attrs)
@@ -281,14 +282,15 @@ class Plan:
 
     def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None,
                    spill: frozenset[str] = frozenset()) -> None:
+        budget = tensor_budget()
         if keep is None:
             for step in steps:
-                self._execute(step, env, statics)
+                self._execute(step, env, statics, budget)
             return
         schedule, spilling = self._free_schedule(steps, keep, spill)
         held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
         for step, dead in zip(steps, schedule):
-            self._execute(step, env, statics)
+            self._execute(step, env, statics, budget)
             if step.node.index in spilling:
                 held.update(v for v in step.node.outputs if v in spill and not _outgrew(env, step.node, v))
             for v in dead:
@@ -488,13 +490,14 @@ def supports(device: torch.device, dtype: torch.dtype) -> bool:
         return False
 
 
-def all_finite(t: Tensor, chunk: int = 1 << 22) -> bool:
-    """``torch.isfinite(t).all()``, a chunk of elements at a time (``isfinite`` allocates temporaries
-    the size of its input: a whole embedding table's worth). A transposed view (a weight an fx
-    lowering holds as ``Wᵀ``) is read in its storage order, not copied."""
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
-    flat = t.permute(order).reshape(-1)
-    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+def all_finite(t: Tensor) -> bool:
+    """``torch.isfinite(t).all()`` without its temporaries (a mask the size of ``t``: a whole embedding
+    table's or a language model's logits' worth): the smallest and largest element, in one pass, are
+    finite exactly when every element is (a NaN makes both NaN)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return True
+    low, high = torch.aminmax(t)
+    return bool(torch.isfinite(low) & torch.isfinite(high))
 
 
 def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:

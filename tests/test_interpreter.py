@@ -10,7 +10,7 @@ import torch
 import rulegraph
 import tiny
 from rulegraph.errors import InputError
-from rulegraph.interpreter import Stage, prepare, stages
+from rulegraph.interpreter import Stage, all_finite, prepare, stages
 
 NAMES = {"bert": ("input_ids", "attention_mask", "token_type_ids")}
 PAD = {"roberta": 1}
@@ -120,3 +120,14 @@ def test_keep_frees_what_is_not_asked_for(bert_onnx):
     assert torch.equal(lean["logits"], full["logits"])
     some = next(v for v in full if v not in lean)
     assert some in plan.run(feeds, keep=frozenset({some}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_all_finite_finds_any_nan_or_inf(dtype):
+    t = torch.randn(30, 7, dtype=dtype)
+    assert all_finite(t) and all_finite(t.mT) and all_finite(t[:0])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = t.clone()
+        x[29, 6] = bad
+        assert not all_finite(x) and not all_finite(x.mT)
+    assert all_finite(torch.tensor([1, 2]))      # integers are finite

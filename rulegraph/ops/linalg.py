@@ -1,6 +1,7 @@
 """Matrix products."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -8,6 +9,28 @@ import torch
 from .spec import at_most_one, op, unbroadcast
 
 Tensor = torch.Tensor
+
+
+#: a cotangent this large (elements) is checked for rows that are all zero before it multiplies a weight
+SPARSE_ROWS_FROM = 1 << 22
+
+
+def rows_matmul(g: Tensor, m: Tensor) -> Tensor:
+    """``g @ m`` for a weight matrix ``m``, multiplying only the rows of ``g`` that are not all zero
+    where most are (checked above :data:`SPARSE_ROWS_FROM` elements, one pass over ``g``): the relevance
+    of one position of a language model arrives at its [positions, vocabulary] logits, and the LM head's
+    VJP then costs a row instead of one per position. The other rows are exactly 0 (a NaN row counts as
+    not zero). A row with a single non-zero entry (a one-hot seed) gives the same bits either way."""
+    if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2:
+        return torch.matmul(g, m)
+    flat = g.reshape(-1, g.shape[-1])
+    low, high = torch.aminmax(flat, dim=-1)
+    rows = ((low != 0) | (high != 0)).nonzero().squeeze(-1)
+    if 2 * rows.numel() > flat.shape[0]:
+        return torch.matmul(g, m)
+    out = flat.new_zeros(flat.shape[0], m.shape[-1])
+    out[rows] = torch.matmul(flat[rows], m)
+    return out.reshape(*g.shape[:-1], m.shape[-1])
 
 
 def _matmul_vjp(grads, inputs, outputs, wants, **_):
@@ -21,7 +44,7 @@ def _matmul_vjp(grads, inputs, outputs, wants, **_):
         g = g.unsqueeze(-1)
     if a.dim() == 1:
         g = g.unsqueeze(-2)
-    ga = unbroadcast(torch.matmul(g, b2.mT), a2.shape).reshape(a.shape) if wants[0] else None
+    ga = unbroadcast(rows_matmul(g, b2.mT), a2.shape).reshape(a.shape) if wants[0] else None
     gb = unbroadcast(torch.matmul(a2.mT, g), b2.shape).reshape(b.shape) if wants[1] else None
     return [ga, gb]
 
@@ -32,7 +55,8 @@ def _matmul_size(args, attrs) -> int:
     a, b = args[0].shape, args[1].shape
     rows = a[-2:-1] if len(a) > 1 else ()
     cols = b[-1:] if len(b) > 1 else ()
-    return math.prod((*torch.broadcast_shapes(a[:-2], b[:-2]), *rows, *cols))
+    batch = [max(x, y) if min(x, y) else 0 for x, y in itertools.zip_longest(a[-3::-1], b[-3::-1], fillvalue=1)]
+    return math.prod((*batch, *rows, *cols))       # in plain Python: it runs before every product
 
 
 @op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
@@ -51,7 +75,7 @@ def _gemm_vjp(grads, inputs, outputs, wants, *, alpha=1.0, beta=1.0, transA=0, t
     a2, b2 = _gemm_operands(a, b, transA, transB)
     out = [None, None, None][: len(inputs)]
     if wants[0]:
-        ga = unbroadcast(alpha * torch.matmul(g, b2.mT), a2.shape)
+        ga = unbroadcast(alpha * rows_matmul(g, b2.mT), a2.shape)
         out[0] = ga.mT if transA else ga
     if wants[1]:
         gb = unbroadcast(alpha * torch.matmul(a2.mT, g), b2.shape)

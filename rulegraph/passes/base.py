@@ -206,7 +206,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=retains.keeps(binding, plan), spill=retains.spills(binding, plan))
     out = values[output]
-    if not all_finite(out):                     # chunked: a language model's logits are [positions, vocabulary]
+    if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
     names = labels(graph)
     if names and output == graph.outputs[0] and out.shape[-1] != len(names):

@@ -42,7 +42,11 @@ CHUNK = 1 << 22
 def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absolute: bool = False,
                 nan_safe: bool = False) -> Tensor:
     """``Σ x ⊙ g`` (``Σ |x ⊙ g|`` with ``absolute``) as a 0-d tensor, in ``dtype`` (default ``x``'s),
-    a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole)."""
+    a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole); a
+    plain sum of two contiguous tensors of one shape is one fused dot."""
+    if not absolute and not nan_safe and dtype is None and x.shape == g.shape and x.dtype == g.dtype and \
+            x.is_contiguous() and g.is_contiguous():
+        return torch.vdot(x.reshape(-1), g.reshape(-1))
     if x.shape != g.shape or x.numel() <= CHUNK:      # one product: broadcast, or small enough
         p = x * g
         p = p.to(dtype) if dtype is not None else p

@@ -21,6 +21,10 @@ What the relevance rules rely on:
                 select by (``trait:``, ``from:``, ``through:``); each checked below for what it claims.
 ``bias``        the additive constant as the op adds it: f(0; W, b) for a linear layer.
 ``float_output=False``  outputs are never floating point (a function of the node for Cast).
+``cheap``       the relevance pass recomputes the output in its walk instead of keeping it: computed
+                again on the same inputs it must be the same bits, and cost about what reading it does.
+``outgrows``    a product of two activations the pass frees where its output outgrew its inputs: it
+                must take two value inputs and be able to outgrow them.
 """
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ def test_every_trait_is_sampled():
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
     for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
-                  "pointwise", "bias"):
+                  "pointwise", "bias", "cheap", "outgrows"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
@@ -305,6 +309,25 @@ def test_arithmetic_is_the_four_operations(s: Sample):
     a, b = s.inputs[:2]
     expected = {"Add": a + b, "Sub": a - b, "Mul": a * b, "Div": a / b}[s.op]
     _close(s.call()[0], expected, f"{s.id}")
+
+
+@pytest.mark.parametrize("s", _declared("cheap"))
+def test_a_cheap_op_computed_again_gives_the_same_bits(s: Sample):
+    """The walk recomputes a cheap op's output (Plan.recomputable): a pointwise op, or one reducing along
+    one axis (Softmax), whose second run on the same tensors equals the first bit for bit."""
+    assert s.spec.pointwise or s.op == "Softmax", f"{s.id}: declared cheap but neither pointwise nor a softmax"
+    first, again = s.call(), s.call()
+    assert all(torch.equal(a, b) for a, b in zip(first, again)), f"{s.id}: declared cheap, but a second run differs"
+
+
+@pytest.mark.parametrize("op", sorted(name for (_, name), spec in REGISTRY.items() if spec.outgrows))
+def test_an_outgrowing_product_can_outgrow_its_two_inputs(op: str):
+    """Q·Kᵀ from Q and K (12 × 4 each): 12 × 12, more elements than both."""
+    q, k = torch.randn(2, 12, 4, dtype=torch.float64), torch.randn(2, 12, 4, dtype=torch.float64)
+    spec = REGISTRY[("", op)]
+    out = spec.forward(q, k.mT) if op == "MatMul" else spec.forward(q, k, equation="bid,bjd->bij")
+    assert out.numel() > q.numel() + k.numel()
+    torch.testing.assert_close(out, q @ k.mT, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("op", [name for (_, name), spec in REGISTRY.items() if spec.shape_only])
