@@ -500,7 +500,7 @@ def all_finite(t: Tensor) -> bool:
     return bool(torch.isfinite(low) & torch.isfinite(high))
 
 
-def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Plan:
+def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype | str = torch.float32) -> Plan:
     """The graph's :class:`Plan` for ``device`` and ``dtype`` (built once, then reused)."""
     try:
         device = torch.device(device)
@@ -510,8 +510,10 @@ def prepare(graph: Graph, device: str | torch.device = "cpu", dtype: torch.dtype
         raise InputError(f"device {device.type!r} is not supported; valid: cpu, cuda, cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda was asked for, but torch sees no CUDA device here")
+    if isinstance(dtype, str):              # a name, as the command line takes it: "float64", "torch.float64"
+        dtype = DTYPES.get(dtype.removeprefix("torch."), dtype)
     if dtype not in DTYPES.values():
-        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)} (a torch.dtype or its name), got {dtype!r}")
     if not supports(device, dtype):
         raise InputError(f"--dtype {str(dtype).removeprefix('torch.')} is not supported on {device} by this torch "
                          "build (a matrix product and a softmax in it fail); use float32")

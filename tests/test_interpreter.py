@@ -131,3 +131,11 @@ def test_all_finite_finds_any_nan_or_inf(dtype):
         x[29, 6] = bad
         assert not all_finite(x) and not all_finite(x.mT)
     assert all_finite(torch.tensor([1, 2]))      # integers are finite
+
+
+def test_a_dtype_may_be_named(bert_onnx):
+    graph = rulegraph.load(bert_onnx)
+    assert prepare(graph, dtype="float64") is prepare(graph, dtype=torch.float64)
+    assert prepare(graph, dtype="torch.float32").dtype == torch.float32
+    with pytest.raises(InputError, match=r"float32, float64, bfloat16, float16 \(a torch.dtype or its name\), got 'int8'"):
+        prepare(graph, dtype="int8")
