@@ -102,7 +102,7 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 start = forward(graph, ruleset, inputs, None, output=None, position=None, device="cpu",
-                                dtype=dtype, unmatched=chosen.unmatched)
+                                dtype=dtype, chosen=chosen)
                 run.explanations[n] = chosen().run(start, audit=True, **chosen.resolve({}))
         except Exception as exc:        # noqa: BLE001
             _add(run, _gap("explain", exc, f"explain fails on a made-up input of {_describe(inputs)}: "))

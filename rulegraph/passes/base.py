@@ -180,22 +180,23 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    unmatched=chosen.unmatched, contrast=contrast, score=score, objective=objective, retains=chosen)
+                    contrast=contrast, score=score, objective=objective, chosen=chosen)
     return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
-            unmatched: str = Pass.unmatched, contrast: int | Sequence[int] | None = None,
-            score: str = "logit", objective: Objective | None = None, retains: type[Pass] = Pass) -> Forward:
-    """The shared prologue (see the module docstring); ``retains``: the pass whose :meth:`Pass.keeps` and
-    :meth:`Pass.spills` say what the forward keeps for it."""
+            contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
+            chosen: type[Pass] = Pass) -> Forward:
+    """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
+    :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
+    a rule says."""
     check_arguments(inputs, target, position, contrast, score, objective)
     binding = ruleset.bind(graph)
     binding.require_complete()
     if binding.unmatched and ruleset.on_unmatched == "warn":
         first = binding.unmatched[0]
-        warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {unmatched} "
+        warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
     output = output or graph.outputs[0]
     if output not in graph.outputs:
@@ -204,7 +205,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         raise InputError(f"output {output!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(binding.boundary.values())))})")
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=retains.keeps(binding, plan), spill=retains.spills(binding, plan))
+    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")

@@ -135,7 +135,7 @@ def run_pass(model: Any, rules, inputs: dict[str, Any], *, device: str = "cpu", 
         raise InputError(f"rule set {ruleset.name or ruleset.source!r} is a {ruleset.pass_name} rule set; "
                          "the decomposition pass needs `pass: decomposition`")
     start = forward(graph, ruleset, inputs, None, output=None, position=None, device=device, dtype=dtype,
-                    unmatched=DecompositionPass.unmatched)
+                    chosen=DecompositionPass)
     return components(start, audit=audit, keep=keep, linearized=linearized, **arguments)
 
 

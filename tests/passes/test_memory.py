@@ -25,10 +25,10 @@ def _inputs(length: int = 12):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def _start(path, rules: str, retains, dtype=torch.float32, length: int = 12):
+def _start(path, rules: str, chosen, dtype=torch.float32, length: int = 12):
     graph, ruleset = prepared(str(path), RuleSet.load(rules))
     return forward(graph, ruleset, _inputs(length), None, output=None, position=None, device="cpu", dtype=dtype,
-                   retains=retains)
+                   chosen=chosen)
 
 
 def _forward_values(start) -> set[str]:
