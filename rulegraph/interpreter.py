@@ -287,20 +287,19 @@ class Plan:
             for step in steps:
                 self._execute(step, env, statics, budget)
             return
-        schedule, spilling = self._free_schedule(steps, keep, spill)
         held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
-        for step, dead in zip(steps, schedule):
+        for step, (dead, made) in zip(steps, self._free_schedule(steps, keep, spill)):
             self._execute(step, env, statics, budget)
-            if step.node.index in spilling:
-                held.update(v for v in step.node.outputs if v in spill and not _outgrew(env, step.node, v))
+            if made:
+                held.update(v for v in made if not _outgrew(env, step.node, v))
             for v in dead:
                 if v not in held:
                     del env[v]
 
     def _free_schedule(self, steps: list[Step], keep: frozenset[str],
-                       spill: frozenset[str] = frozenset()) -> tuple[list[tuple[str, ...]], frozenset[int]]:
+                       spill: frozenset[str]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Per step, the value-dependent values no later step reads and ``keep`` does not hold (or holds
-        in ``spill``: freed unless kept when made); and the indices of the steps that make ``spill``'s."""
+        in ``spill``: freed unless kept when made), and the values of ``spill`` the step makes."""
         key = (id(steps), keep, spill)
         if key not in self._schedules:
             last: dict[str, int] = {}
@@ -313,8 +312,8 @@ class Plan:
             for v, i in last.items():
                 if v not in spare:
                     dead[i].append(v)
-            spilling = frozenset(s.node.index for s in steps if any(v in spill for v in s.node.outputs))
-            self._schedules[key] = ([tuple(d) for d in dead], spilling)
+            self._schedules[key] = [(tuple(d), tuple(v for v in s.node.outputs if v in spill))
+                                    for d, s in zip(dead, steps)]
         return self._schedules[key]
 
     def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
@@ -322,9 +321,9 @@ class Plan:
         an :attr:`~rulegraph.ops.OpSpec.outgrows` op (a product of two activations: attention scores)
         named in ``producers`` (nodes whose own inputs the pass reads later than the value), from two or
         more value inputs, all in ``keep`` (a product with a weight matrix is not one; ``keep`` here counts
-        what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward frees such a value where it has more
-        elements than those inputs together (:meth:`run`'s ``spill``): Q·Kᵀ at L × L from Q and K at
-        L × d is freed, P·V at L × d is kept. The recomputation runs the same kernel on the same
+        what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward
+        frees such a value where it has more elements than those inputs together (:meth:`run`'s
+        ``spill``): Q·Kᵀ at L × L from Q and K at L × d is freed, P·V at L × d is kept. The recomputation runs the same kernel on the same
         tensors, so it equals the forward's value bit for bit."""
         key = ("spillable", keep, producers, spare)
         if key not in self._schedules:
