@@ -43,9 +43,10 @@ def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absol
                 nan_safe: bool = False) -> Tensor:
     """``Σ x ⊙ g`` (``Σ |x ⊙ g|`` with ``absolute``) as a 0-d tensor, in ``dtype`` (default ``x``'s),
     a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole); a
-    plain sum of two contiguous tensors of one shape is one fused dot."""
+    plain sum of two tensors of one shape is one fused dot (above that size, of contiguous ones only:
+    flattening a strided view copies it)."""
     if not absolute and not nan_safe and dtype is None and x.shape == g.shape and x.dtype == g.dtype and \
-            x.is_contiguous() and g.is_contiguous():
+            (x.numel() <= CHUNK or x.is_contiguous() and g.is_contiguous()):
         return torch.vdot(x.reshape(-1), g.reshape(-1))
     if x.shape != g.shape or x.numel() <= CHUNK:      # one product: broadcast, or small enough
         p = x * g
@@ -97,10 +98,10 @@ class Ledger:
         return len(self.entries) - 1
 
     def contribution(self, c: Contribution, x: Tensor) -> int:
-        if c.signal is not None and not self.nan_safe:
-            self.entries.append(torch.vdot(x.reshape(-1), c.signal.reshape(-1)))
-            return len(self.entries) - 1
-        return self.total(c.tensor(x))
+        if c.relevance is not None:
+            return self.total(c.relevance)
+        self.entries.append(product_sum(x, c.signal, nan_safe=self.nan_safe))
+        return len(self.entries) - 1
 
     def settle(self) -> None:
         if self.entries:
