@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from harness import REPO, machine, report
-from memory import MODELS, ids, lxt_importable
+from memory import MODELS, ids, lxt_importable, made
 
 
 def child(folder: str, length: str, rounds: str) -> None:
@@ -82,8 +82,7 @@ def main() -> None:
         sys.exit(f"lm_speed: --lxt-python {args.lxt_python!r} cannot import lxt.efficient")
     rows = []
     for name in args.models:
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "memory.py"), "--make", str(args.work), name],
-                       capture_output=True, text=True, check=True)
+        made(args.work, name)
         for length in args.lengths:
             run = subprocess.run([args.lxt_python, "-c", CHILD.format(bench=str(REPO / "benchmarks")),
                                   str(args.work / name), str(length), str(args.rounds)],

@@ -136,6 +136,13 @@ def child(variant: str, folder: str, length: str) -> None:
 CHILD = "import sys; sys.path.insert(0, {bench!r}); import memory; memory.child(*sys.argv[1:])"
 
 
+def made(work: Path, name: str) -> dict:
+    """:func:`make` in a process of its own (its imports stay out of the measuring process)."""
+    run = subprocess.run([sys.executable, __file__, "--make", str(work), name], capture_output=True, text=True,
+                         check=True)
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 # -- the driver --------------------------------------------------------------------------------------------------
 
 def measure(variant: str, folder: Path, length: int, python: str) -> dict:
@@ -171,9 +178,7 @@ def main() -> None:
     variants = [v for v in args.variants if v != "lxt" or lxt]
     rows, sizes = [], []
     for name in args.models:
-        made = subprocess.run([sys.executable, __file__, "--make", str(args.work), name], capture_output=True,
-                              text=True, check=True)
-        sizes.append(f"{name}: {json.loads(made.stdout.splitlines()[-1])['parameters'] / 1e6:,.1f} M parameters")
+        sizes.append(f"{name}: {made(args.work, name)['parameters'] / 1e6:,.1f} M parameters")
         for length in args.lengths:
             found = {}
             for variant in variants:
