@@ -3,6 +3,7 @@
     python benchmarks/lm_speed.py --lxt-python PYTHON [--models gpt2-small llama-100m]
         [--lengths 256 1024 2048] [--rounds 3] [--out benchmarks/results/lm_speed.md]
     python benchmarks/lm_speed.py --lxt-python PYTHON --models tiny --lengths 16 --rounds 1   # checks it runs
+    python benchmarks/lm_speed.py --lxt-python PYTHON --keep-freed-memory ...   # glibc reuses freed blocks
 
 The models are :mod:`memory`'s (random weights from ``transformers`` configs, exported by rulegraph's
 exporter once under ``--work``). Each (model, length) is one process of ``--lxt-python`` (an environment
@@ -13,6 +14,10 @@ explains the next token after ``L`` random ids (the predicted one, at the last p
 * rulegraph ``attnlrp`` on the ONNX export, with its conservation audit (the default) and without;
 * LXT 2.1's efficient AttnLRP (``lxt.efficient.monkey_patch`` of the model's modeling file, then a
   Gradient×Input backward with the weights' gradients off, :func:`harness.gradient_times_input`).
+
+With ``--keep-freed-memory`` the processes run with glibc's malloc told to keep freed memory for reuse
+(:data:`KEEP_FREED`): a fresh tensor of attention size then costs no page faults, which otherwise cost
+about as much as the op that fills it. Both tools run under it alike.
 
 The calls are interleaved (one of each per round, after a warm-up round), so a busy machine slows them
 alike; the table gives the median of the rounds and the ratio of medians to LXT's. Target (issue 29):
@@ -63,6 +68,9 @@ def child(folder: str, length: str, rounds: str) -> None:
 
 
 CHILD = "import sys; sys.path.insert(0, {bench!r}); import lm_speed; lm_speed.child(*sys.argv[1:])"
+#: glibc malloc settings (environment) that keep freed blocks for reuse instead of returning them to the
+#: system: allocations up to 1 GiB come from the heap, which is trimmed only above 2 GiB free
+KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 31)}
 LABELS = {"rulegraph": "rulegraph attnlrp (audit on)", "rulegraph-no-audit": "rulegraph attnlrp (audit off)",
           "lxt": "LXT AttnLRP (efficient, HF)"}
 
@@ -72,6 +80,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="run both tools with glibc keeping freed memory for reuse (KEEP_FREED)")
     ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
                     help="an interpreter where lxt and rulegraph import (LXT 2.1 needs transformers 4.x)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
@@ -86,7 +96,8 @@ def main() -> None:
         for length in args.lengths:
             run = subprocess.run([args.lxt_python, "-c", CHILD.format(bench=str(REPO / "benchmarks")),
                                   str(args.work / name), str(length), str(args.rounds)],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True,
+                                 env={**os.environ, **(KEEP_FREED if args.keep_freed_memory else {})})
             if run.returncode != 0:
                 sys.exit(f"lm_speed: {name} at {length} tokens failed: {run.stderr[-2000:]}")
             times = json.loads(next(line for line in reversed(run.stdout.splitlines()) if line.startswith("{")))
@@ -97,8 +108,10 @@ def main() -> None:
                 rows.append([name, length, label, f"{medians[key] / 1e3:.2f} s",
                              f"{min(times[key]) / 1e3:.2f} s", f"**{ratio:.2f}×**" if key == "rulegraph" else
                              f"{ratio:.2f}×"])
+    allocator = ("glibc malloc keeping freed memory (" + ", ".join(f"{k}={v}" for k, v in KEEP_FREED.items()) + ")"
+                 if args.keep_freed_memory else "glibc malloc as configured by default")
     conditions = [
-        f"{machine(1)} · float32, batch 1, CPU, one torch thread; {versions}, in the same process.",
+        f"{machine(1)} · float32, batch 1, CPU, one torch thread; {versions}, in the same process; {allocator}.",
         "",
         "Models: random weights from transformers configs (`benchmarks/memory.py`'s), rulegraph on their ONNX "
         "export, LXT on the Hugging Face module (eager attention). Each explains the next token after L random "
@@ -106,7 +119,8 @@ def main() -> None:
         "LXT's (target: ≤ 0.9× with the audit).",
         "",
         f"`python benchmarks/lm_speed.py --models {' '.join(args.models)} --lengths "
-        f"{' '.join(map(str, args.lengths))} --rounds {args.rounds}`",
+        f"{' '.join(map(str, args.lengths))} --rounds {args.rounds}"
+        f"{' --keep-freed-memory' if args.keep_freed_memory else ''}`",
     ]
     report(args.out, "AttnLRP time on causal language models: rulegraph and LXT", conditions,
            ["model", "tokens", "method", "median", "fastest", "vs LXT"], rows)

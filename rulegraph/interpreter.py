@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -110,6 +111,46 @@ def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
         env[v].numel() for v in node.inputs if v and isinstance(env.get(v), Tensor))
 
 
+def _donor(step: Step, args: list, env: dict[str, Any], dying: tuple[str, ...]) -> Tensor | None:
+    """An input of ``step`` whose memory its output can take: it dies at this step (no later step reads it),
+    has the output's shape and dtype, and nothing else holds it — no other name, view or caller (its
+    storage has one owner, and the only references are ``env``'s and ``args``'). It is taken out of
+    ``env``; writing into it runs the op's own kernel (:attr:`~rulegraph.ops.OpSpec.into`), so the output
+    has the same bits, without allocating (a fresh large tensor costs page faults, more than the op)."""
+    if not 0 < len(args) <= 2:
+        return None
+    for i, name in enumerate(step.node.inputs):
+        t = args[i]
+        if name not in dying or name in step.node.outputs or not isinstance(t, Tensor) or \
+                not t.is_floating_point() or t._is_view():
+            continue
+        if len(args) == 2 and not _takes(t, args[1 - i]):
+            continue
+        if _sole_owner(t, env, name, args):
+            del env[name]
+            return t
+    return None
+
+
+def _takes(t: Tensor, other: Any) -> bool:
+    """Whether ``t`` can hold the result of an elementwise op of ``t`` and ``other``: ``other`` broadcasts
+    to ``t``'s shape without enlarging it, and the result has ``t``'s dtype (plain Python for the shapes:
+    it runs before every such op)."""
+    if not isinstance(other, Tensor):
+        return False
+    small, big = other.shape, t.shape
+    return len(small) <= len(big) and all(a == b or a == 1 for a, b in zip(reversed(small), reversed(big))) and \
+        torch.result_type(t, other) == t.dtype
+
+
+def _sole_owner(t: Tensor, env: dict[str, Any], name: str, args: list) -> bool:
+    """Whether ``t`` is referenced only by ``env[name]``, ``args``, the caller's local name and this
+    function's parameter (and :func:`sys.getrefcount`'s argument), and its storage by no other tensor."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return count is not None and env.get(name) is t and \
+        sys.getrefcount(t) == 4 + sum(a is t for a in args) and count(t.untyped_storage()._cdata) == 2
+
+
 def stages(graph: Graph) -> dict[str, Stage]:
     """The stage of every value: CONST, SHAPE or VALUE (see the module docstring)."""
     stage: dict[str, Stage] = {name: Stage.CONST for name in graph.constants}
@@ -184,10 +225,13 @@ class Plan:
             self._execute(step, env, {})
 
     # -- running ---------------------------------------------------------------------------
-    def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None) -> None:
-        """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run."""
+    def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None,
+                 dying: tuple[str, ...] = ()) -> None:
+        """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
+        ``dying``: values no later step reads, whose memory the step may write its output into (:func:`_donor`)."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
+        donor = _donor(step, args, env, dying) if dying and step.spec.into is not None else None
         for i, k in zip(step.static, step.static_stages):
             key = (node.index, i)
             if key in statics:
@@ -205,7 +249,7 @@ class Plan:
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         try:
-            out = step.spec.forward(*args, **step.attrs)
+            out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
         except Exception as exc:  # an op failing on these inputs: name the node
             shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
@@ -289,12 +333,13 @@ class Plan:
             return
         held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
         for step, (dead, made) in zip(steps, self._free_schedule(steps, keep, spill)):
-            self._execute(step, env, statics, budget)
+            dying = tuple(v for v in dead if v not in held) if dead and step.spec.into is not None else ()
+            self._execute(step, env, statics, budget, dying)
             if made:
                 held.update(v for v in made if not _outgrew(env, step.node, v))
             for v in dead:
                 if v not in held:
-                    del env[v]
+                    env.pop(v, None)        # a donor (:func:`_donor`) is gone already
 
     def _free_schedule(self, steps: list[Step], keep: frozenset[str],
                        spill: frozenset[str]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:

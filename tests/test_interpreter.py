@@ -139,3 +139,50 @@ def test_a_dtype_may_be_named(bert_onnx):
     assert prepare(graph, dtype="torch.float32").dtype == torch.float32
     with pytest.raises(InputError, match=r"float32, float64, bfloat16, float16 \(a torch.dtype or its name\), got 'int8'"):
         prepare(graph, dtype="int8")
+
+
+def _chain():
+    """y = tanh((x · 3 + c) / 2) · x: each value but x dies where the next op reads it."""
+    from rulegraph.ir import Graph, Node, ValueInfo
+    nodes = [Node("scale", "Mul", ("x", "three"), ("a",)), Node("shift", "Add", ("a", "c"), ("b",)),
+             Node("half", "Div", ("b", "two"), ("d",)), Node("squash", "Tanh", ("d",), ("e",)),
+             Node("gate", "Mul", ("e", "x"), ("y",))]
+    constants = {"three": torch.tensor(3.0), "two": torch.tensor(2.0), "c": torch.randn(5)}
+    return Graph(nodes, [ValueInfo("x", torch.float32, ("n", 5))], ["y"], constants, opset=18)
+
+
+def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
+    """An elementwise op writes into an input no later node reads (no allocation), and gives the bits
+    the op gives when every value is kept."""
+    from rulegraph import interpreter
+    donors = []                        # whether each call found one (holding the tensor would pin it)
+    find = interpreter._donor
+
+    def spy(*args):
+        found = find(*args)
+        donors.append(found is not None)
+        return found
+    monkeypatch.setattr(interpreter, "_donor", spy)
+    plan = prepare(_chain())
+    x = torch.randn(4, 5)
+    before = x.clone()
+    whole = plan.run({"x": x})
+    assert not any(donors)                                 # every value kept: nothing to write into
+    lean = plan.run({"x": x}, keep=frozenset())
+    assert donors == [True] * 4                            # a → b → d → e → y (x is the caller's)
+    assert torch.equal(lean["y"], whole["y"]) and torch.equal(x, before)
+
+
+def test_a_value_held_elsewhere_is_never_written_into():
+    """An override the caller holds, or a value another name aliases, keeps its memory."""
+    plan = prepare(_chain())
+    x = torch.randn(4, 5)
+    expected = plan.run({"x": x})["y"]
+    b = torch.randn(4, 5) * 3
+    held = b.clone()
+    out = plan.run({"x": x}, keep=frozenset(), overrides={"b": b})
+    assert torch.equal(b, held)                            # the caller's tensor is untouched
+    assert torch.equal(out["y"], torch.tanh(b / 2) * x)
+    view = b.view(20)                                      # a view of it, alive: its storage has two owners
+    plan.run({"x": x}, keep=frozenset(), overrides={"b": b})
+    assert torch.equal(view, held.view(20)) and torch.equal(plan.run({"x": x}, keep=frozenset())["y"], expected)

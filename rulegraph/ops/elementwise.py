@@ -24,7 +24,7 @@ def _add_vjp(grads, inputs, outputs, wants, **_):
     return [unbroadcast(g, x.shape) if w else None for x, w in zip(inputs, wants)]
 
 
-@op("Add", affine=always, additive="all", arithmetic=True, vjp=_add_vjp, size=broadcast_size)
+@op("Add", affine=always, additive="all", arithmetic=True, vjp=_add_vjp, size=broadcast_size, into=torch.add)
 def add(a, b):
     return a + b
 
@@ -35,7 +35,7 @@ def _sub_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g, inputs[1].shape) if wants[1] else None]
 
 
-@op("Sub", affine=always, additive="all", arithmetic=True, vjp=_sub_vjp, size=broadcast_size)
+@op("Sub", affine=always, additive="all", arithmetic=True, vjp=_sub_vjp, size=broadcast_size, into=torch.sub)
 def sub(a, b):
     return a - b
 
@@ -47,7 +47,7 @@ def _mul_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(g * a, b.shape) if wants[1] else None]
 
 
-@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size)
+@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size, into=torch.mul)
 def mul(a, b):
     return a * b
 
@@ -59,7 +59,7 @@ def _div_vjp(grads, inputs, outputs, wants, **_):
             unbroadcast(-g * outputs[0] / b, b.shape) if wants[1] else None]
 
 
-@op("Div", affine=only(0), arithmetic=True, vjp=_div_vjp, size=broadcast_size)
+@op("Div", affine=only(0), arithmetic=True, vjp=_div_vjp, size=broadcast_size, into=torch.div)
 def div(a, b):
     if not a.is_floating_point() and not b.is_floating_point():
         return torch.div(a, b, rounding_mode="trunc")
@@ -160,18 +160,18 @@ def _erf_vjp(grads, inputs, outputs, wants, **_):
     return [d.mul_(grads[0]).mul_(_TWO_OVER_SQRT_PI)]
 
 
-@op("Erf", elementwise=True, activation=True, sigmoidal=True, vjp=_erf_vjp)
+@op("Erf", elementwise=True, activation=True, sigmoidal=True, vjp=_erf_vjp, into=torch.erf)
 def erf(x):
     return torch.erf(x)
 
 
-@op("Tanh", elementwise=True, activation=True, sigmoidal=True,
+@op("Tanh", elementwise=True, activation=True, sigmoidal=True, into=torch.tanh,
     vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * (1 - outputs[0] * outputs[0]) if wants[0] else None])
 def tanh(x):
     return torch.tanh(x)
 
 
-@op("Sigmoid", elementwise=True, activation=True, sigmoidal=True,
+@op("Sigmoid", elementwise=True, activation=True, sigmoidal=True, into=torch.sigmoid,
     vjp=lambda grads, inputs, outputs, wants, **_: [grads[0] * outputs[0] * (1 - outputs[0]) if wants[0] else None])
 def sigmoid(x):
     return torch.sigmoid(x)

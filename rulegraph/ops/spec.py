@@ -91,6 +91,10 @@ class OpSpec:
     #: L × L from L × d): the relevance pass drops it in the forward where it outgrew them and computes it
     #: again, bit for bit, when its walk gets there (:meth:`rulegraph.interpreter.Plan.spillable`)
     outgrows: bool = False
+    #: ``into(*args, out=t)``: the op's torch function writing its output into ``t``; an elementwise op whose
+    #: input dies at its node (no later reader, no other reference) writes into that input's memory instead
+    #: of allocating (:meth:`rulegraph.interpreter.Plan.run`): the same kernel, so the same bits
+    into: Callable[..., Any] | None = None
     domain: str = ""
     doc: str = field(default="", compare=False)
     defaults: dict[str, Any] = field(default_factory=dict, compare=False)

@@ -13,6 +13,7 @@ into numbers with a single device sync.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,7 +69,9 @@ class Ledger:
 
     A contribution in signal form sums as one fused dot ``x · g``. Graphs holding
     infinite constants (−inf attention masks) use a NaN-safe sum instead, taking
-    0·(−inf) as 0, the LRP convention.
+    0·(−inf) as 0, the LRP convention. A sum is taken once per pair of tensors: where
+    relevance passes a node unchanged (a Cast, an Identity), the next edge's ``x · g`` is
+    the same tensors' and reads the same entry.
     """
 
     def __init__(self, nan_safe: bool, eager: bool):
@@ -76,32 +79,47 @@ class Ledger:
         self.eager = eager          # entries may be read as they are made (CPU: no device sync to fear)
         self.entries: list[Tensor] = []
         self.values: list[float] = []
+        self._taken: dict[tuple, tuple[Any, Any, int]] = {}
 
     def now(self, indices: list[int]) -> float:
         """The sum of some entries, read immediately (only where ``eager``)."""
         return sum(self.entries[i].item() for i in indices)
 
-    def total(self, t: Tensor) -> int:
-        self.entries.append(torch.nansum(t) if self.nan_safe else t.sum())
+    def _sum(self, how: str, x: Tensor, g: Tensor | None = None) -> int:
+        """The entry of ``how`` (``total``, ``mass`` or ``product``) of ``x`` (and ``g``): an earlier
+        one where the same memory, layout and dtype were summed and both tensors are still alive (so
+        that memory was not reused), else a new one."""
+        key = (how, _layout(x), None if g is None else _layout(g))
+        taken = self._taken.get(key)
+        if taken is not None and taken[0]() is not None and (g is None or taken[1]() is not None):
+            return taken[2]
+        if how == "total":
+            entry = torch.nansum(x) if self.nan_safe else x.sum()
+        elif how == "mass":
+            entry = torch.linalg.vector_norm(torch.nan_to_num(x) if self.nan_safe else x, ord=1)
+        else:
+            entry = product_sum(x, g, absolute=how == "product-mass", nan_safe=self.nan_safe)
+        self.entries.append(entry)
+        self._taken[key] = (weakref.ref(x), None if g is None else weakref.ref(g), len(self.entries) - 1)
         return len(self.entries) - 1
+
+    def total(self, t: Tensor) -> int:
+        return self._sum("total", t)
 
     def mass(self, t: Tensor) -> int:
         """Σ|t|, the scale a conservation error is judged against."""
-        self.entries.append(torch.linalg.vector_norm(torch.nan_to_num(t) if self.nan_safe else t, ord=1))
-        return len(self.entries) - 1
+        return self._sum("mass", t)
 
     def arriving(self, a: Incoming, mass: bool = False) -> int:
         """Σ R (``mass``: Σ|R|) of the relevance arriving at a value, without multiplying a signal out."""
         if a.explicit is not None:
             return self.mass(a.explicit) if mass else self.total(a.explicit)
-        self.entries.append(product_sum(a.value, a.signal, absolute=mass, nan_safe=self.nan_safe))
-        return len(self.entries) - 1
+        return self._sum("product-mass" if mass else "product", a.value, a.signal)
 
     def contribution(self, c: Contribution, x: Tensor) -> int:
         if c.relevance is not None:
             return self.total(c.relevance)
-        self.entries.append(product_sum(x, c.signal, nan_safe=self.nan_safe))
-        return len(self.entries) - 1
+        return self._sum("product", x, c.signal)
 
     def settle(self) -> None:
         if self.entries:
@@ -109,6 +127,12 @@ class Ledger:
 
     def __call__(self, indices: list[int]) -> float:
         return sum(self.values[i] for i in indices)
+
+
+def _layout(t: Tensor) -> tuple:
+    """Where and how ``t``'s elements lie: equal for two tensors exactly when they read the same memory
+    in the same order as the same dtype."""
+    return (t.device, t.dtype, t.data_ptr(), tuple(t.shape), t.stride())
 
 
 @dataclass

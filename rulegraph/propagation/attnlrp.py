@@ -52,4 +52,11 @@ class Uniform(Rule):
     def propagate(self, site):
         n = sum(map(bool, site.tainted))
         s = site.ratio(0, self.epsilon)
-        return _gradient_contributions(site, list(site.tainted), [s / n if n > 1 else s])
+        if n == 1 or s is None:
+            return _gradient_contributions(site, list(site.tainted), [s])
+        if n & (n - 1) or s.numel() <= sum(x.numel() for x, t in zip(site.inputs, site.tainted) if t):
+            return _gradient_contributions(site, list(site.tainted), [s / n])
+        # the split after the VJP, on the smaller side (Q and K, not their L × L scores): dividing by a
+        # power of two is exact, so the signals have the same bits either way
+        return [c if c is None or c.signal is None else Contribution(signal=c.signal / n)
+                for c in _gradient_contributions(site, list(site.tainted), [s])]

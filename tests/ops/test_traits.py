@@ -25,6 +25,8 @@ What the relevance rules rely on:
                 again on the same inputs it must be the same bits, and cost about what reading it does.
 ``outgrows``    a product of two activations the pass frees where its output outgrew its inputs: it
                 must take two value inputs and be able to outgrow them.
+``into``        the op's function writing into ``out=``: written into a copy of any input of the
+                output's shape and dtype, it must give the forward's bits.
 """
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def test_every_trait_is_sampled():
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
     for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
-                  "pointwise", "bias", "cheap", "outgrows"):
+                  "pointwise", "bias", "cheap", "outgrows", "into"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
@@ -318,6 +320,31 @@ def test_a_cheap_op_computed_again_gives_the_same_bits(s: Sample):
     assert s.spec.pointwise or s.op == "Softmax", f"{s.id}: declared cheap but neither pointwise nor a softmax"
     first, again = s.call(), s.call()
     assert all(torch.equal(a, b) for a, b in zip(first, again)), f"{s.id}: declared cheap, but a second run differs"
+
+
+def _donors(s: Sample) -> list[int]:
+    """The inputs of ``s`` with its output's shape and dtype: those the forward may write into."""
+    out = s.call()[0]
+    return [i for i, x in enumerate(s.inputs) if _float(x) and x.shape == out.shape and x.dtype == out.dtype]
+
+
+INTO = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.into is not None and _donors(s)]
+
+
+def test_every_op_written_into_has_a_sample_to_write_into():
+    declared = {name for (_, name), spec in REGISTRY.items() if spec.into is not None}
+    assert declared == {p.values[0].op for p in INTO}
+
+
+@pytest.mark.parametrize("s", INTO)
+def test_writing_into_a_dying_input_gives_the_same_bits(s: Sample):
+    """The forward writes an elementwise op's output into an input that dies there (interpreter._donor):
+    into any input of the output's shape and dtype, the same bits as the forward's own result."""
+    expected = s.call()[0]
+    for i in _donors(s):
+        inputs = [x.clone() if isinstance(x, Tensor) else x for x in s.inputs]
+        out = s.spec.into(*inputs, out=inputs[i])
+        assert out.data_ptr() == inputs[i].data_ptr() and torch.equal(out, expected), f"{s.id} into input {i}"
 
 
 @pytest.mark.parametrize("op", sorted(name for (_, name), spec in REGISTRY.items() if spec.outgrows))

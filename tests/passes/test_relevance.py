@@ -236,3 +236,22 @@ def test_audit_off_gives_the_same_relevance():
     assert off.audit is None
     close(off.boundary["x"].numpy(), lrp_epsilon_mlp(0.25)["r_x"])
     close(off.boundary["x"].numpy(), on.boundary["x"].numpy())
+
+
+def test_the_ledger_sums_a_pair_of_tensors_once():
+    """Relevance passed on unchanged (a Cast to the same dtype) sums the same x · g again: one entry,
+    read by both edges; a pair whose memory may have been reused since is summed anew."""
+    from rulegraph.passes.relevance import Ledger
+    from rulegraph.propagation.signal import Contribution
+    ledger = Ledger(nan_safe=False, eager=True)
+    x, g = torch.randn(6, 4, dtype=F64), torch.randn(6, 4, dtype=F64)
+    first = ledger.contribution(Contribution(signal=g), x)
+    assert ledger.contribution(Contribution(signal=g), x.to(F64)) == first          # the same tensors
+    assert ledger.contribution(Contribution(signal=g.view(24).view(6, 4)), x) == first  # the same memory
+    assert ledger.contribution(Contribution(signal=g.mT), x.mT) != first             # another order
+    assert ledger.contribution(Contribution(signal=g.clone()), x) != first           # other memory
+    assert ledger.total(x) != ledger.mass(x)
+    ledger.settle()
+    assert ledger.values[first] == pytest.approx(float((x * g).sum()), rel=1e-12)
+    del g                                    # its memory may be reused: a tensor there is summed anew
+    assert ledger.contribution(Contribution(signal=torch.ones(6, 4, dtype=F64)), x) == len(ledger.values)

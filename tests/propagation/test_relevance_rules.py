@@ -391,6 +391,30 @@ def test_uniform_rule_splits_a_product_of_activations_in_half():
     close(rel[0].sum() + rel[1].sum() + sum(extra), r[:, :4].sum())
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_uniform_rule_splits_scores_on_the_smaller_side_bit_for_bit(dtype):
+    """Q·Kᵀ's L × L signal is split after the VJP, on Q and K (a power of two divides exactly): the
+    same bits as halving the scores' signal first, and the closed form."""
+    from rulegraph.propagation.gradient import _gradient_contributions
+    q, k = torch.randn(2, 24, 4, dtype=dtype), torch.randn(2, 4, 24, dtype=dtype)
+    z = q @ k
+    g = torch.randn(2, 24, 24, dtype=dtype)
+    incoming = Incoming(z)
+    incoming.add(Contribution(signal=g))
+    node = Node("n", "MatMul", ("q", "k"), ("o",), {})
+    site = Site(node=node, spec=lookup("MatMul"), attrs={}, inputs=[q, k], outputs=[z], tainted=[True, True],
+                incoming=[incoming])
+    split = RULES["relevance"].get("uniform")().propagate(site)
+    halved_first = _gradient_contributions(site, [True, True], [g / 2])
+    for c, reference in zip(split, halved_first):
+        assert torch.equal(c.signal, reference.signal)
+    r = (z * g).to(F64)
+    close(q.to(F64) * split[0].signal.to(F64), torch.einsum("bik,bkj,bij->bik", q.to(F64), k.to(F64), g.to(F64)) / 2,
+          tol=1e-5 if dtype == torch.float32 else 1e-12)
+    close((q * split[0].signal).sum().to(F64) + (k * split[1].signal).sum().to(F64), r.sum(),
+          tol=1e-4 if dtype == torch.float32 else 1e-12)
+
 # -- gated products: signal-take-all (Arras et al. 2017) ------------------------------------------
 
 @pytest.mark.parametrize("signal", [False, True])
