@@ -1,9 +1,10 @@
 """Time per explanation, rulegraph against LXT and Zennit, side by side in one run.
 
-    .peers/bin/python benchmarks/peers_speed.py [--rounds 5] [--length 128]
-        [--out benchmarks/results/peers_speed.md]
+    .peers/bin/python benchmarks/peers_speed.py [--rounds 5] [--length 128] [--threads 2]
+        [--pairs attnlrp epsilon-gamma-box] [--out benchmarks/results/peers_speed.md]
 
-Runs in the peers environment (``bash benchmarks/peers/setup.sh``). Two pairs:
+Runs in the peers environment (``bash benchmarks/peers/setup.sh``); ``--pairs attnlrp`` needs only LXT
+(and transformers 4.x). Two pairs:
 
 * AttnLRP on a BERT: rulegraph ``rules/attnlrp.yaml`` on the ONNX export against LXT 2.1
   (its efficient Gradient×Input AttnLRP, ``lxt.efficient.monkey_patch``) on the HF module.
@@ -34,6 +35,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 MINILM = REPO / ".cache" / "sentiment-minilm"
+#: per comparison, the peer's distribution and name
+PEERS = {"epsilon-gamma-box": ("zennit", "Zennit"), "attnlrp": ("lxt", "LXT")}
 
 
 def bert_pair(length: int, folder: Path):
@@ -127,16 +130,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pairs", nargs="+", choices=["epsilon-gamma-box", "attnlrp"],
+                    default=["epsilon-gamma-box", "attnlrp"], help="which comparisons to run")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "peers_speed.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    import lxt  # noqa: F401  (fail early when a peer is missing)
-    import zennit  # noqa: F401
+    for pair in args.pairs:                     # fail early when a peer is missing
+        __import__(PEERS[pair][0])
+    builders = {"epsilon-gamma-box": resnet_pair, "attnlrp": lambda folder: bert_pair(args.length, folder)}
     sections = []
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        for build in (lambda: resnet_pair(Path(tmp)), lambda: bert_pair(args.length, Path(tmp))):
-            calls, title, version = build()
+        for pair in args.pairs:
+            calls, title, version = builders[pair](Path(tmp))
             times = interleave(calls, args.rounds, warmup=1)
             rows = [(k, statistics.median(v) / 1e3, min(v) / 1e3) for k, v in times.items()]
             sections.append((title, rows))
@@ -144,11 +150,12 @@ def main() -> None:
                 print(f"{title}: {k:22s} median {med * 1000:8.1f} ms  min {lo * 1000:8.1f} ms", flush=True)
     lines = ["# rulegraph vs LXT and Zennit: time per explanation", "",
              f"{machine(args.threads)} · float32, batch 1, CPU · "
-             f"LXT {metadata.version('lxt')} · Zennit {metadata.version('zennit')} · "
+             + "".join(f"{PEERS[p][1]} {metadata.version(PEERS[p][0])} · " for p in args.pairs) +
              f"{args.rounds} interleaved rounds after a warm-up · load average {load_before:.1f} → "
              f"{os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs; other processes share them)", "",
              "`.peers/bin/python benchmarks/peers_speed.py "
-             f"--rounds {args.rounds} --length {args.length}`", ""]
+             f"--rounds {args.rounds} --length {args.length} --threads {args.threads} --pairs {' '.join(args.pairs)}`",
+             ""]
     for title, rows in sections:
         peer = rows[-1][1]
         lines += [f"## {title}", "", "| method | median (ms) | min (ms) | vs peer (median) |", "|---|---:|---:|---:|"]

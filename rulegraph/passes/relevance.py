@@ -70,8 +70,8 @@ class Ledger:
     A contribution in signal form sums as one fused dot ``x · g``. Graphs holding
     infinite constants (−inf attention masks) use a NaN-safe sum instead, taking
     0·(−inf) as 0, the LRP convention. A sum is taken once per pair of tensors: where
-    relevance passes a node unchanged (a Cast, an Identity), the next edge's ``x · g`` is
-    the same tensors' and reads the same entry.
+    relevance passes a node unchanged (a Cast, an Identity, a Reshape of contiguous values),
+    the next edge's ``x · g`` is a dot over the same memory and reads the same entry.
     """
 
     def __init__(self, nan_safe: bool, eager: bool):
@@ -89,7 +89,12 @@ class Ledger:
         """The entry of ``how`` (``total``, ``mass`` or ``product``) of ``x`` (and ``g``): an earlier
         one where the same memory, layout and dtype were summed and both tensors are still alive (so
         that memory was not reused), else a new one."""
-        key = (how, _layout(x), None if g is None else _layout(g))
+        if how == "product" and not self.nan_safe and x.shape == g.shape and x.dtype == g.dtype and \
+                x.is_contiguous() and g.is_contiguous():
+            # one dot over the memory as it lies (product_sum), whatever the shape: a Reshape's x · g too
+            key: tuple = (how, x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
+        else:
+            key = (how, _layout(x), None if g is None else _layout(g))
         taken = self._taken.get(key)
         if taken is not None and taken[0]() is not None and (g is None or taken[1]() is not None):
             return taken[2]

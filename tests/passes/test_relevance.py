@@ -248,6 +248,7 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
     first = ledger.contribution(Contribution(signal=g), x)
     assert ledger.contribution(Contribution(signal=g), x.to(F64)) == first          # the same tensors
     assert ledger.contribution(Contribution(signal=g.view(24).view(6, 4)), x) == first  # the same memory
+    assert ledger.contribution(Contribution(signal=g.view(3, 8)), x.view(3, 8)) == first  # a Reshape's
     assert ledger.contribution(Contribution(signal=g.mT), x.mT) != first             # another order
     assert ledger.contribution(Contribution(signal=g.clone()), x) != first           # other memory
     assert ledger.total(x) != ledger.mass(x)
