@@ -407,7 +407,7 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
             layers[dst].relevance_out += e.amount
 
     start = flow.start
-    output_value = float(product_sum(start.value, start.signal, dtype=torch.float64) if start.explicit is None
+    output_value = float(_seeded_sum(start.value, start.signal) if start.explicit is None
                          else start.explicit.sum(dtype=torch.float64))
     input_total = float(sum(torch.nansum(t.double()) for t in flow.boundary.values())) if flow.boundary else 0.0
     input_total -= sum((unmapped or {}).values())
@@ -419,6 +419,18 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
         residual=residual, relative_error=relative(residual, output_value),
         stranded={k: float(v) for k, v in flow.stranded.items()})
     return Audit(conservation, list(layers.values()), nodes, tolerance(dtype))
+
+
+def _seeded_sum(output: Tensor, seed: Tensor) -> Tensor:
+    """``Σ output ⊙ seed`` in float64. A seed with at most two non-zero entries (a one-hot target, or a
+    target and its contrast, of one item) multiplies those alone: the same bits as the sum over every
+    element (the rest add exact zeros, the output being finite; two terms add in one rounding), without
+    a pass over a language model's [positions, vocabulary] logits in float64."""
+    if output.shape == seed.shape and output.numel() > CHUNK:
+        where = tuple(seed.nonzero().T)
+        if where[0].numel() <= 2:
+            return (output[where] * seed[where]).to(torch.float64).sum()
+    return product_sum(output, seed, dtype=torch.float64)
 
 
 def _spare(binding: Binding) -> frozenset[str]:

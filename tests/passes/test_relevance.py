@@ -256,3 +256,16 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
     assert ledger.values[first] == pytest.approx(float((x * g).sum()), rel=1e-12)
     del g                                    # its memory may be reused: a tensor there is summed anew
     assert ledger.contribution(Contribution(signal=torch.ones(6, 4, dtype=F64)), x) == len(ledger.values)
+
+
+@pytest.mark.parametrize("picks", [[(3, 7)], [(3, 7), (0, 2)], [(3, 7), (0, 2), (5, 1)], []])
+def test_the_explained_output_sums_alike_over_a_sparse_seed(picks):
+    """Σ output ⊙ seed in float64: over the seed's non-zero entries alone where there are at most two,
+    the same bits as the sum over every element."""
+    from rulegraph.passes.relevance import CHUNK, _seeded_sum, product_sum
+    out = torch.randn(6, CHUNK // 4 + 3)
+    seed = torch.zeros_like(out)
+    for (i, j), v in zip(picks, (1.0, -1.0, 0.5)):
+        seed[i, j] = v
+    assert _seeded_sum(out, seed).dtype == F64
+    assert torch.equal(_seeded_sum(out, seed), product_sum(out, seed, dtype=F64))
