@@ -114,10 +114,11 @@ def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
 def _donor(step: Step, args: list, env: dict[str, Any], dying: tuple[str, ...]) -> Tensor | None:
     """An input of ``step`` whose memory its output can take: it dies at this step (no later step reads it),
     has the output's shape and dtype, and nothing else holds it — no other name, view or caller (its
-    storage has one owner, and the only references are ``env``'s and ``args``'). It is taken out of
+    storage has one owner, and the only references are ``env``'s and ``args``'), nor autograd. It is taken out of
     ``env``; writing into it runs the op's own kernel (:attr:`~rulegraph.ops.OpSpec.into`), so the output
     has the same bits, without allocating (a fresh large tensor costs page faults, more than the op)."""
-    if not 0 < len(args) <= 2:
+    if not 0 < len(args) <= 2 or torch.is_grad_enabled() and \
+            any(isinstance(a, Tensor) and a.requires_grad for a in args):   # autograd records this op
         return None
     for i, name in enumerate(step.node.inputs):
         t = args[i]

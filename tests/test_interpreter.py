@@ -186,3 +186,13 @@ def test_a_value_held_elsewhere_is_never_written_into():
     view = b.view(20)                                      # a view of it, alive: its storage has two owners
     plan.run({"x": x}, keep=frozenset(), overrides={"b": b})
     assert torch.equal(view, held.view(20)) and torch.equal(plan.run({"x": x}, keep=frozenset())["y"], expected)
+
+
+def test_a_forward_under_autograd_writes_into_nothing():
+    """Values autograd records (an input requiring its gradient) are never written into: the gradient
+    through a lean forward is the gradient through a whole one."""
+    plan = prepare(_chain())
+    x = torch.randn(4, 5, requires_grad=True)
+    (whole,) = torch.autograd.grad(plan.run({"x": x})["y"].sum(), x)
+    (lean,) = torch.autograd.grad(plan.run({"x": x}, keep=frozenset())["y"].sum(), x)
+    assert torch.equal(whole, lean)
