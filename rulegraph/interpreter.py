@@ -111,45 +111,44 @@ def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
         env[v].numel() for v in node.inputs if v and isinstance(env.get(v), Tensor))
 
 
-def _donor(step: Step, args: list, env: dict[str, Any], dying: tuple[str, ...]) -> Tensor | None:
-    """An input of ``step`` whose memory its output can take: it dies at this step (no later step reads it),
-    has the output's shape and dtype, and nothing else holds it — no other name, view or caller (its
-    storage has one owner, and the only references are ``env``'s and ``args``'), nor autograd. It is taken out of
-    ``env``; writing into it runs the op's own kernel (:attr:`~rulegraph.ops.OpSpec.into`), so the output
-    has the same bits, without allocating (a fresh large tensor costs page faults, more than the op)."""
-    if not 0 < len(args) <= 2 or torch.is_grad_enabled() and \
+def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ...]) -> Tensor | None:
+    """An input of ``step`` whose memory its output can take, of those at ``positions`` (inputs no later
+    step reads, :meth:`Plan._free_schedule`): one that can hold the output (:func:`_fits`) and that
+    nothing else holds — no other name, view or caller, nor autograd (:func:`_sole_owner`). It is taken
+    out of ``env``; writing into it runs the op's own kernel (:attr:`~rulegraph.ops.OpSpec.into`), so
+    the output has the same bits, without allocating (a fresh large tensor costs page faults, more than
+    the op)."""
+    if len(args) > 2 or torch.is_grad_enabled() and \
             any(isinstance(a, Tensor) and a.requires_grad for a in args):   # autograd records this op
         return None
-    for i, name in enumerate(step.node.inputs):
-        t = args[i]
-        if name not in dying or name in step.node.outputs or not isinstance(t, Tensor) or \
-                not t.is_floating_point() or t._is_view():
-            continue
-        if len(args) == 2 and not _takes(t, args[1 - i]):
-            continue
-        if _sole_owner(t, env, name, args):
-            del env[name]
-            return t
+    for i in positions:
+        if _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
+            return env.pop(step.node.inputs[i])
     return None
 
 
-def _takes(t: Tensor, other: Any) -> bool:
-    """Whether ``t`` can hold the result of an elementwise op of ``t`` and ``other``: ``other`` broadcasts
-    to ``t``'s shape without enlarging it, and the result has ``t``'s dtype (plain Python for the shapes:
-    it runs before every such op)."""
-    if not isinstance(other, Tensor):
+def _fits(args: list, i: int) -> bool:
+    """Whether ``args[i]`` can hold the result of an elementwise op of ``args``: a floating tensor, not a
+    view, and the other operand broadcasts to its shape without enlarging it and keeps its dtype (plain
+    Python for the shapes: it runs before every such op)."""
+    t = args[i]
+    if not isinstance(t, Tensor) or not t.is_floating_point() or t._is_view():
         return False
-    small, big = other.shape, t.shape
-    return len(small) <= len(big) and all(a == b or a == 1 for a, b in zip(reversed(small), reversed(big))) and \
+    if len(args) == 1:
+        return True
+    other = args[1 - i]
+    return isinstance(other, Tensor) and other.dim() <= t.dim() and \
+        all(a == b or a == 1 for a, b in zip(reversed(other.shape), reversed(t.shape))) and \
         torch.result_type(t, other) == t.dtype
 
 
-def _sole_owner(t: Tensor, env: dict[str, Any], name: str, args: list) -> bool:
-    """Whether ``t`` is referenced only by ``env[name]``, ``args``, the caller's local name and this
-    function's parameter (and :func:`sys.getrefcount`'s argument), and its storage by no other tensor."""
+def _sole_owner(args: list, i: int, env: dict[str, Any], name: str) -> bool:
+    """Whether ``args[i]`` is referenced only by ``env[name]`` and ``args`` (and :func:`sys.getrefcount`'s
+    argument), and its storage by no other tensor."""
     count = getattr(torch._C, "_storage_Use_Count", None)
-    return count is not None and env.get(name) is t and \
-        sys.getrefcount(t) == 4 + sum(a is t for a in args) and count(t.untyped_storage()._cdata) == 2
+    return count is not None and env.get(name) is args[i] and \
+        sys.getrefcount(args[i]) == 2 + sum(a is args[i] for a in args) and \
+        count(args[i].untyped_storage()._cdata) == 2
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -227,12 +226,13 @@ class Plan:
 
     # -- running ---------------------------------------------------------------------------
     def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None,
-                 dying: tuple[str, ...] = ()) -> None:
+                 donors: tuple[int, ...] = ()) -> None:
         """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
-        ``dying``: values no later step reads, whose memory the step may write its output into (:func:`_donor`)."""
+        ``donors``: the positions of inputs no later step reads, whose memory the step may write its output
+        into (:func:`_donor`)."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
-        donor = _donor(step, args, env, dying) if dying and step.spec.into is not None else None
+        donor = _donor(step, args, env, donors) if donors else None
         for i, k in zip(step.static, step.static_stages):
             key = (node.index, i)
             if key in statics:
@@ -333,19 +333,22 @@ class Plan:
                 self._execute(step, env, statics, budget)
             return
         held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
-        for step, (dead, made) in zip(steps, self._free_schedule(steps, keep, spill)):
-            dying = tuple(v for v in dead if v not in held) if dead and step.spec.into is not None else ()
-            self._execute(step, env, statics, budget, dying)
+        for step, (dead, made, donors) in zip(steps, self._free_schedule(steps, keep, spill)):
+            if donors and held:
+                donors = tuple(i for i in donors if step.node.inputs[i] not in held)
+            self._execute(step, env, statics, budget, donors)
             if made:
                 held.update(v for v in made if not _outgrew(env, step.node, v))
             for v in dead:
                 if v not in held:
                     env.pop(v, None)        # a donor (:func:`_donor`) is gone already
 
-    def _free_schedule(self, steps: list[Step], keep: frozenset[str],
-                       spill: frozenset[str]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    def _free_schedule(self, steps: list[Step], keep: frozenset[str], spill: frozenset[str]
+                       ) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]]:
         """Per step, the value-dependent values no later step reads and ``keep`` does not hold (or holds
-        in ``spill``: freed unless kept when made), and the values of ``spill`` the step makes."""
+        in ``spill``: freed unless kept when made), the values of ``spill`` the step makes, and, for an op
+        that can write into an input (:attr:`~rulegraph.ops.OpSpec.into`), the positions of its inputs
+        among the first (:func:`_donor`)."""
         key = (id(steps), keep, spill)
         if key not in self._schedules:
             last: dict[str, int] = {}
@@ -358,8 +361,11 @@ class Plan:
             for v, i in last.items():
                 if v not in spare:
                     dead[i].append(v)
-            self._schedules[key] = [(tuple(d), tuple(v for v in s.node.outputs if v in spill))
-                                    for d, s in zip(dead, steps)]
+            self._schedules[key] = [
+                (tuple(d), tuple(v for v in s.node.outputs if v in spill),
+                 tuple(i for i, v in enumerate(s.node.inputs) if v in d and v not in s.node.outputs)
+                 if s.spec.into is not None else ())
+                for d, s in zip(dead, steps)]
         return self._schedules[key]
 
     def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
