@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -79,52 +79,50 @@ class Ledger:
         self.eager = eager          # entries may be read as they are made (CPU: no device sync to fear)
         self.entries: list[Tensor] = []
         self.values: list[float] = []
-        self._taken: dict[tuple, tuple[Any, Any, int]] = {}
+        self._taken: dict[tuple, tuple[tuple, int]] = {}     # key → (weak references, entry)
 
     def now(self, indices: list[int]) -> float:
         """The sum of some entries, read immediately (only where ``eager``)."""
         return sum(self.entries[i].item() for i in indices)
 
-    def _sum(self, how: str, x: Tensor, g: Tensor | None = None) -> int:
-        """The entry of ``how`` (``total``, ``mass`` or ``product``) of ``x`` (and ``g``): an earlier
-        one where the same memory, layout and dtype were summed and both tensors are still alive (so
-        that memory was not reused), else a new one."""
-        if how == "product" and not self.nan_safe and x.shape == g.shape and x.dtype == g.dtype and \
-                x.is_contiguous() and g.is_contiguous():
-            # one dot over the memory as it lies (product_sum), whatever the shape: a Reshape's x · g too
-            key: tuple = (how, x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
-        else:
-            key = (how, _layout(x), None if g is None else _layout(g))
+    def _entry(self, key: tuple, tensors: tuple[Tensor, ...], compute: Callable[[], Tensor]) -> int:
+        """The entry ``key`` names: an earlier one while the tensors it was taken from are alive (so their
+        memory was not reused), else ``compute()``'s, a new one."""
         taken = self._taken.get(key)
-        if taken is not None and taken[0]() is not None and (g is None or taken[1]() is not None):
-            return taken[2]
-        if how == "total":
-            entry = torch.nansum(x) if self.nan_safe else x.sum()
-        elif how == "mass":
-            entry = torch.linalg.vector_norm(torch.nan_to_num(x) if self.nan_safe else x, ord=1)
-        else:
-            entry = product_sum(x, g, absolute=how == "product-mass", nan_safe=self.nan_safe)
-        self.entries.append(entry)
-        self._taken[key] = (weakref.ref(x), None if g is None else weakref.ref(g), len(self.entries) - 1)
+        if taken is not None and all(ref() is not None for ref in taken[0]):
+            return taken[1]
+        self.entries.append(compute())
+        self._taken[key] = (tuple(weakref.ref(t) for t in tensors), len(self.entries) - 1)
         return len(self.entries) - 1
 
     def total(self, t: Tensor) -> int:
-        return self._sum("total", t)
+        return self._entry(("total", _layout(t)), (t,), lambda: torch.nansum(t) if self.nan_safe else t.sum())
 
     def mass(self, t: Tensor) -> int:
         """Σ|t|, the scale a conservation error is judged against."""
-        return self._sum("mass", t)
+        return self._entry(("mass", _layout(t)), (t,), lambda: torch.linalg.vector_norm(
+            torch.nan_to_num(t) if self.nan_safe else t, ord=1))
+
+    def product(self, x: Tensor, g: Tensor, absolute: bool = False) -> int:
+        """Σ x ⊙ g (``absolute``: Σ|x ⊙ g|), :func:`product_sum`. Two contiguous tensors of one shape and
+        dtype sum as one dot over their memory, whatever the shape: keyed by the memory alone."""
+        if not absolute and not self.nan_safe and x.shape == g.shape and x.dtype == g.dtype and \
+                x.is_contiguous() and g.is_contiguous():
+            key: tuple = ("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
+        else:
+            key = ("product", absolute, _layout(x), _layout(g))
+        return self._entry(key, (x, g), lambda: product_sum(x, g, absolute=absolute, nan_safe=self.nan_safe))
 
     def arriving(self, a: Incoming, mass: bool = False) -> int:
         """Σ R (``mass``: Σ|R|) of the relevance arriving at a value, without multiplying a signal out."""
         if a.explicit is not None:
             return self.mass(a.explicit) if mass else self.total(a.explicit)
-        return self._sum("product-mass" if mass else "product", a.value, a.signal)
+        return self.product(a.value, a.signal, absolute=mass)
 
     def contribution(self, c: Contribution, x: Tensor) -> int:
         if c.relevance is not None:
             return self.total(c.relevance)
-        return self._sum("product", x, c.signal)
+        return self.product(x, c.signal)
 
     def settle(self) -> None:
         if self.entries:
