@@ -267,7 +267,8 @@ class Plan:
             overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset()) -> Values:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
-        reused while the forward runs). Of ``keep``, the values of ``spill`` (:meth:`spillable`) are
+        reused while the forward runs; an elementwise op writes its output into an input that dies there,
+        :func:`_donor`). Of ``keep``, the values of ``spill`` (:meth:`spillable`) are
         freed too where they came out larger than their producer's inputs together; a pass computes
         them again (:meth:`recompute`).
 

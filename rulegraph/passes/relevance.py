@@ -424,10 +424,9 @@ def _seeded_sum(output: Tensor, seed: Tensor) -> Tensor:
     target and its contrast, of one item) multiplies those alone: the same bits as the sum over every
     element (the rest add exact zeros, the output being finite; two terms add in one rounding), without
     a pass over a language model's [positions, vocabulary] logits in float64."""
-    if output.shape == seed.shape and output.numel() > CHUNK:
-        where = tuple(seed.nonzero().T)
-        if where[0].numel() <= 2:
-            return (output[where] * seed[where]).to(torch.float64).sum()
+    if output.shape == seed.shape and output.numel() > CHUNK and int(torch.count_nonzero(seed)) <= 2:
+        where = tuple(seed.nonzero().T)         # counted first: a dense seed's indices would outweigh it
+        return (output[where] * seed[where]).to(torch.float64).sum()
     return product_sum(output, seed, dtype=torch.float64)
 
 
