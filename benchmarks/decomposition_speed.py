@@ -13,7 +13,9 @@ forward on its ``Composition`` API (:func:`pydec_bert` — PyDec cannot wrap HF'
 batch 1. Rows per length: torch forward (the floor), PyDec, rulegraph carrying all
 T+1 components through the graph (``mode="components"``) and rulegraph's linearized
 pass (one component + one backward, the default for signed α), both with their
-per-node reconstruction audit. Each method and length runs in its own
+per-node reconstruction audit, and the floor of carrying components: the matrix products alone
+(:func:`component_products`), which PyDec and rulegraph's components mode both must compute. Each
+method and length runs in its own
 process so the peak resident memory (``ru_maxrss``) is its own; the times are the
 median of ``--rounds`` runs after one warm-up.
 """
@@ -97,6 +99,28 @@ def pydec_bert(model, input_ids, attention_mask, token_type_ids):
     return PF.linear(pooled, model.classifier.weight, model.classifier.bias)
 
 
+def component_products(model, length: int):
+    """The matrix products that carrying ``length + 1`` components through ``model`` takes, as a function
+    to time: per layer the value and output projections and both FFN layers on [components × positions,
+    features], and the probabilities times the values of every component. Nothing else: the floor under
+    any method that carries every component through the layers (the same products, in the same shapes,
+    in both PyDec and rulegraph's components mode)."""
+    groups, hidden = length + 1, model.config.hidden_size
+    heads, ffn = model.config.num_attention_heads, model.config.intermediate_size
+    g = torch.Generator().manual_seed(0)
+    narrow = torch.randn(groups * length, hidden, generator=g)
+    wide = torch.randn(groups * length, ffn, generator=g)
+    probs = torch.softmax(torch.randn(1, heads, length, length, generator=g), -1)
+    stacked = torch.randn(1, heads, length, groups * (hidden // heads), generator=g)
+    weights = [(layer.attention.self.value.weight.T, layer.attention.output.dense.weight.T,
+                layer.intermediate.dense.weight.T, layer.output.dense.weight.T) for layer in model.bert.encoder.layer]
+
+    def products():
+        for value, out, up, down in weights:
+            narrow @ value, probs @ stacked, narrow @ out, narrow @ up, wide @ down
+    return products
+
+
 def feeds(length: int, vocab: int, seed: int = 1) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (1, length), generator=g)
@@ -112,6 +136,8 @@ def measure(method: str, length: int, rounds: int, model_path: Path) -> dict:
         def fn():
             with torch.no_grad():
                 return model(**x).logits
+    elif method == "component products":
+        fn = component_products(model, length)
     elif method == "pydec":
         def fn():
             return pydec_bert(model, **x)
@@ -146,8 +172,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[94, 512])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--methods", nargs="+", default=["forward", "pydec", "rulegraph components",
-                                                         "rulegraph linearized"])
+    parser.add_argument("--methods", nargs="+", default=["forward", "component products", "pydec",
+                                                         "rulegraph components", "rulegraph linearized"])
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "decomposition_speed.md")
     parser.add_argument("--measure", nargs=3, metavar=("METHOD", "LENGTH", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -162,7 +188,8 @@ def main() -> None:
     rows = []
     for length in args.lengths:
         for method in args.methods:
-            rounds = 1 if (method in ("pydec", "rulegraph components") and length > 256) else args.rounds
+            rounds = 1 if (method in ("pydec", "rulegraph components", "component products") and length > 256) \
+                else args.rounds
             out = subprocess.run([sys.executable, __file__, "--rounds", str(rounds), "--measure", method, str(length),
                                   str(model_path)], capture_output=True, text=True)
             if out.returncode != 0:
@@ -192,6 +219,15 @@ def main() -> None:
     for length, method, r in rows:
         ratio = f"{r['seconds'] / base[length]:.0f}×" if length in base else "–"
         lines.append(f"| {length} | {method} | {r['seconds'] * 1e3:.1f} ms | {ratio} | {r['peak_gib']:.2f} GiB |")
+    times = {(length, m): r["seconds"] for length, m, r in rows}
+    for length in args.lengths:
+        if (length, "pydec") in times:
+            shares = ", ".join(f"{m} **{times[length, m] / times[length, 'pydec']:.2f}×**" for m in
+                               ("rulegraph components", "rulegraph linearized", "component products")
+                               if (length, m) in times)
+            lines += ["", f"T={length}, against PyDec (target ≤ 0.5× with all components): {shares}."]
+    lines += ["", "The component products are the matrix products alone, which carrying every component takes "
+                  "whatever the method: a floor no components-mode implementation goes under on this machine."]
     lines += ["", f"Agreement (float64, T={min(args.lengths)}): largest |rulegraph − PyDec| over the per-token "
                   f"contributions to the logit, relative to the largest contribution: components "
                   f"**{check['components']:.1e}**, linearized **{check['linearized']:.1e}**.", ""]

@@ -31,7 +31,7 @@ from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError, RuleMatchError
 from ..explanation import Explanation
 from ..interpreter import Values
-from ..propagation.components import ComponentSite, Parts
+from ..propagation.components import ComponentSite, GroupSums, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
 from .base import PASSES, Forward, Pass, forward, prepared, rule_failed
@@ -188,6 +188,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             parts[v] = Parts(groups, x - groups.sum(0) if rows.mapping.values[v].origins is not None else
                              torch.zeros_like(x))
     errors: dict[str, tuple[Tensor, Tensor]] = {}
+    sums = GroupSums()          # Σ_g D_g per group tensor, for the audit and the activations
     stranded: list[str] = []
     spare = set(graph.outputs) if not keep else None
     for i, node in enumerate(binding.reached):
@@ -207,7 +208,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
         outputs = [env.get(v) for v in node.outputs]
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
-                    linearized=linearized)
+                             linearized=linearized, sums=sums)
         result = rule_failed(rule.decompose, site, node, assignment.where)
         for v, value, p in zip(node.outputs, outputs, result, strict=True):
             if p is None or v not in wanted:
@@ -215,7 +216,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             parts[v] = p
             if audit:
                 with torch.no_grad():
-                    gap = (p.total() - value).abs().max()
+                    gap = (p.total(sums) - value).abs().max()
                     errors[node.name] = (gap, value.abs().max())
         for v in node.inputs:
             if last.get(v) == i and v in parts and (spare is not None and v not in spare):

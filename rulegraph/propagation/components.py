@@ -22,6 +22,7 @@ YAML ``params``.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,8 +45,27 @@ class Parts:
     groups: Tensor
     bias: Tensor
 
-    def total(self) -> Tensor:
-        return self.groups.sum(0) + self.bias
+    def total(self, sums: "GroupSums | None" = None) -> Tensor:
+        return (sums(self.groups) if sums is not None else self.groups.sum(0)) + self.bias
+
+
+class GroupSums:
+    """``Σ_g D_g`` of group tensors, each taken once: where a rule hands the groups on unchanged (a bias or
+    another constant added, :func:`_direct`), the next node's sum over the same memory is the earlier one.
+    Keyed by memory and layout, and kept only while the tensor it was taken from lives (so memory freed
+    and reused is summed anew); group tensors are never written in place."""
+
+    def __init__(self):
+        self._taken: dict[tuple, tuple[weakref.ref, Tensor]] = {}
+
+    def __call__(self, groups: Tensor) -> Tensor:
+        key = (groups.device, groups.dtype, groups.data_ptr(), tuple(groups.shape), groups.stride())
+        taken = self._taken.get(key)
+        if taken is not None and taken[0]() is not None:
+            return taken[1]
+        total = groups.sum(0)
+        self._taken[key] = (weakref.ref(groups, lambda _, key=key: self._taken.pop(key, None)), total)
+        return total
 
 
 @dataclass
@@ -60,6 +80,7 @@ class ComponentSite:
     parts: list[Parts | None]       # components of the inputs that carry them
     chunk: int                      # group components processed at once by elementwise rules
     linearized: bool = False        # one group, differentiated afterwards: activation factors are held fixed
+    sums: GroupSums = field(default_factory=GroupSums)   # Σ_g D_g, shared with the pass's audit
 
     def call(self, *args: Any) -> Any:
         return self.spec.forward(*args, **self.attrs)
@@ -199,8 +220,8 @@ class LayerNormComponents(Rule):
             spatial = tuple(range(2 - x.dim(), 0))
             beta = per_channel(beta, x) if beta is not None else None
 
-            def norm(t):
-                return (t - t.mean(dim=spatial, keepdim=True)) * factor
+            def norm(t, out=None):
+                return torch.mul(t - t.mean(dim=spatial, keepdim=True), factor, out=out)
             groups = _chunked(p.groups, site.chunk, norm)
             bias = norm(p.bias)
             return [Parts(groups, bias if beta is None else bias + beta)]
@@ -210,13 +231,13 @@ class LayerNormComponents(Rule):
             _, rstd = held_layer_norm_stats(x, axis, eps)
             factor = rstd * scale
 
-            def norm(t):
-                return (t - t.mean(dim=dims, keepdim=True)) * factor
+            def norm(t, out=None):
+                return torch.mul(t - t.mean(dim=dims, keepdim=True), factor, out=out)
         else:
             factor = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * scale
 
-            def norm(t):
-                return t * factor
+            def norm(t, out=None):
+                return torch.mul(t, factor, out=out)
         groups = _chunked(p.groups, site.chunk, norm)
         bias = norm(p.bias)
         if beta is not None:
@@ -280,18 +301,18 @@ class Activation(Rule):
         f0 = f(zero.expand(h.shape))
         s = torch.where(h != 0, (y - f0) / torch.where(h != 0, h, 1), zero)
         if self.variant == "bar":
-            return [Parts(_chunked(p.groups, site.chunk, lambda g: g * s), p.bias * s + f0)]
+            return [Parts(_chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, s, out=out)), p.bias * s + f0)]
         if site.linearized and self.alpha != "signed":
             raise ValueError("the linearized pass applies to signed α and D̄ only")
         with torch.no_grad():
             f_bias = f(p.bias)
-            total = p.groups.sum(0)
+            total = site.sums(p.groups)
             theta = y - f_bias - s * total
         if self.alpha == "signed":
             # D_g = D_g h · (s + Θ/Σ D_g h): the factor is held fixed, so this is linear in the groups
             defined = total != 0
             factor = s + torch.where(defined, theta / torch.where(defined, total, 1), zero)
-            groups = _chunked(p.groups, site.chunk, lambda g: g * factor)
+            groups = _chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, factor, out=out))
             return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
         size = _chunked_sum(p.groups, site.chunk, torch.abs)
         defined = size != 0
@@ -303,7 +324,7 @@ class Activation(Rule):
             t_abs = torch.where(defined & ~stable, t, zero)
             m = torch.where(stable, theta / torch.where(stable, total, 1), zero)
         sm = s + m
-        groups = _chunked(p.groups, site.chunk, lambda g: g * sm + g.abs() * t_abs)
+        groups = _chunked(p.groups, site.chunk, lambda g, out: torch.add(g * sm, g.abs() * t_abs, out=out))
         return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
 
 
@@ -341,12 +362,14 @@ class Product(Rule):
 
 
 def _chunked(groups: Tensor, chunk: int, fn) -> Tensor:
-    """``fn`` applied to the group components ``chunk`` at a time (bounds the temporaries)."""
+    """``fn(g, out)`` applied to the group components ``chunk`` at a time (bounds the temporaries), its
+    last op writing each chunk's result into the output (no copy of a temporary; the same kernel, so
+    the same bits)."""
     if groups.shape[0] <= chunk:
-        return fn(groups)
+        return fn(groups, None)
     out = torch.empty_like(groups)
     for start in range(0, groups.shape[0], chunk):
-        out[start:start + chunk] = fn(groups[start:start + chunk])
+        fn(groups[start:start + chunk], out[start:start + chunk])
     return out
 
 
