@@ -227,7 +227,8 @@ def main() -> None:
                                if (length, m) in times)
             lines += ["", f"T={length}, against PyDec (target ≤ 0.5× with all components): {shares}."]
     lines += ["", "The component products are the matrix products alone, which carrying every component takes "
-                  "whatever the method: a floor no components-mode implementation goes under on this machine."]
+                  "whatever the method: a floor under any components-mode implementation that uses torch's "
+                  "matrix products on this machine."]
     lines += ["", f"Agreement (float64, T={min(args.lengths)}): largest |rulegraph − PyDec| over the per-token "
                   f"contributions to the logit, relative to the largest contribution: components "
                   f"**{check['components']:.1e}**, linearized **{check['linearized']:.1e}**.", ""]
