@@ -45,6 +45,9 @@ SHAPE_CACHE_SIZE = 32
 #: how many cheap ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`): attention's
 #: scale, mask, softmax and casts after its scores (five in a Llama export)
 RECOMPUTE_DEPTH = 6
+#: the smallest input (bytes) an elementwise op writes its output into (:func:`_donor`): below it a fresh
+#: tensor comes from the allocator's free lists, cheaper than the checks (glibc's default mmap threshold)
+DONATE_FROM = 1 << 17
 #: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
@@ -113,18 +116,23 @@ def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
 
 def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ...]) -> Tensor | None:
     """An input of ``step`` whose memory its output can take, of those at ``positions`` (inputs no later
-    step reads, :meth:`Plan._free_schedule`): one that can hold the output (:func:`_fits`) and that
-    nothing else holds — no other name, view or caller, nor autograd (:func:`_sole_owner`). It is taken
-    out of ``env``; writing into it runs the op's own kernel (:attr:`~rulegraph.ops.OpSpec.into`), so
-    the output has the same bits, without allocating (a fresh large tensor costs page faults, more than
-    the op)."""
+    step reads, :meth:`Plan._free_schedule`): one of at least :data:`DONATE_FROM` bytes that can hold the
+    output (:func:`_fits`) and that nothing else holds — no other name, view or caller, nor autograd
+    (:func:`_sole_owner`). It is taken out of ``env``; writing into it runs the op's own kernel
+    (:attr:`~rulegraph.ops.OpSpec.into`), so the output has the same bits, without allocating (a fresh
+    large tensor costs page faults, more than the op)."""
     if len(args) > 2 or torch.is_grad_enabled() and \
             any(isinstance(a, Tensor) and a.requires_grad for a in args):   # autograd records this op
         return None
-    for i in positions:
-        if _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
+    for i in positions:     # (no local name for args[i]: _sole_owner counts its references)
+        if _large(args[i]) and _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
             return env.pop(step.node.inputs[i])
     return None
+
+
+def _large(t: Any) -> bool:
+    """Whether ``t`` is a tensor of at least :data:`DONATE_FROM` bytes."""
+    return isinstance(t, Tensor) and t.numel() * t.element_size() >= DONATE_FROM
 
 
 def _fits(args: list, i: int) -> bool:

@@ -163,6 +163,7 @@ def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
         donors.append(found is not None)
         return found
     monkeypatch.setattr(interpreter, "_donor", spy)
+    monkeypatch.setattr(interpreter, "DONATE_FROM", 0)
     plan = prepare(_chain())
     x = torch.randn(4, 5)
     before = x.clone()
@@ -171,9 +172,23 @@ def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
     lean = plan.run({"x": x}, keep=frozenset())
     assert donors == [True] * 4                            # a → b → d → e → y (x is the caller's)
     assert torch.equal(lean["y"], whole["y"]) and torch.equal(x, before)
+    donors.clear()
+    monkeypatch.setattr(interpreter, "DONATE_FROM", 4 * 5 * 4 + 1)
+    assert torch.equal(plan.run({"x": x}, keep=frozenset())["y"], whole["y"])
+    assert donors == [False] * 4                           # below DONATE_FROM a fresh tensor is cheaper
+    donors.clear()
+    assert torch.equal(plan.run({"x": torch.cat([x] * 2)}, keep=frozenset())["y"], torch.cat([whole["y"]] * 2))
+    assert donors == [True] * 4                            # twice as many rows: at it
 
 
-def test_a_value_held_elsewhere_is_never_written_into():
+@pytest.fixture
+def donating(monkeypatch):
+    """Every dying input a candidate, however small (the chain's values are 80 bytes)."""
+    from rulegraph import interpreter
+    monkeypatch.setattr(interpreter, "DONATE_FROM", 0)
+
+
+def test_a_value_held_elsewhere_is_never_written_into(donating):
     """An override the caller holds, or a value another name aliases, keeps its memory."""
     plan = prepare(_chain())
     x = torch.randn(4, 5)
@@ -188,7 +203,7 @@ def test_a_value_held_elsewhere_is_never_written_into():
     assert torch.equal(view, held.view(20)) and torch.equal(plan.run({"x": x}, keep=frozenset())["y"], expected)
 
 
-def test_a_forward_under_autograd_writes_into_nothing():
+def test_a_forward_under_autograd_writes_into_nothing(donating):
     """Values autograd records (an input requiring its gradient) are never written into: the gradient
     through a lean forward is the gradient through a whole one."""
     plan = prepare(_chain())

@@ -195,11 +195,15 @@ def broadcast_size(args: list, attrs: dict) -> int:
     first = shapes[0]
     if all(s == first for s in shapes):
         return math.prod(first)
-    total = 1
-    for i in range(1, max(len(s) for s in shapes) + 1):
-        sizes = [s[-i] for s in shapes if len(s) >= i]
-        total *= 0 if 0 in sizes else max(sizes)
-    return total
+    longest = max(map(len, shapes))
+    dims = [1] * longest            # the broadcast shape, right-aligned: the largest size, or 0 where any is
+    for shape in shapes:
+        for j, d in enumerate(shape, longest - len(shape)):
+            if d == 0 or dims[j] == 0:
+                dims[j] = 0
+            elif d > dims[j]:
+                dims[j] = d
+    return math.prod(dims)
 
 
 # -- shared helpers for VJPs -------------------------------------------------------

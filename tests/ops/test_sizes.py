@@ -39,3 +39,20 @@ def test_the_declared_size_is_the_output_size(op, inputs, attrs):
     out = spec.forward(*inputs, **attrs)
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert spec.size(list(inputs), attrs) == out.numel()
+
+
+def test_the_broadcast_size_is_torchs_for_any_shapes():
+    """Two or three right-aligned shapes drawn from one broadcast shape (dims of 0, 1 and more, some
+    stretched from 1, some left off in front): the count is that of torch's broadcast."""
+    from rulegraph.ops.spec import broadcast_size
+    g = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        rank = int(torch.randint(0, 5, (1,), generator=g))
+        full = torch.randint(0, 4, (rank,), generator=g).tolist()
+        shapes = []
+        for _ in range(int(torch.randint(2, 4, (1,), generator=g))):
+            keep = int(torch.randint(0, rank + 1, (1,), generator=g))
+            ones = torch.rand(keep, generator=g) < 0.4
+            shapes.append([1 if one else d for d, one in zip(full[rank - keep:], ones.tolist())])
+        args = [torch.empty(s) for s in shapes]
+        assert broadcast_size(args, {}) == torch.broadcast_shapes(*map(tuple, shapes)).numel(), shapes
