@@ -21,6 +21,7 @@ reports the largest error per node and per layer (``graph.layers``).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -207,9 +208,12 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             continue
         outputs = [env.get(v) for v in node.outputs]
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
+        owned = [p is not None and not linearized and spare is not None and last.get(v) == i and v not in spare
+                 and _sole_holder(p) for v, p in zip(node.inputs, in_parts)]
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
-                             linearized=linearized, sums=sums)
+                             linearized=linearized, sums=sums, owned=owned)
         result = rule_failed(rule.decompose, site, node, assignment.where)
+        del site        # it holds the inputs' components, which the next node's _sole_holder counts
         for v, value, p in zip(node.outputs, outputs, result, strict=True):
             if p is None or v not in wanted:
                 continue
@@ -224,6 +228,14 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
     settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
                      if r.name == "activation"), {})
     return Components(forward, partitions, rows, parts, errors, stranded, settings, leaves)
+
+
+def _sole_holder(parts: Parts) -> bool:
+    """Whether ``parts`` alone holds its groups tensor: no other value's components (a rule that hands the
+    groups on unchanged shares them) and no view of its memory."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return count is not None and sys.getrefcount(parts.groups) == 2 and \
+        count(parts.groups.untyped_storage()._cdata) == 2
 
 
 @dataclass

@@ -53,13 +53,22 @@ class GroupSums:
     """``Σ_g D_g`` of group tensors, each taken once: where a rule hands the groups on unchanged (a bias or
     another constant added, :func:`_direct`), the next node's sum over the same memory is the earlier one.
     Keyed by memory and layout, and kept only while the tensor it was taken from lives (so memory freed
-    and reused is summed anew); group tensors are never written in place."""
+    and reused is summed anew); a rule that writes into an input's groups forgets it
+    (:meth:`ComponentSite.into`)."""
 
     def __init__(self):
         self._taken: dict[tuple, tuple[weakref.ref, Tensor]] = {}
 
+    @staticmethod
+    def _key(groups: Tensor) -> tuple:
+        return groups.device, groups.dtype, groups.data_ptr(), tuple(groups.shape), groups.stride()
+
+    def forget(self, groups: Tensor) -> None:
+        """Drop the sum of ``groups``, whose memory a rule wrote its output into (:meth:`ComponentSite.into`)."""
+        self._taken.pop(self._key(groups), None)
+
     def __call__(self, groups: Tensor) -> Tensor:
-        key = (groups.device, groups.dtype, groups.data_ptr(), tuple(groups.shape), groups.stride())
+        key = self._key(groups)
         taken = self._taken.get(key)
         if taken is not None and taken[0]() is not None:
             return taken[1]
@@ -81,9 +90,19 @@ class ComponentSite:
     chunk: int                      # group components processed at once by elementwise rules
     linearized: bool = False        # one group, differentiated afterwards: activation factors are held fixed
     sums: GroupSums = field(default_factory=GroupSums)   # Σ_g D_g, shared with the pass's audit
+    owned: list[bool] = field(default_factory=list)      # inputs whose groups the rule may write into
 
     def call(self, *args: Any) -> Any:
         return self.spec.forward(*args, **self.attrs)
+
+    def into(self, k: int) -> Tensor | None:
+        """Input ``k``'s groups where an elementwise rule may write its output into them (nothing else holds
+        them and no later node reads them: the pass says so, :attr:`owned`), else ``None``. Their Σ_g is
+        forgotten (:meth:`GroupSums.forget`): a rule reads it before it asks."""
+        if k >= len(self.owned) or not self.owned[k]:
+            return None
+        self.sums.forget(self.parts[k].groups)
+        return self.parts[k].groups
 
 
 def _is_float_tensor(x: Any) -> bool:
@@ -178,8 +197,8 @@ def _direct(site: ComponentSite) -> list[Parts | None] | None:
         p = parts[0]
         return [Parts(p.groups.permute(0, *[q + 1 for q in perm]), p.bias.permute(*perm))]
     if op == "MatMul" and carried == [True, False] and x[1].dim() == 2 and x[0].dim() >= 2:
-        g = parts[0].groups
-        return [Parts((g.reshape(-1, g.shape[-1]) @ x[1]).reshape(g.shape[0], *y.shape), parts[0].bias @ x[1])]
+        # one product over every group's rows (matmul folds them; its result owns its memory, not a view)
+        return [Parts(torch.matmul(parts[0].groups, x[1]), parts[0].bias @ x[1])]
     if op == "MatMul" and carried == [False, True] and x[0].dim() >= 2 and x[0].shape[:-2] == x[1].shape[:-2]:
         # probabilities × values: the groups side by side in the columns, one matmul, no broadcast copy of P
         g = parts[1].groups                                   # [G, …, S, d]
@@ -222,7 +241,7 @@ class LayerNormComponents(Rule):
 
             def norm(t, out=None):
                 return torch.mul(t - t.mean(dim=spatial, keepdim=True), factor, out=out)
-            groups = _chunked(p.groups, site.chunk, norm)
+            groups = _chunked(p.groups, site.chunk, norm, site.into(0))
             bias = norm(p.bias)
             return [Parts(groups, bias if beta is None else bias + beta)]
         axis, eps = int(site.attrs["axis"]), float(site.attrs["epsilon"])
@@ -238,7 +257,7 @@ class LayerNormComponents(Rule):
 
             def norm(t, out=None):
                 return torch.mul(t, factor, out=out)
-        groups = _chunked(p.groups, site.chunk, norm)
+        groups = _chunked(p.groups, site.chunk, norm, site.into(0))
         bias = norm(p.bias)
         if beta is not None:
             bias = bias + beta
@@ -301,7 +320,8 @@ class Activation(Rule):
         f0 = f(zero.expand(h.shape))
         s = torch.where(h != 0, (y - f0) / torch.where(h != 0, h, 1), zero)
         if self.variant == "bar":
-            return [Parts(_chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, s, out=out)), p.bias * s + f0)]
+            groups = _chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, s, out=out), site.into(k))
+            return [Parts(groups, p.bias * s + f0)]
         if site.linearized and self.alpha != "signed":
             raise ValueError("the linearized pass applies to signed α and D̄ only")
         with torch.no_grad():
@@ -312,7 +332,7 @@ class Activation(Rule):
             # D_g = D_g h · (s + Θ/Σ D_g h): the factor is held fixed, so this is linear in the groups
             defined = total != 0
             factor = s + torch.where(defined, theta / torch.where(defined, total, 1), zero)
-            groups = _chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, factor, out=out))
+            groups = _chunked(p.groups, site.chunk, lambda g, out: torch.mul(g, factor, out=out), site.into(k))
             return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
         size = _chunked_sum(p.groups, site.chunk, torch.abs)
         defined = size != 0
@@ -324,7 +344,8 @@ class Activation(Rule):
             t_abs = torch.where(defined & ~stable, t, zero)
             m = torch.where(stable, theta / torch.where(stable, total, 1), zero)
         sm = s + m
-        groups = _chunked(p.groups, site.chunk, lambda g, out: torch.add(g * sm, g.abs() * t_abs, out=out))
+        groups = _chunked(p.groups, site.chunk, lambda g, out: torch.add(g * sm, g.abs() * t_abs, out=out),
+                          site.into(k))
         return [Parts(groups, f_bias + torch.where(defined, zero, theta))]
 
 
@@ -361,13 +382,14 @@ class Product(Rule):
         return [Parts((gi + gj) * 0.5, (bi + bj) * 0.5)] + [None] * (len(site.node.outputs) - 1)
 
 
-def _chunked(groups: Tensor, chunk: int, fn) -> Tensor:
+def _chunked(groups: Tensor, chunk: int, fn, into: Tensor | None = None) -> Tensor:
     """``fn(g, out)`` applied to the group components ``chunk`` at a time (bounds the temporaries), its
     last op writing each chunk's result into the output (no copy of a temporary; the same kernel, so
-    the same bits)."""
+    the same bits): ``into`` (the groups themselves, :meth:`ComponentSite.into`: each element is read
+    before it is written), else a new tensor."""
     if groups.shape[0] <= chunk:
-        return fn(groups, None)
-    out = torch.empty_like(groups)
+        return fn(groups, into)
+    out = torch.empty_like(groups) if into is None else into
     for start in range(0, groups.shape[0], chunk):
         fn(groups[start:start + chunk], out[start:start + chunk])
     return out

@@ -224,6 +224,35 @@ def test_components_sum_to_every_value(bert_onnx, dtype, tolerance, alpha):
         assert _relative(parts.total(), result.env[value]) <= tolerance
 
 
+@pytest.mark.parametrize("alpha", ["signed", "hybrid"])
+def test_writing_into_dying_components_changes_no_bit(bert_onnx, alpha, monkeypatch):
+    """Without ``keep``, a rule writes into the components of an input no later node reads and nothing
+    else holds (``ComponentSite.into``: LayerNorm, the activations): the outputs' components and every
+    node's audit are those of a pass that keeps everything, bit for bit, chunked or not."""
+    feeds = tiny.token_inputs(batch=2, length=9, pad=3)
+    graph, rules = rulegraph.load(bert_onnx), RuleSet.load("decomposition")
+    from rulegraph.propagation.components import ComponentSite
+    handed, into = [], ComponentSite.into
+
+    def spy(site, k):
+        groups = into(site, k)
+        handed.append(groups is not None)
+        return groups
+    monkeypatch.setattr(ComponentSite, "into", spy)
+    for chunk in (engine.CHUNK_ELEMENTS, 100):
+        monkeypatch.setattr(engine, "CHUNK_ELEMENTS", chunk)
+        kept = run_pass(graph, rules, feeds, dtype=F64, alpha=alpha, keep=True)
+        assert handed and not any(handed)
+        handed.clear()
+        lean = run_pass(graph, rules, feeds, dtype=F64, alpha=alpha)
+        assert sum(handed) >= 5                       # the LayerNorms and the activation, at least
+        handed.clear()
+        for value, parts in lean.parts.items():
+            assert torch.equal(parts.groups, kept.parts[value].groups) and torch.equal(parts.bias, kept.parts[value].bias)
+        assert {k: tuple(map(float, v)) for k, v in lean.errors.items()} == \
+            {k: tuple(map(float, v)) for k, v in kept.errors.items()}
+
+
 def test_audit_reports_every_layer(bert_onnx):
     e = rulegraph.explain(bert_onnx, "decomposition", tiny.token_inputs(length=6))
     a = e.audit

@@ -77,3 +77,21 @@ def test_chunked_layernorm_has_the_bits_of_the_whole(op):
     whole, chunked = run(5), run(2)
     assert torch.equal(chunked.groups, whole.groups) and torch.equal(chunked.bias, whole.bias)
     torch.testing.assert_close(whole.total(), y, rtol=1e-12, atol=1e-12)
+
+
+def test_an_owned_input_takes_the_output_and_its_sum_is_forgotten():
+    """Where the pass says the rule may (``owned``), the activation writes into its input's groups: the
+    same bits as a new tensor, and the input's Σ_g, read before, is not handed out for the new values."""
+    g = torch.Generator().manual_seed(5)
+    groups = torch.randn(4, 3, 5, generator=g, dtype=torch.float64)
+    bias = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    h = groups.sum(0) + bias
+    node, spec = Node("relu", "Relu", ("h",), ("y",), {}), lookup("Relu")
+    rule = RULES["decomposition"].get("activation")(alpha="signed")
+    fresh = rule.decompose(ComponentSite(node, spec, {}, [h], [torch.relu(h)], [Parts(groups.clone(), bias)], chunk=4))[0]
+    sums = GroupSums()
+    site = ComponentSite(node, spec, {}, [h], [torch.relu(h)], [Parts(groups, bias)], chunk=2, sums=sums, owned=[True])
+    before = sums(groups)
+    written = rule.decompose(site)[0]
+    assert written.groups is groups and torch.equal(written.groups, fresh.groups)
+    assert torch.equal(sums(groups), fresh.groups.sum(0)) and not torch.equal(sums(groups), before)
