@@ -27,6 +27,7 @@ from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ir import Node
 from ..propagation import RULES, Rule
+from ..propagation.numerics import layout
 from ..propagation.signal import Contribution, Incoming, Site
 from ..ruleset import Binding
 from ..tolerances import MASS_SCREEN, relative, tolerance
@@ -96,11 +97,11 @@ class Ledger:
         return len(self.entries) - 1
 
     def total(self, t: Tensor) -> int:
-        return self._entry(("total", _layout(t)), (t,), lambda: torch.nansum(t) if self.nan_safe else t.sum())
+        return self._entry(("total", layout(t)), (t,), lambda: torch.nansum(t) if self.nan_safe else t.sum())
 
     def mass(self, t: Tensor) -> int:
         """Σ|t|, the scale a conservation error is judged against."""
-        return self._entry(("mass", _layout(t)), (t,), lambda: torch.linalg.vector_norm(
+        return self._entry(("mass", layout(t)), (t,), lambda: torch.linalg.vector_norm(
             torch.nan_to_num(t) if self.nan_safe else t, ord=1))
 
     def product(self, x: Tensor, g: Tensor, absolute: bool = False) -> int:
@@ -110,7 +111,7 @@ class Ledger:
                 x.is_contiguous() and g.is_contiguous():
             key: tuple = ("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
         else:
-            key = ("product", absolute, _layout(x), _layout(g))
+            key = ("product", absolute, layout(x), layout(g))
         return self._entry(key, (x, g), lambda: product_sum(x, g, absolute=absolute, nan_safe=self.nan_safe))
 
     def arriving(self, a: Incoming, mass: bool = False) -> int:
@@ -130,12 +131,6 @@ class Ledger:
 
     def __call__(self, indices: list[int]) -> float:
         return sum(self.values[i] for i in indices)
-
-
-def _layout(t: Tensor) -> tuple:
-    """Where and how ``t``'s elements lie: equal for two tensors exactly when they read the same memory
-    in the same order as the same dtype."""
-    return (t.device, t.dtype, t.data_ptr(), tuple(t.shape), t.stride())
 
 
 @dataclass

@@ -31,6 +31,7 @@ import torch
 from ..ops import OpSpec
 from ..ops.nn import held_layer_norm_stats, instance_norm_stats, norm_dims, per_channel
 from .base import UNIT, Rule, decomposition_rule, param
+from .numerics import layout
 
 Tensor = torch.Tensor
 
@@ -59,16 +60,12 @@ class GroupSums:
     def __init__(self):
         self._taken: dict[tuple, tuple[weakref.ref, Tensor]] = {}
 
-    @staticmethod
-    def _key(groups: Tensor) -> tuple:
-        return groups.device, groups.dtype, groups.data_ptr(), tuple(groups.shape), groups.stride()
-
     def forget(self, groups: Tensor) -> None:
         """Drop the sum of ``groups``, whose memory a rule wrote its output into (:meth:`ComponentSite.into`)."""
-        self._taken.pop(self._key(groups), None)
+        self._taken.pop(layout(groups), None)
 
     def __call__(self, groups: Tensor) -> Tensor:
-        key = self._key(groups)
+        key = layout(groups)
         taken = self._taken.get(key)
         if taken is not None and taken[0]() is not None:
             return taken[1]
