@@ -208,8 +208,11 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             continue
         outputs = [env.get(v) for v in node.outputs]
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
-        owned = [p is not None and not linearized and spare is not None and last.get(v) == i and v not in spare
-                 and _sole_holder(p) for v, p in zip(node.inputs, in_parts)]
+        # inputs whose components no later node reads and nothing keeps: dropped after this node, and
+        # written into by its rule where nothing else holds them
+        dying = tuple(v for v in node.inputs if spare is not None and last.get(v) == i and v not in spare)
+        owned = [p is not None and not linearized and v in dying and _sole_holder(p)
+                 for v, p in zip(node.inputs, in_parts)]
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
                              linearized=linearized, sums=sums, owned=owned)
         result = rule_failed(rule.decompose, site, node, assignment.where)
@@ -222,9 +225,8 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
                 with torch.no_grad():
                     gap = (p.total(sums) - value).abs().max()
                     errors[node.name] = (gap, value.abs().max())
-        for v in node.inputs:
-            if last.get(v) == i and v in parts and (spare is not None and v not in spare):
-                del parts[v]
+        for v in dying:
+            parts.pop(v, None)
     settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
                      if r.name == "activation"), {})
     return Components(forward, partitions, rows, parts, errors, stranded, settings, leaves)
