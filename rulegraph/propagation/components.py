@@ -194,8 +194,9 @@ def _direct(site: ComponentSite) -> list[Parts | None] | None:
         p = parts[0]
         return [Parts(p.groups.permute(0, *[q + 1 for q in perm]), p.bias.permute(*perm))]
     if op == "MatMul" and carried == [True, False] and x[1].dim() == 2 and x[0].dim() >= 2:
-        # one product over every group's rows (matmul folds them; its result owns its memory, not a view)
-        return [Parts(torch.matmul(parts[0].groups, x[1]), parts[0].bias @ x[1])]
+        # one product over every group's rows: matmul folds contiguous groups into one matrix (strided ones
+        # it would multiply otherwise, other bits: they are laid out first) and its result owns its memory
+        return [Parts(torch.matmul(parts[0].groups.contiguous(), x[1]), parts[0].bias @ x[1])]
     if op == "MatMul" and carried == [False, True] and x[0].dim() >= 2 and x[0].shape[:-2] == x[1].shape[:-2]:
         # probabilities × values: the groups side by side in the columns, one matmul, no broadcast copy of P
         g = parts[1].groups                                   # [G, …, S, d]

@@ -95,3 +95,20 @@ def test_an_owned_input_takes_the_output_and_its_sum_is_forgotten():
     written = rule.decompose(site)[0]
     assert written.groups is groups and torch.equal(written.groups, fresh.groups)
     assert torch.equal(sums(groups), fresh.groups.sum(0)) and not torch.equal(sums(groups), before)
+
+
+def test_a_weight_product_of_strided_groups_has_the_bits_of_the_rows_product():
+    """Groups that reach a weight product transposed (a Bloom export's) are multiplied as one matrix of
+    every group's rows, as a contiguous copy would be: the same bits as that product, and a result that
+    owns its memory (an activation after it may write into it)."""
+    from rulegraph.propagation.components import _direct
+    g = torch.Generator().manual_seed(6)
+    groups = torch.randn(4, 1, 6, 5, generator=g, dtype=torch.float64).transpose(2, 3)   # [G, 1, 5, 6], strided
+    bias = torch.randn(1, 5, 6, generator=g, dtype=torch.float64)
+    weight = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    x = groups.sum(0) + bias
+    node, spec = Node("proj", "MatMul", ("x", "w"), ("y",), {}), lookup("MatMul")
+    site = ComponentSite(node, spec, {}, [x, weight], [x @ weight], [Parts(groups, bias), None], chunk=4)
+    out = _direct(site)[0]
+    assert torch.equal(out.groups, (groups.reshape(-1, 6) @ weight).reshape(4, 1, 5, 7))
+    assert not out.groups._is_view() and out.groups.is_contiguous()
