@@ -41,21 +41,40 @@ Tensor = torch.Tensor
 CHUNK = 1 << 22
 
 
+def in_memory_order(x: Tensor, g: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``x`` and ``g`` flattened in the order their elements lie in memory, without a copy, where both
+    are one dtype and shape and lie alike and densely (the same strides, no gaps, no overlap): a
+    contiguous tensor, or a permuted one (a head view of queries, transposed keys). ``None`` otherwise
+    (a slice, a broadcast). ``x[i]`` pairs with ``g[i]`` either way, so ``Σ x ⊙ g`` is their dot."""
+    if x.shape != g.shape or x.dtype != g.dtype or x.stride() != g.stride():
+        return None
+    if x.is_contiguous():
+        return x.reshape(-1), g.reshape(-1)
+    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
+    xp = x.permute(order)
+    return (xp.reshape(-1), g.permute(order).reshape(-1)) if xp.is_contiguous() else None
+
+
 def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absolute: bool = False,
                 nan_safe: bool = False) -> Tensor:
     """``Σ x ⊙ g`` (``Σ |x ⊙ g|`` with ``absolute``) as a 0-d tensor, in ``dtype`` (default ``x``'s),
     a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole); a
-    plain sum of two tensors of one shape is one fused dot (above that size, of contiguous ones only:
-    flattening a strided view copies it)."""
-    if not absolute and not nan_safe and dtype is None and x.shape == g.shape and x.dtype == g.dtype and \
-            (x.numel() <= CHUNK or x.is_contiguous() and g.is_contiguous()):
-        return torch.vdot(x.reshape(-1), g.reshape(-1))
+    plain sum of two tensors of one shape is one fused dot: over their memory where they lie alike
+    (:func:`in_memory_order`), else over flattened copies up to that size."""
+    if not absolute and not nan_safe and dtype is None:
+        flat = in_memory_order(x, g)
+        if flat is not None:
+            return torch.vdot(*flat)
+        if x.shape == g.shape and x.dtype == g.dtype and x.numel() <= CHUNK:
+            return torch.vdot(x.reshape(-1), g.reshape(-1))
     if x.shape != g.shape or x.numel() <= CHUNK:      # one product: broadcast, or small enough
         p = x * g
         p = p.to(dtype) if dtype is not None else p
         p = p.abs() if absolute else p
         return torch.nansum(p) if nan_safe else p.sum()
-    xf, gf = x.reshape(-1), g.reshape(-1)
+    if in_memory_order(x, g) is None:     # chunks of the flattened tensors: copies, the product never whole
+        x, g = x.contiguous(), g.contiguous()
+    xf, gf = in_memory_order(x, g)
     total = torch.zeros((), dtype=dtype or x.dtype, device=x.device)
     for i in range(0, xf.numel(), CHUNK):
         p = xf[i:i + CHUNK] * gf[i:i + CHUNK]
@@ -105,10 +124,9 @@ class Ledger:
             torch.nan_to_num(t) if self.nan_safe else t, ord=1))
 
     def product(self, x: Tensor, g: Tensor, absolute: bool = False) -> int:
-        """Σ x ⊙ g (``absolute``: Σ|x ⊙ g|), :func:`product_sum`. Two contiguous tensors of one shape and
-        dtype sum as one dot over their memory, whatever the shape: keyed by the memory alone."""
-        if not absolute and not self.nan_safe and x.shape == g.shape and x.dtype == g.dtype and \
-                x.is_contiguous() and g.is_contiguous():
+        """Σ x ⊙ g (``absolute``: Σ|x ⊙ g|), :func:`product_sum`. Two tensors lying alike in memory
+        (:func:`in_memory_order`) sum as one dot over it, whatever their shape: keyed by the memory alone."""
+        if not absolute and not self.nan_safe and in_memory_order(x, g) is not None:
             key: tuple = ("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
         else:
             key = ("product", absolute, layout(x), layout(g))
@@ -418,10 +436,17 @@ def _seeded_sum(output: Tensor, seed: Tensor) -> Tensor:
     """``Σ output ⊙ seed`` in float64. A seed with at most two non-zero entries (a one-hot target, or a
     target and its contrast, of one item) multiplies those alone: the same bits as the sum over every
     element (the rest add exact zeros, the output being finite; two terms add in one rounding), without
-    a pass over a language model's [positions, vocabulary] logits in float64."""
-    if output.shape == seed.shape and output.numel() > CHUNK and int(torch.count_nonzero(seed)) <= 2:
-        where = tuple(seed.nonzero().T)         # counted first: a dense seed's indices would outweigh it
-        return (output[where] * seed[where]).to(torch.float64).sum()
+    a pass over a language model's [positions, vocabulary] logits in float64. The entries are found in
+    one pass over the seed (its rows' extremes; then the few rows that hold any)."""
+    if output.shape == seed.shape and output.numel() > CHUNK:
+        rows_of = seed.reshape(-1, seed.shape[-1])
+        low, high = torch.aminmax(rows_of, dim=-1)
+        rows = ((low != 0) | (high != 0)).nonzero().squeeze(-1)
+        if rows.numel() <= 2:
+            picked = rows_of[rows]
+            if int(torch.count_nonzero(picked)) <= 2:
+                row, column = picked.nonzero().T
+                return (output.reshape(rows_of.shape)[rows[row], column] * picked[row, column]).to(torch.float64).sum()
     return product_sum(output, seed, dtype=torch.float64)
 
 

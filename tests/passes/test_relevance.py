@@ -249,7 +249,8 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
     assert ledger.contribution(Contribution(signal=g), x.to(F64)) == first          # the same tensors
     assert ledger.contribution(Contribution(signal=g.view(24).view(6, 4)), x) == first  # the same memory
     assert ledger.contribution(Contribution(signal=g.view(3, 8)), x.view(3, 8)) == first  # a Reshape's
-    assert ledger.contribution(Contribution(signal=g.mT), x.mT) != first             # another order
+    assert ledger.contribution(Contribution(signal=g.mT), x.mT) == first             # pairs alike, in memory
+    assert ledger.contribution(Contribution(signal=g.mT.contiguous()), x.mT) != first  # other pairs
     assert ledger.contribution(Contribution(signal=g.clone()), x) != first           # other memory
     assert ledger.total(x) != ledger.mass(x)
     ledger.settle()
@@ -258,14 +259,34 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
     assert ledger.contribution(Contribution(signal=torch.ones(6, 4, dtype=F64)), x) == len(ledger.values)
 
 
-@pytest.mark.parametrize("picks", [[(3, 7)], [(3, 7), (0, 2)], [(3, 7), (0, 2), (5, 1)], []])
-def test_the_explained_output_sums_alike_over_a_sparse_seed(picks):
+@pytest.mark.parametrize("shape,order", [((6, 4), (1, 0)), ((2, 5, 3, 4), (0, 2, 1, 3)),
+                                         ((2, 5, 3, 4), (3, 1, 0, 2)), ((1, 5, 1, 4), (2, 3, 0, 1))])
+def test_tensors_lying_alike_sum_as_one_dot_over_their_memory(shape, order):
+    """A head view (permuted dims) pairs with a signal lying alike: Σ x ⊙ g is a dot over their memory,
+    with no copy; a slice, or two tensors lying differently, are not."""
+    from rulegraph.passes.relevance import in_memory_order, product_sum
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, dtype=F64, generator=gen).permute(order)
+    g = torch.randn(shape, dtype=F64, generator=gen).permute(order)
+    xf, gf = in_memory_order(x, g)
+    assert xf.data_ptr() == x.data_ptr() and gf.data_ptr() == g.data_ptr() and xf.is_contiguous()
+    assert float(product_sum(x, g)) == pytest.approx(float((x * g).sum()), rel=1e-12)
+    assert float(torch.vdot(xf, gf)) == pytest.approx(float((x * g).sum()), rel=1e-12)
+    assert in_memory_order(x[..., ::2], g[..., ::2]) is None                       # a strided slice: gaps
+    assert in_memory_order(x, g.contiguous()) is None or x.is_contiguous()         # other strides
+    assert in_memory_order(x, g.float()) is None
+
+
+@pytest.mark.parametrize("picks", [[(3, 7)], [(3, 7), (0, 2)], [(3, 7), (0, 2), (5, 1)], [], [(3, 7), (3, 2)],
+                                   [(3, 7), (3, 2), (3, 9)], [(3, 7), (3, 2), (0, 4)]])
+@pytest.mark.parametrize("batch", [(), (1,)])
+def test_the_explained_output_sums_alike_over_a_sparse_seed(picks, batch):
     """Σ output ⊙ seed in float64: over the seed's non-zero entries alone where there are at most two,
     the same bits as the sum over every element."""
     from rulegraph.passes.relevance import CHUNK, _seeded_sum, product_sum
-    out = torch.randn(6, CHUNK // 4 + 3)
+    out = torch.randn(*batch, 6, CHUNK // 4 + 3, generator=torch.Generator().manual_seed(len(picks)))
     seed = torch.zeros_like(out)
     for (i, j), v in zip(picks, (1.0, -1.0, 0.5)):
-        seed[i, j] = v
+        seed[..., i, j] = v
     assert _seeded_sum(out, seed).dtype == F64
     assert torch.equal(_seeded_sum(out, seed), product_sum(out, seed, dtype=F64))
