@@ -36,7 +36,7 @@ from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .limits import check_tensor, tensor_budget
 from .options import DTYPE_NAMES
-from .ops import OpSpec, lookup
+from .ops import OpSpec, lookup, recycling
 from .ops.sequence import TensorSequence
 
 Tensor = torch.Tensor
@@ -128,6 +128,15 @@ def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ..
         if _large(args[i]) and _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
             return env.pop(step.node.inputs[i])
     return None
+
+
+def _recycled(args: list) -> Tensor | None:
+    """A tensor :mod:`~rulegraph.ops.recycling` kept, for the output of an elementwise op of ``args`` whose
+    largest operand is one of the large tensors it keeps."""
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    if not tensors or max(t.numel() * t.element_size() for t in tensors) < recycling.RECYCLE_FROM:
+        return None
+    return recycling.out(torch.broadcast_shapes(*(t.shape for t in tensors)), *tensors).get("out")
 
 
 def _large(t: Any) -> bool:
@@ -257,6 +266,8 @@ class Plan:
                 count = 0
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
+        if donor is None and step.spec.into is not None:
+            donor = _recycled(args)
         try:
             out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
         except Exception as exc:  # an op failing on these inputs: name the node
@@ -350,7 +361,7 @@ class Plan:
                 held.update(v for v in made if not _outgrew(env, step.node, v))
             for v in dead:
                 if v not in held:
-                    env.pop(v, None)        # a donor (:func:`_donor`) is gone already
+                    recycling.give(env.pop(v, None))        # a donor (:func:`_donor`) is gone already
 
     def _free_schedule(self, steps: list[Step], keep: frozenset[str], spill: frozenset[str]
                        ) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]]:

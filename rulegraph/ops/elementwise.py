@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import recycling
 from .spec import always, at_most_one, broadcast_size, only, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -43,8 +44,16 @@ def sub(a, b):
 def _mul_vjp(grads, inputs, outputs, wants, **_):
     g = grads[0]
     a, b = inputs
-    return [unbroadcast(g * b, a.shape) if wants[0] else None,
-            unbroadcast(g * a, b.shape) if wants[1] else None]
+    return [unbroadcast(_times(g, b), a.shape) if wants[0] else None,
+            unbroadcast(_times(g, a), b.shape) if wants[1] else None]
+
+
+def _times(g: Tensor, x: Tensor) -> Tensor:
+    """``g * x``, into a large tensor the explanation has finished with where ``g`` is one of that size
+    (:mod:`.recycling`)."""
+    if g.numel() * g.element_size() < recycling.RECYCLE_FROM or not isinstance(x, Tensor):
+        return g * x
+    return torch.mul(g, x, **recycling.out(torch.broadcast_shapes(g.shape, x.shape), g, x))
 
 
 @op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size, into=torch.mul)

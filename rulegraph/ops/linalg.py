@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from . import recycling
 from .spec import at_most_one, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -22,12 +23,12 @@ def rows_matmul(g: Tensor, m: Tensor) -> Tensor:
     VJP then costs a row instead of one per position. The other rows are exactly 0 (a NaN row counts as
     not zero). A row with a single non-zero entry (a one-hot seed) gives the same bits either way."""
     if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2:
-        return torch.matmul(g, m)
+        return product(g, m)
     flat = g.reshape(-1, g.shape[-1])
     low, high = torch.aminmax(flat, dim=-1)
     rows = ((low != 0) | (high != 0)).nonzero().squeeze(-1)
     if 2 * rows.numel() > flat.shape[0]:
-        return torch.matmul(g, m)
+        return product(g, m)
     out = flat.new_zeros(flat.shape[0], m.shape[-1])
     out[rows] = torch.matmul(flat[rows], m)
     return out.reshape(*g.shape[:-1], m.shape[-1])
@@ -49,19 +50,31 @@ def _matmul_vjp(grads, inputs, outputs, wants, **_):
     return [ga, gb]
 
 
-def _matmul_size(args, attrs) -> int:
-    """Elements of ``a @ b``: the broadcast batch dims, then rows of ``a`` × columns of ``b`` (1-D operands
-    contribute no dim)."""
-    a, b = args[0].shape, args[1].shape
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``a @ b`` for operands of shapes ``a`` and ``b``: the broadcast batch dims, then rows of
+    ``a`` × columns of ``b`` (1-D operands contribute no dim), in plain Python: it runs before every product."""
     rows = a[-2:-1] if len(a) > 1 else ()
     cols = b[-1:] if len(b) > 1 else ()
     batch = [max(x, y) if min(x, y) else 0 for x, y in itertools.zip_longest(a[-3::-1], b[-3::-1], fillvalue=1)]
-    return math.prod((*batch, *rows, *cols))       # in plain Python: it runs before every product
+    return (*batch[::-1], *rows, *cols)
+
+
+def _matmul_size(args, attrs) -> int:
+    """Elements of ``a @ b`` (:func:`_matmul_shape`)."""
+    return math.prod(_matmul_shape(args[0].shape, args[1].shape))
+
+
+def product(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b``, written into a large tensor the explanation has finished with where there is one of its
+    size (:mod:`.recycling`: the same kernel, without the page faults of a fresh one)."""
+    if a.dim() < 2 or b.dim() < 2:
+        return torch.matmul(a, b)
+    return torch.matmul(a, b, **recycling.out(_matmul_shape(a.shape, b.shape), a, b))
 
 
 @op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
 def matmul(a, b):
-    return torch.matmul(a, b)
+    return product(a, b)
 
 
 def _gemm_operands(a, b, transA, transB):

@@ -49,6 +49,7 @@ from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
+from ..ops.recycling import recycling
 from ..loaders import load
 from ..registry import Registry
 from ..ruleset import Binding, RuleSet
@@ -179,9 +180,10 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
-    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    contrast=contrast, score=score, objective=objective, chosen=chosen)
-    return chosen().run(start, audit=audit, **options)
+    with recycling():
+        start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                        contrast=contrast, score=score, objective=objective, chosen=chosen)
+        return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,

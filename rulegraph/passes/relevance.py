@@ -25,6 +25,7 @@ from ..errors import InputError, NumericalError
 from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
+from ..ops import recycling
 from ..ir import Node
 from ..propagation import RULES, Rule
 from ..propagation.numerics import layout
@@ -288,11 +289,17 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         read, schedule = binding.walks[key][1]
         for v in [v for v in env if v not in read and v not in plan.constants]:
             del env[v]
+    site = inputs = contributions = None
+    arriving: list[Incoming | None] = []
     for i, visit in enumerate(visits):
+        site = inputs = contributions = None    # the last node's: they would hold its tensors
+        for a in arriving:                      # its relevance, handed on (or summed) by now
+            if a is not None and a is not start:        # (the flow keeps the seed)
+                recycling.give(a.drop())
         if schedule is not None and i:
             for v in schedule[i - 1]:
                 if v not in plan.constants:
-                    env.pop(v, None)
+                    recycling.give(env.pop(v, None))
         node = visit.node
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):

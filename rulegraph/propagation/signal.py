@@ -63,6 +63,12 @@ class Incoming:
             self.signal = None
         self.explicit = r if self.explicit is None else self.explicit + r
 
+    def drop(self) -> Tensor | None:
+        """Forget the relevance (the walk is done with it) and return its tensor, the signal or the sum."""
+        held = self.signal if self.signal is not None else self.explicit
+        self.signal = self.explicit = None
+        return held
+
     @property
     def tensor(self) -> Tensor:
         """The relevance R at this value."""
