@@ -8,7 +8,8 @@ walk hand the tensors they drop to a :class:`Recycler` (:func:`give`), and the o
 tensors write into one of them (:func:`out`, ``out=``): the same kernel, so the same bits.
 
 Only a tensor nothing else holds is kept (no other reference, view or storage owner), at most
-:data:`HELD` per size and :data:`HELD_BYTES` in all, and only during the explanation.
+:data:`HELD` per size and :data:`HELD_BYTES` in all, and only during the explanation; only on the CPU
+(on a GPU, torch's caching allocator already hands freed memory out again).
 """
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def give(t: object) -> None:
     """Keep ``t`` for reuse if it is a large tensor that nothing else holds. Call it as ``give(d.pop(k))``
     or ``give(x.attr)`` after clearing it: the argument must be the only reference."""
     recycler = _active.get()
-    if recycler is None or not isinstance(t, Tensor) or t.numel() * t.element_size() < RECYCLE_FROM:
+    if recycler is None or not isinstance(t, Tensor) or t.device.type != "cpu" or \
+            t.numel() * t.element_size() < RECYCLE_FROM:
         return
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None or t.requires_grad or t._is_view() or not t.is_contiguous() or t.storage_offset() or \

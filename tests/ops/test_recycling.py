@@ -52,6 +52,7 @@ def test_a_tensor_held_elsewhere_is_not_kept(small):
         recycling.give(torch.randn(4, 6).mT)       # not contiguous
         recycling.give(torch.randn(4, 6, requires_grad=True))
         recycling.give([1, 2])
+        recycling.give(torch.empty(4, 6, device="meta"))      # not on the CPU (a GPU's allocator caches)
         assert r.given == 0
 
 
