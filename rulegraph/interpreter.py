@@ -131,12 +131,9 @@ def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ..
 
 
 def _recycled(args: list) -> Tensor | None:
-    """A tensor :mod:`~rulegraph.ops.recycling` kept, for the output of an elementwise op of ``args`` whose
-    largest operand is one of the large tensors it keeps."""
+    """A tensor :mod:`~rulegraph.ops.recycling` kept, for the output of an elementwise op of ``args``."""
     tensors = [a for a in args if isinstance(a, Tensor)]
-    if not tensors or max(t.numel() * t.element_size() for t in tensors) < recycling.RECYCLE_FROM:
-        return None
-    return recycling.out(torch.broadcast_shapes(*(t.shape for t in tensors)), *tensors).get("out")
+    return recycling.out(torch.broadcast_shapes(*(t.shape for t in tensors)), *tensors).get("out") if tensors else None
 
 
 def _large(t: Any) -> bool:
@@ -259,6 +256,7 @@ class Plan:
                 if k != Stage.VALUE:
                     statics[key] = args[i]
         budget = tensor_budget() if budget is None else budget     # a message only for a tensor over it
+        count = -1                          # the output's elements, where the op declares them
         if step.spec.size is not None:       # an op whose output can outgrow its inputs: checked before it runs
             try:
                 count = step.spec.size(args, step.attrs)
@@ -266,8 +264,9 @@ class Plan:
                 count = 0
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
-        if donor is None and step.spec.into is not None:
-            donor = _recycled(args)
+        if donor is None and step.spec.into is not None and \
+                (count if count >= 0 else args[0].numel()) * self._itemsize >= recycling.RECYCLE_FROM:
+            donor = _recycled(args)         # (no size declared: one input, of the output's size)
         try:
             out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
         except Exception as exc:  # an op failing on these inputs: name the node
