@@ -130,12 +130,6 @@ def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ..
     return None
 
 
-def _recycled(args: list) -> Tensor | None:
-    """A tensor :mod:`~rulegraph.ops.recycling` kept, for the output of an elementwise op of ``args``."""
-    tensors = [a for a in args if isinstance(a, Tensor)]
-    return recycling.out(torch.broadcast_shapes(*(t.shape for t in tensors)), *tensors).get("out") if tensors else None
-
-
 def _large(t: Any) -> bool:
     """Whether ``t`` is a tensor of at least :data:`DONATE_FROM` bytes."""
     return isinstance(t, Tensor) and t.numel() * t.element_size() >= DONATE_FROM
@@ -266,7 +260,8 @@ class Plan:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         if donor is None and step.spec.into is not None and \
                 (count if count >= 0 else args[0].numel()) * self._itemsize >= recycling.RECYCLE_FROM:
-            donor = _recycled(args)         # (no size declared: one input, of the output's size)
+            # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
+            donor = recycling.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:
             out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
         except Exception as exc:  # an op failing on these inputs: name the node

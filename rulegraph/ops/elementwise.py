@@ -53,7 +53,7 @@ def _times(g: Tensor, x: Tensor) -> Tensor:
     (:mod:`.recycling`)."""
     if g.numel() * g.element_size() < recycling.RECYCLE_FROM or not isinstance(x, Tensor):
         return g * x
-    return torch.mul(g, x, **recycling.out(torch.broadcast_shapes(g.shape, x.shape), g, x))
+    return torch.mul(g, x, **recycling.broadcast_out(g, x))
 
 
 @op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size, into=torch.mul)

@@ -16,6 +16,13 @@ Tensor = torch.Tensor
 SPARSE_ROWS_FROM = 1 << 22
 
 
+def nonzero_rows(flat: Tensor) -> Tensor:
+    """The indices of the rows of a 2-D ``flat`` that are not all zero (a NaN counts as not zero), from one
+    pass over it: each row's extremes."""
+    low, high = torch.aminmax(flat, dim=-1)
+    return ((low != 0) | (high != 0)).nonzero().squeeze(-1)
+
+
 def rows_matmul(g: Tensor, m: Tensor) -> Tensor:
     """``g @ m`` for a weight matrix ``m``, multiplying only the rows of ``g`` that are not all zero
     where most are (checked above :data:`SPARSE_ROWS_FROM` elements, one pass over ``g``): the relevance
@@ -25,8 +32,7 @@ def rows_matmul(g: Tensor, m: Tensor) -> Tensor:
     if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2:
         return product(g, m)
     flat = g.reshape(-1, g.shape[-1])
-    low, high = torch.aminmax(flat, dim=-1)
-    rows = ((low != 0) | (high != 0)).nonzero().squeeze(-1)
+    rows = nonzero_rows(flat)
     if 2 * rows.numel() > flat.shape[0]:
         return product(g, m)
     out = flat.new_zeros(flat.shape[0], m.shape[-1])

@@ -77,8 +77,8 @@ def recycling() -> Iterator[Recycler]:
 
 
 def give(t: object) -> None:
-    """Keep ``t`` for reuse if it is a large tensor that nothing else holds. Call it as ``give(d.pop(k))``
-    or ``give(x.attr)`` after clearing it: the argument must be the only reference."""
+    """Keep ``t`` for reuse if it is a large tensor that nothing else holds. The argument must be the only
+    reference the caller has: ``give(values.pop(name))``, ``give(incoming.drop())``."""
     recycler = _active.get()
     if recycler is None or not isinstance(t, Tensor) or t.device.type != "cpu" or \
             t.numel() * t.element_size() < RECYCLE_FROM:
@@ -115,3 +115,10 @@ def out(shape: tuple[int, ...] | torch.Size, *operands: Tensor) -> dict[str, Ten
         return {}
     t = recycler.take(tuple(shape), numel, first.dtype, first.device)
     return {} if t is None else {"out": t}
+
+
+def broadcast_out(*operands: Tensor) -> dict[str, Tensor]:
+    """:func:`out` for an elementwise op of ``operands``: their broadcast shape."""
+    if _active.get() is None or not operands:
+        return {}
+    return out(torch.broadcast_shapes(*(o.shape for o in operands)), *operands)

@@ -26,6 +26,7 @@ from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..ops import recycling
+from ..ops.linalg import nonzero_rows
 from ..ir import Node
 from ..propagation import RULES, Rule
 from ..propagation.numerics import layout
@@ -62,8 +63,8 @@ def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absol
     a chunk of :data:`CHUNK` elements at a time above that size (the product is never held whole); a
     plain sum of two tensors of one shape is one fused dot: over their memory where they lie alike
     (:func:`in_memory_order`), else over flattened copies up to that size."""
+    flat = in_memory_order(x, g)
     if not absolute and not nan_safe and dtype is None:
-        flat = in_memory_order(x, g)
         if flat is not None:
             return torch.vdot(*flat)
         if x.shape == g.shape and x.dtype == g.dtype and x.numel() <= CHUNK:
@@ -73,9 +74,8 @@ def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absol
         p = p.to(dtype) if dtype is not None else p
         p = p.abs() if absolute else p
         return torch.nansum(p) if nan_safe else p.sum()
-    if in_memory_order(x, g) is None:     # chunks of the flattened tensors: copies, the product never whole
-        x, g = x.contiguous(), g.contiguous()
-    xf, gf = in_memory_order(x, g)
+    # chunks of the flattened tensors (copies where they lie differently), the product never whole
+    xf, gf = flat if flat is not None else (x.reshape(-1), g.reshape(-1))
     total = torch.zeros((), dtype=dtype or x.dtype, device=x.device)
     for i in range(0, xf.numel(), CHUNK):
         p = xf[i:i + CHUNK] * gf[i:i + CHUNK]
@@ -127,11 +127,12 @@ class Ledger:
     def product(self, x: Tensor, g: Tensor, absolute: bool = False) -> int:
         """Σ x ⊙ g (``absolute``: Σ|x ⊙ g|), :func:`product_sum`. Two tensors lying alike in memory
         (:func:`in_memory_order`) sum as one dot over it, whatever their shape: keyed by the memory alone."""
-        if not absolute and not self.nan_safe and in_memory_order(x, g) is not None:
-            key: tuple = ("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel())
-        else:
-            key = ("product", absolute, layout(x), layout(g))
-        return self._entry(key, (x, g), lambda: product_sum(x, g, absolute=absolute, nan_safe=self.nan_safe))
+        flat = None if absolute or self.nan_safe else in_memory_order(x, g)
+        if flat is not None:
+            return self._entry(("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel()), (x, g),
+                               lambda: torch.vdot(*flat))
+        return self._entry(("product", absolute, layout(x), layout(g)), (x, g),
+                           lambda: product_sum(x, g, absolute=absolute, nan_safe=self.nan_safe))
 
     def arriving(self, a: Incoming, mass: bool = False) -> int:
         """Σ R (``mass``: Σ|R|) of the relevance arriving at a value, without multiplying a signal out."""
@@ -289,7 +290,6 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         read, schedule = binding.walks[key][1]
         for v in [v for v in env if v not in read and v not in plan.constants]:
             del env[v]
-    site = inputs = contributions = None
     arriving: list[Incoming | None] = []
     for i, visit in enumerate(visits):
         site = inputs = contributions = None    # the last node's: they would hold its tensors
@@ -447,8 +447,7 @@ def _seeded_sum(output: Tensor, seed: Tensor) -> Tensor:
     one pass over the seed (its rows' extremes; then the few rows that hold any)."""
     if output.shape == seed.shape and output.numel() > CHUNK:
         rows_of = seed.reshape(-1, seed.shape[-1])
-        low, high = torch.aminmax(rows_of, dim=-1)
-        rows = ((low != 0) | (high != 0)).nonzero().squeeze(-1)
+        rows = nonzero_rows(rows_of)
         if rows.numel() <= 2:
             picked = rows_of[rows]
             if int(torch.count_nonzero(picked)) <= 2:
