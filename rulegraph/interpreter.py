@@ -45,6 +45,10 @@ SHAPE_CACHE_SIZE = 32
 #: how many cheap ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`): attention's
 #: scale, mask, softmax and casts after its scores (five in a Llama export)
 RECOMPUTE_DEPTH = 6
+#: the smallest value (bytes) the forward frees because a pass computes it again (:meth:`Plan.recomputable`,
+#: :meth:`Plan.spillable`): below it, holding the value costs little memory, while computing it again
+#: costs a fresh allocation and the op (7–15% of a 128-token explanation of a 6-layer BERT)
+SPILL_FROM = 1 << 20
 #: the smallest input (bytes) an elementwise op writes its output into (:func:`_donor`): below it a fresh
 #: tensor comes from the allocator's free lists, cheaper than the checks (glibc's default mmap threshold)
 DONATE_FROM = 1 << 17
@@ -107,11 +111,15 @@ class Step:
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
-def _outgrew(env: dict[str, Any], node: Node, name: str) -> bool:
-    """Whether value ``name`` that ``node`` just made has more elements than its value inputs together."""
+def _spilled(env: dict[str, Any], step: Step, name: str) -> bool:
+    """Whether the forward frees value ``name``, which ``step`` just made and a pass can compute again: where
+    it has at least :data:`SPILL_FROM` bytes and, made by a product of two activations
+    (:attr:`~rulegraph.ops.OpSpec.outgrows`), more elements than its value inputs together."""
     out = env[name]
-    return isinstance(out, Tensor) and out.numel() > sum(
-        env[v].numel() for v in node.inputs if v and isinstance(env.get(v), Tensor))
+    if not isinstance(out, Tensor) or out.numel() * out.element_size() < SPILL_FROM:
+        return False
+    return not step.spec.outgrows or out.numel() > sum(
+        env[v].numel() for v in step.node.inputs if v and isinstance(env.get(v), Tensor))
 
 
 def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ...]) -> Tensor | None:
@@ -281,9 +289,8 @@ class Plan:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs; an elementwise op writes its output into an input that dies there,
-        :func:`_donor`). Of ``keep``, the values of ``spill`` (:meth:`spillable`) are
-        freed too where they came out larger than their producer's inputs together; a pass computes
-        them again (:meth:`recompute`).
+        :func:`_donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`, :meth:`spillable`) are
+        freed too where they are large (:func:`_spilled`); a pass computes them again (:meth:`recompute`).
 
         ``overrides`` maps value names to tensors used in place of what the graph would
         compute (e.g. embedding vectors replaced by interpolations, for integrated
@@ -346,13 +353,13 @@ class Plan:
             for step in steps:
                 self._execute(step, env, statics, budget)
             return
-        held: set[str] = set()          # values of ``spill`` that did not outgrow their inputs: kept
+        held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
         for step, (dead, made, donors) in zip(steps, self._free_schedule(steps, keep, spill)):
             if donors and held:
                 donors = tuple(i for i in donors if step.node.inputs[i] not in held)
             self._execute(step, env, statics, budget, donors)
             if made:
-                held.update(v for v in made if not _outgrew(env, step.node, v))
+                held.update(v for v in made if not _spilled(env, step, v))
             for v in dead:
                 if v not in held:
                     recycling.give(env.pop(v, None))        # a donor (:func:`_donor`) is gone already
@@ -388,9 +395,9 @@ class Plan:
         named in ``producers`` (nodes whose own inputs the pass reads later than the value), from two or
         more value inputs, all in ``keep`` (a product with a weight matrix is not one; ``keep`` here counts
         what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward
-        frees such a value where it has more elements than those inputs together (:meth:`run`'s
-        ``spill``): Q·Kᵀ at L × L from Q and K at L × d is freed, P·V at L × d is kept. The recomputation runs the same kernel on the same
-        tensors, so it equals the forward's value bit for bit."""
+        frees such a value where it is large and has more elements than those inputs together (:meth:`run`'s
+        ``spill``, :func:`_spilled`): Q·Kᵀ at L × L from Q and K at L × d is freed, P·V at L × d is kept. The
+        recomputation runs the same kernel on the same tensors, so it equals the forward's value bit for bit."""
         key = ("spillable", keep, producers, spare)
         if key not in self._schedules:
             found = set()
@@ -414,7 +421,8 @@ class Plan:
         reads later than the value, so they are still there), from inputs kept or themselves
         recomputable, at most ``depth`` ops deep; never a value of ``spare``. An attention's probabilities
         are one: the scale, mask, softmax and cast after its scores are recomputed from them, and the
-        scores from the queries and keys where they outgrew them (:meth:`spillable`)."""
+        scores from the queries and keys where they outgrew them (:meth:`spillable`). The forward frees
+        them where they are large (:meth:`run`'s ``spill``, :func:`_spilled`)."""
         key = ("recomputable", keep, producers, spare, depth)
         if key not in self._schedules:
             levels: dict[str, int] = {}

@@ -141,8 +141,8 @@ class Pass:
 
     @classmethod
     def spills(cls, binding: Binding, plan: Plan) -> frozenset[str]:
-        """Of :meth:`keeps`, the values the forward frees where they outgrow their inputs, because the
-        pass computes them again (default: none; see :meth:`~rulegraph.interpreter.Plan.spillable`)."""
+        """Of :meth:`keeps`, the values the forward frees where they are large, because the pass computes
+        them again (default: none; see :meth:`~rulegraph.interpreter.Plan.run`'s ``spill``)."""
         return frozenset()
 
     @classmethod

@@ -97,14 +97,14 @@ class Ledger:
 
     def __init__(self, nan_safe: bool, eager: bool):
         self.nan_safe = nan_safe
-        self.eager = eager          # entries may be read as they are made (CPU: no device sync to fear)
-        self.entries: list[Tensor] = []
+        self.eager = eager          # entries are read as they are made (CPU: no device sync to fear)
+        self.entries: list[Tensor | float] = []         # floats where ``eager``, else 0-d tensors
         self.values: list[float] = []
         self._taken: dict[tuple, tuple[tuple, int]] = {}     # key → (weak references, entry)
 
     def now(self, indices: list[int]) -> float:
         """The sum of some entries, read immediately (only where ``eager``)."""
-        return sum(self.entries[i].item() for i in indices)
+        return sum(self.entries[i] for i in indices)
 
     def _entry(self, key: tuple, tensors: tuple[Tensor, ...], compute: Callable[[], Tensor]) -> int:
         """The entry ``key`` names: an earlier one while the tensors it was taken from are alive (so their
@@ -112,7 +112,8 @@ class Ledger:
         taken = self._taken.get(key)
         if taken is not None and all(ref() is not None for ref in taken[0]):
             return taken[1]
-        self.entries.append(compute())
+        value = compute()
+        self.entries.append(value.item() if self.eager else value)
         self._taken[key] = (tuple(weakref.ref(t) for t in tensors), len(self.entries) - 1)
         return len(self.entries) - 1
 
@@ -146,7 +147,9 @@ class Ledger:
         return self.product(x, c.signal)
 
     def settle(self) -> None:
-        if self.entries:
+        if self.eager:
+            self.values = list(self.entries)
+        elif self.entries:
             self.values = torch.stack(self.entries).tolist()
 
     def __call__(self, indices: list[int]) -> float:
@@ -313,7 +316,7 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
             continue
         step = visit.step
         for v in (*node.inputs, *node.outputs):
-            if v and v not in env:              # not kept by the forward (Plan.recomputable)
+            if v and v not in env:              # freed by the forward (RelevancePass.spills)
                 plan.recompute(env, v)
         inputs = env.arguments(step)
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
@@ -469,25 +472,16 @@ class RelevancePass(Pass):
     """Relevance from the explained output back to the boundary, by the rule set's relevance rules."""
 
     @classmethod
-    def keeps(cls, binding: Binding, plan: Plan) -> frozenset[str]:
-        """Every value a reached node touches, less those the walk recomputes when it reaches them
-        (:meth:`~rulegraph.interpreter.Plan.recomputable`: cheap arithmetic on kept values); the boundary,
-        the outputs, the lookups' index values and the experts' routing weights are kept."""
-        key = ("keeps", id(plan))
-        if key not in binding.walks or binding.walks[key][0] is not plan:
-            needed = binding.needed_values
-            binding.walks[key] = (plan, needed - plan.recomputable(needed, frozenset(n.name for n in binding.reached),
-                                                                   _spare(binding)))
-        return binding.walks[key][1]
-
-    @classmethod
     def spills(cls, binding: Binding, plan: Plan) -> frozenset[str]:
-        """The products of two activations the forward frees where they outgrow their inputs (attention
-        scores: :meth:`~rulegraph.interpreter.Plan.spillable`); the walk computes them again."""
+        """The values the forward frees where they are large, because the walk computes them again when it
+        reaches them, bit for bit: cheap arithmetic on kept values (an attention's scale, mask, softmax
+        and casts: :meth:`~rulegraph.interpreter.Plan.recomputable`) and the products of two activations
+        that outgrew their inputs (its scores: :meth:`~rulegraph.interpreter.Plan.spillable`); the
+        boundary, the outputs, the lookups' index values and the experts' routing weights are kept."""
         key = ("spills", id(plan))
         if key not in binding.walks or binding.walks[key][0] is not plan:
-            binding.walks[key] = (plan, plan.spillable(binding.needed_values, frozenset(n.name for n in binding.reached),
-                                                       _spare(binding)))
+            needed, reached, spare = binding.needed_values, frozenset(n.name for n in binding.reached), _spare(binding)
+            binding.walks[key] = (plan, plan.recomputable(needed, reached, spare) | plan.spillable(needed, reached, spare))
         return binding.walks[key][1]
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:

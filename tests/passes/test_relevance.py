@@ -259,6 +259,25 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
     assert ledger.contribution(Contribution(signal=torch.ones(6, 4, dtype=F64)), x) == len(ledger.values)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_the_ledger_reads_the_same_figures_as_it_goes_or_at_the_end(dtype):
+    """On the CPU each entry is read as it is made (``eager``); on other devices the 0-d sums are kept and
+    read in one sync at :meth:`settle`: the same floats either way."""
+    from rulegraph.passes.relevance import Ledger
+    from rulegraph.propagation.signal import Contribution
+    torch.manual_seed(0)
+    pairs = [(torch.randn(7, 5, dtype=dtype), torch.randn(7, 5, dtype=dtype)) for _ in range(4)]
+    figures = []
+    for eager in (True, False):
+        ledger = Ledger(nan_safe=False, eager=eager)
+        entries = [ledger.contribution(Contribution(signal=g), x) for x, g in pairs] + \
+            [ledger.mass(x) for x, _ in pairs] + [ledger.total(g) for _, g in pairs]
+        ledger.settle()
+        figures.append([ledger([i]) for i in entries])
+        assert all(type(v) is float for v in ledger.values)
+    assert figures[0] == figures[1]
+
+
 @pytest.mark.parametrize("shape,order", [((6, 4), (1, 0)), ((2, 5, 3, 4), (0, 2, 1, 3)),
                                          ((2, 5, 3, 4), (3, 1, 0, 2)), ((1, 5, 1, 4), (2, 3, 0, 1))])
 def test_tensors_lying_alike_sum_as_one_dot_over_their_memory(shape, order):
