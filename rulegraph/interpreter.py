@@ -47,7 +47,7 @@ SHAPE_CACHE_SIZE = 32
 RECOMPUTE_DEPTH = 6
 #: the smallest value (bytes) the forward frees because a pass computes it again (:meth:`Plan.recomputable`,
 #: :meth:`Plan.spillable`): below it, holding the value costs little memory, while computing it again
-#: costs a fresh allocation and the op (7–15% of a 128-token explanation of a 6-layer BERT)
+#: costs a fresh allocation and the op (8–12% of a 128-token AttnLRP explanation of a 6-layer BERT)
 SPILL_FROM = 1 << 20
 #: the smallest input (bytes) an elementwise op writes its output into (:func:`_donor`): below it a fresh
 #: tensor comes from the allocator's free lists, cheaper than the checks (glibc's default mmap threshold)

@@ -7,9 +7,10 @@ constants) are absorbed. The walk stops at the boundary values, where the
 explanation is read.
 
 With the audit on, every contribution is also reduced to its sum — one reduction of
-the actual tensor, kept as a 0-d tensor in a :class:`Ledger` — and the nodes and
-edges record which ledger entries are theirs. :func:`finish` turns the whole ledger
-into numbers with a single device sync.
+the actual tensor, kept in a :class:`Ledger` — and the nodes and edges record which
+ledger entries are theirs. On the CPU each sum is read as it is made; elsewhere it is
+kept as a 0-d tensor, and :func:`finish` turns the whole ledger into numbers with a
+single device sync.
 """
 from __future__ import annotations
 
@@ -481,7 +482,8 @@ class RelevancePass(Pass):
         key = ("spills", id(plan))
         if key not in binding.walks or binding.walks[key][0] is not plan:
             needed, reached, spare = binding.needed_values, frozenset(n.name for n in binding.reached), _spare(binding)
-            binding.walks[key] = (plan, plan.recomputable(needed, reached, spare) | plan.spillable(needed, reached, spare))
+            binding.walks[key] = (plan, plan.recomputable(needed, reached, spare) |
+                                  plan.spillable(needed, reached, spare))
         return binding.walks[key][1]
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
