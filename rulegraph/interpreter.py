@@ -267,7 +267,7 @@ class Plan:
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         if donor is None and step.spec.into is not None and \
-                (count if count >= 0 else args[0].numel()) * self._itemsize >= recycling.RECYCLE_FROM:
+                recycling.large(count if count >= 0 else args[0].numel(), self._itemsize):
             # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
             donor = recycling.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:

@@ -51,7 +51,7 @@ def _mul_vjp(grads, inputs, outputs, wants, **_):
 def _times(g: Tensor, x: Tensor) -> Tensor:
     """``g * x``, into a large tensor the explanation has finished with where ``g`` is one of that size
     (:mod:`.recycling`)."""
-    if g.numel() * g.element_size() < recycling.RECYCLE_FROM or not isinstance(x, Tensor):
+    if not recycling.large(g.numel(), g.element_size()) or not isinstance(x, Tensor):
         return g * x
     return torch.mul(g, x, **recycling.broadcast_out(g, x))
 

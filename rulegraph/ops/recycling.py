@@ -32,6 +32,11 @@ HELD_BYTES = 1 << 30
 _active: ContextVar["Recycler | None"] = ContextVar("rulegraph_recycler", default=None)
 
 
+def large(numel: int, itemsize: int) -> bool:
+    """Whether a tensor of ``numel`` elements of ``itemsize`` bytes is one this module recycles."""
+    return numel * itemsize >= RECYCLE_FROM
+
+
 class Recycler:
     """Dropped tensors by size, handed out again whole (a tensor of the same number of elements)."""
 
@@ -81,7 +86,7 @@ def give(t: object) -> None:
     reference the caller has: ``give(values.pop(name))``, ``give(incoming.drop())``."""
     recycler = _active.get()
     if recycler is None or not isinstance(t, Tensor) or t.device.type != "cpu" or \
-            t.numel() * t.element_size() < RECYCLE_FROM:
+            not large(t.numel(), t.element_size()):
         return
     count = getattr(torch._C, "_storage_Use_Count", None)
     if count is None or t.requires_grad or t._is_view() or not t.is_contiguous() or t.storage_offset() or \
@@ -108,7 +113,7 @@ def out(shape: tuple[int, ...] | torch.Size, *operands: Tensor) -> dict[str, Ten
     numel = 1
     for n in shape:
         numel *= n
-    if numel * first.element_size() < RECYCLE_FROM or not first.is_floating_point():
+    if not large(numel, first.element_size()) or not first.is_floating_point():
         return {}
     if any(o.dtype != first.dtype or o.device != first.device or _transformed(o) for o in operands) or \
             torch.is_grad_enabled() and any(o.requires_grad for o in operands):

@@ -11,6 +11,7 @@ import torch
 
 import rulegraph
 import tiny
+from rulegraph import interpreter
 from rulegraph.ops import recycling
 
 F64 = torch.float64
@@ -109,11 +110,15 @@ def _same_bits_recycled(monkeypatch, graph, rules, feeds, **kw):
     assert all(torch.equal(p, r) for p, r in zip(plain, recycled, strict=True))
 
 
+@pytest.mark.parametrize("spill_from", [0, None])      # the walk computes the attention again, or finds it held
 @pytest.mark.parametrize("rules", ["attnlrp", "cp-lrp", "gi"])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_recycling_every_tensor_changes_no_bit(language_model, rules, dtype, monkeypatch):
+def test_recycling_every_tensor_changes_no_bit(language_model, rules, dtype, spill_from, monkeypatch):
     """The same kernels write into kept tensors: relevance and every audit figure are byte-identical to an
-    explanation that keeps none; and it did keep some (the test can fail)."""
+    explanation that keeps none; and it did keep some (the test can fail). With ``SPILL_FROM`` at 0 the
+    values the walk computes again are written into kept tensors too."""
+    if spill_from is not None:
+        monkeypatch.setattr(interpreter, "SPILL_FROM", spill_from)
     feeds = tiny.token_inputs(("input_ids", "attention_mask"), length=12)
     _same_bits_recycled(monkeypatch, rulegraph.load(language_model), rules, feeds, dtype=dtype)
 
