@@ -287,3 +287,23 @@ def dynamic_quantize_lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, i
                 dequantized_weight(r, r_scale, r_zero_point, x.dtype), b, sequence_lens, initial_h, initial_c, p,
                 activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
                 clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget)
+
+
+#: per op: the cell it runs; the inputs holding weights, bias and peepholes (which rules hold constant)
+#: and the inputs holding the sequence and the initial states (which can carry relevance)
+CELL_OPS = {"LSTM": "LSTM", "GRU": "GRU", "RNN": "RNN", "DynamicQuantizeLSTM": "LSTM"}
+STATE_INPUTS = (0, 5, 6)
+
+
+def cell(op_type: str, inputs: list, attrs: dict) -> tuple[str, list, dict]:
+    """The ONNX cell a recurrent node runs and :func:`unroll`'s arguments for it: ``(kind, [X, W, R, B,
+    sequence_lens, initial_h, initial_c, P], attributes)``, DynamicQuantizeLSTM's weights dequantized."""
+    kind = CELL_OPS[op_type]
+    args = list(inputs[:8]) + [None] * (8 - min(len(inputs), 8))
+    if op_type == "DynamicQuantizeLSTM":
+        w_scale, w_zero, r_scale, r_zero = (list(inputs[8:]) + [None] * 4)[:4]
+        args[1] = dequantized_weight(args[1], w_scale, w_zero, args[0].dtype)
+        args[2] = dequantized_weight(args[2], r_scale, r_zero, args[0].dtype)
+    kwargs = dict(attrs)
+    kwargs["activations_"] = kwargs.pop("activations", None)
+    return kind, args, kwargs
