@@ -45,10 +45,12 @@ Tensor = torch.Tensor
 
 
 def _epsilon(r: Tensor, z: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-    """The ε-rule's ratio ``s = r / (z + ε·sign z)`` (0 where ``r`` is) and what the stabiliser absorbs."""
+    """The ε-rule's ratio ``s = r / (z + ε·sign z)`` and what the stabiliser absorbs; where the denominator
+    vanishes (ε = 0 and z = 0), ``s = 0`` and all of ``r`` is absorbed (LRP's 0/0 := 0, booked)."""
     stabilized = stabilize(z, epsilon)
-    s = torch.where(r == 0, torch.zeros_like(r), r / torch.where(stabilized == 0, 1.0, stabilized))
-    return s, s * (stabilized - z)
+    zero = stabilized == 0
+    s = torch.where(zero, torch.zeros_like(r), r / torch.where(zero, 1.0, stabilized))
+    return s, s * (stabilized - z) + torch.where(zero, r, torch.zeros_like(r))
 
 
 @relevance_rule("recurrent")

@@ -242,3 +242,23 @@ def test_the_rule_refuses_weights_that_depend_on_the_input():
     assert "must be constants" in rule.check(node, spec, [True, True, False])
     assert rule.check(node, spec, [True, False, False]) is None
     assert "applies to" in rule.check(Node("m", "MatMul", ("a", "b"), ("y",), {}), lookup("MatMul"), [True, False])
+
+
+def test_a_vanishing_denominator_books_its_relevance_as_absorbed():
+    """ε = 0 and an RNN pre-activation exactly 0 (zero input, zero weights and state): the step's relevance
+    reaches no input and is absorbed, so the node still conserves."""
+    spec = lookup("RNN")
+    attrs = {**spec.defaults}
+    x = torch.zeros(2, 1, 2, dtype=torch.float64)
+    inputs = [x, torch.ones(1, 1, 2, dtype=torch.float64), torch.ones(1, 1, 1, dtype=torch.float64)]
+    outs = spec.forward(*inputs, **attrs)
+    node = Node("n", "RNN", ("x", "w", "r"), ("y", "yh"), attrs)
+    incoming = []
+    for o in outs:
+        incoming.append(Incoming(o))
+        incoming[-1].add(Contribution(relevance=torch.ones_like(o)))
+    site = Site(node=node, spec=spec, attrs=attrs, inputs=inputs, outputs=list(outs), tainted=[True, False, False],
+                incoming=incoming)
+    got = RULES["relevance"].get("recurrent")(epsilon=0.0).propagate(site)
+    assert float(got[0].tensor(x).abs().sum()) == 0.0
+    assert float(sum(t.sum() for t in site.absorbed)) == pytest.approx(3.0)
