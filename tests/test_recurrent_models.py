@@ -152,6 +152,9 @@ def test_gi_equals_autograd_gradient_times_input(exported):
             for d, suffix in enumerate(("", "_reverse")):
                 i, o, f, c = w[d].chunk(4)
                 getattr(model.rnn, f"weight_{'ih' if k == 0 else 'hh'}_l0{suffix}").data = torch.cat([i, f, c, o])
+        head = (init["head.weight_Transposed_quantized"].astype(np.float64)
+                - init["head.weight_Transposed_zero_point"]) * init["head.weight_Transposed_scale"]
+        model.head.weight.data = torch.from_numpy(head.T.copy())
     words = _dequantized_embedding(module, path, quantized)[IDS].requires_grad_(True)
     logits = model(inputs_embeds=words)
     picked = logits[torch.arange(len(IDS)), position, e.target] if position is not None else \
@@ -159,7 +162,7 @@ def test_gi_equals_autograd_gradient_times_input(exported):
     grad, = torch.autograd.grad(picked.sum(), words)
     expected = (grad * words).sum(-1).detach()
     got = e.relevance["input_ids"]
-    tolerance = 2e-2 if quantized else 1e-9     # quantized: the head's input is rounded to uint8 (held constant)
+    tolerance = 1e-9
     torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance * float(expected.abs().max()))
 
 
