@@ -52,6 +52,7 @@ MODELS = {
     "gru_classifier": dict(cell="GRU", bidirectional=False),
     "rnn_bidirectional_classifier": dict(cell="RNN", bidirectional=True),
     "lstm_bidirectional_classifier_quantized": dict(cell="LSTM", bidirectional=True, quantized=True),
+    "gru_two_layer_bidirectional_tagger_dynamo": dict(cell="GRU", bidirectional=True, layers=2, tagger=True, dynamo=True),
 }
 IDS = torch.tensor([[3, 17, 8, 25, 1, 9, 14], [22, 4, 4, 11, 28, 6, 2]])
 
@@ -60,12 +61,18 @@ IDS = torch.tensor([[3, 17, 8, 25, 1, 9, 14], [22, 4, 4, 11, 28, 6, 2]])
 def exported(request, tmp_path_factory):
     spec = dict(MODELS[request.param])
     quantized = spec.pop("quantized", False)
+    dynamo = spec.pop("dynamo", False)
     module = Recurrent(**spec).eval()
     path = tmp_path_factory.mktemp(request.param) / "model.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (IDS,), str(path), input_names=["input_ids"], output_names=["logits"],
-                          dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}}, dynamo=False, opset_version=17)
+        if dynamo:
+            tokens = torch.export.Dim("tokens", min=2, max=64)
+            torch.onnx.export(module, (IDS,), str(path), input_names=["input_ids"], output_names=["logits"],
+                              dynamic_shapes={"input_ids": {1: tokens}}, dynamo=True, verbose=False)
+        else:
+            torch.onnx.export(module, (IDS,), str(path), input_names=["input_ids"], output_names=["logits"],
+                              dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}}, dynamo=False, opset_version=17)
     if quantized:
         from onnxruntime.quantization import quantize_dynamic
         float_path, path = path, path.with_name("model.quant.onnx")
@@ -181,6 +188,8 @@ def test_rule_set_conserves_or_check_refuses_with_explain(exported, rules):
         if rules in RECURRENT_SETS:
             assert cells and all(n.conserving and n.relative_error <= 1e-10 for n in cells), (rules, cells)
             assert c.relative_error <= 1e-10 and c.breaks == 0.0, (rules, c)
+            e32 = rulegraph.explain(graph, rules, {"input_ids": IDS}, position=position)    # float32: within the audit's tolerance
+            assert not e32.audit.unexpected and e32.audit.conservation.relative_error <= 1e-5
         else:
             assert not cells
         return

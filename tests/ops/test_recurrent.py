@@ -188,3 +188,20 @@ def test_dynamic_quantize_lstm_is_the_lstm_of_its_dequantized_weights(directions
     got64 = run_rulegraph(model, feeds, dtype=torch.float64)
     for g, g64 in zip(got, got64):
         np.testing.assert_allclose(g64.numpy(), g.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs, expected", [
+    ({"activations": ["Sigmoid", "Gelu", "Tanh"]}, "activation 'Gelu' is not one of ONNX's recurrent activations"),
+    ({"activations": ["Sigmoid", "Tanh"]}, "LSTM takes 3 activations (3 per direction), got 2"),
+    ({"direction": "bidirectional"}, "W has 1 directions, direction='bidirectional' needs 2"),
+])
+def test_a_bad_cell_is_refused_in_one_line_naming_the_node(attrs, expected):
+    import rulegraph
+    from rulegraph.errors import RulegraphError
+
+    c = Case("LSTM", inputs("LSTM"), attrs={"hidden_size": H, **attrs}, n_outputs=3, opset=14, check=False)
+    model, feeds = build(c, "data")
+    with pytest.raises(RulegraphError) as refused:
+        rulegraph.run(rulegraph.load(model), {k: torch.from_numpy(v) for k, v in feeds.items()})
+    message = str(refused.value)
+    assert "\n" not in message and "(LSTM)" in message and expected in message, message
