@@ -28,8 +28,8 @@ from .spec import op
 
 Tensor = torch.Tensor
 
-#: ONNX's recurrent activations: name → (function of (x, alpha, beta), its default alpha and beta, how many
-#: of ``activation_alpha`` / ``activation_beta`` it consumes)
+#: ONNX's recurrent activations: name → (function of (x, alpha, beta), default alpha, default beta); one
+#: without a default does not take that parameter and consumes no ``activation_alpha`` / ``activation_beta``
 ACTIVATIONS = {
     "Sigmoid": (lambda x, a, b: torch.sigmoid(x), None, None),
     "Tanh": (lambda x, a, b: torch.tanh(x), None, None),
@@ -45,8 +45,8 @@ ACTIVATIONS = {
 }
 _BY_LOWER = {k.lower(): k for k in ACTIVATIONS}
 
-#: per cell: gates per hidden unit, ONNX's default activations per direction, state count
-CELLS = {"LSTM": (4, ("Sigmoid", "Tanh", "Tanh")), "GRU": (3, ("Sigmoid", "Tanh")), "RNN": (1, ("Tanh",))}
+#: per cell: ONNX's default activations of one direction (``f, g, h`` / ``f, g`` / ``f``)
+DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 
 
@@ -63,8 +63,8 @@ class Activation:
 def activations(kind: str, attrs_activations, alphas, betas, directions: int) -> list[list[Activation]]:
     """Per direction, the cell's activations (``f, g, h`` of an LSTM; ``f, g`` of a GRU; ``f`` of an RNN),
     each consuming ``activation_alpha`` / ``activation_beta`` in order where it takes them."""
-    per = len(CELLS[kind][1])
-    names = list(attrs_activations) if attrs_activations else list(CELLS[kind][1]) * directions
+    per = len(DEFAULT_ACTIVATIONS[kind])
+    names = list(attrs_activations) if attrs_activations else list(DEFAULT_ACTIVATIONS[kind]) * directions
     names = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
     if len(names) == per and directions == 2:
         names = names * 2
@@ -207,6 +207,8 @@ def unroll(kind: str, x, w, r, b=None, sequence_lens=None, initial_h=None, initi
         initial_h = None if initial_h is None else initial_h.transpose(0, 1)
         initial_c = None if initial_c is None else initial_c.transpose(0, 1)
     hidden = r.shape[-1]
+    if hidden_size and hidden_size != hidden:
+        raise ValueError(f"hidden_size={hidden_size} but R holds a hidden size of {hidden}")
     batch = x.shape[1]
     acts = activations(kind, activations_, activation_alpha, activation_beta, directions)
     zeros = x.new_zeros((directions, batch, hidden))

@@ -23,7 +23,7 @@ GRU, ``h_t = (1 − u) ⊙ n + u ⊙ h_{t−1}`` (``u`` the update gate), the ca
     R(n) = (1 − u) ⊙ n ⊙ s,  R(h_{t−1}) = u ⊙ h_{t−1} ⊙ s        (s at h_t)
     R(x_t) = x_t ⊙ (s' W_n),  R(h_{t−1}) += h_{t−1} ⊙ r ⊙ (s' R_n)  (s' = R(n) / stab(z_n))
 
-RNN, ``h_t = f(x W_ᵀ + h_{t−1} Rᵀ + b)``: the ε-rule on the linear map, identity through ``f``.
+RNN, ``h_t = f(x Wᵀ + h_{t−1} Rᵀ + b)``: the ε-rule on the linear map, identity through ``f``.
 
 The relevance arriving at ``Y`` joins each step's state, at ``Y_h`` the last state, at ``Y_c`` the last
 cell. What the biases and the stabilisers take is absorbed, and so is what reaches a constant initial

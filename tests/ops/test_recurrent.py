@@ -194,6 +194,7 @@ def test_dynamic_quantize_lstm_is_the_lstm_of_its_dequantized_weights(directions
     ({"activations": ["Sigmoid", "Gelu", "Tanh"]}, "activation 'Gelu' is not one of ONNX's recurrent activations"),
     ({"activations": ["Sigmoid", "Tanh"]}, "LSTM takes 3 activations (3 per direction), got 2"),
     ({"direction": "bidirectional"}, "W has 1 directions, direction='bidirectional' needs 2"),
+    ({"hidden_size": H + 1}, f"hidden_size={H + 1} but R holds a hidden size of {H}"),
 ])
 def test_a_bad_cell_is_refused_in_one_line_naming_the_node(attrs, expected):
     import rulegraph
