@@ -215,3 +215,21 @@ def test_the_quantized_embedding_moved_before_its_dequantization_becomes_a_float
     readers = {n.op for n in graph.nodes if gathers[0].outputs[0] in n.inputs}
     assert "Transpose" in readers and "DequantizeLinear" not in readers
     assert {"DequantizeLinear"} & {n.op_type for n in onnx.load(path).graph.node}     # it was quantized
+
+
+def test_the_command_line_checks_and_refuses_alike(exported, capsys):
+    """``rulegraph check`` passes a set with an entry for the cells and names the cell where a set has
+    none; ``rulegraph explain`` refuses that set with the same reason, in one line (exit 2)."""
+    from rulegraph.cli import main
+    name, _, path, _ = exported
+    if name != "gru_classifier":
+        pytest.skip("one model is enough for the command line")
+    assert main(["check", path, "-r", "epsilon"]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["check", path, "-r", "decomposition"]) != 0
+    checked = " ".join(capsys.readouterr().out.split())
+    code = main(["explain", path, "-r", "decomposition", "-i", "input_ids=3,17,8,25"])
+    refused = capsys.readouterr()
+    assert code == 2 and "Traceback" not in refused.out + refused.err
+    line = " ".join((refused.out + refused.err).split())
+    assert "/rnn/GRU" in line and "GRU" in checked and line.split("rule 'linear' cannot apply", 1)[-1] in checked
