@@ -233,12 +233,18 @@ def unroll(kind: str, x, w, r, b=None, sequence_lens=None, initial_h=None, initi
     return (tuple(outs), records) if keep else tuple(outs)
 
 
+def _size(args: list, attrs: dict) -> int:
+    """Elements of ``Y``: steps × batch × directions × hidden (either layout), before the cell runs."""
+    x, r = args[0], args[2]
+    return x.shape[0] * x.shape[1] * r.shape[0] * r.shape[-1]
+
+
 def _attrs(kwargs: dict) -> dict:
     kwargs["activations_"] = kwargs.pop("activations")
     return kwargs
 
 
-@op("LSTM")
+@op("LSTM", size=_size)
 def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *, activation_alpha=None,
          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
          input_forget=0, layout=0):
@@ -248,7 +254,7 @@ def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=
         direction=direction, hidden_size=hidden_size, input_forget=input_forget, layout=layout)))
 
 
-@op("GRU")
+@op("GRU", size=_size)
 def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
         activations=None, clip=None, direction="forward", hidden_size=None, layout=0, linear_before_reset=0):
     """ONNX GRU (gates ``zrh``): outputs ``Y, Y_h``."""
@@ -257,7 +263,7 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
         direction=direction, hidden_size=hidden_size, layout=layout, linear_before_reset=linear_before_reset)))
 
 
-@op("RNN")
+@op("RNN", size=_size)
 def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
         activations=None, clip=None, direction="forward", hidden_size=None, layout=0):
     """ONNX RNN (a simple recurrent cell ``H = f(X·Wᵀ + H·Rᵀ + b)``): outputs ``Y, Y_h``."""
