@@ -233,3 +233,72 @@ def test_the_command_line_checks_and_refuses_alike(exported, capsys):
     assert code == 2 and "Traceback" not in refused.out + refused.err
     line = " ".join((refused.out + refused.err).split())
     assert "/rnn/GRU" in line and "GRU" in checked and line.split("rule 'linear' cannot apply", 1)[-1] in checked
+
+
+def _masked_tagger(seed: int = 3):
+    """A hand-built bidirectional LSTM over token embeddings whose ``sequence_lens`` are the attention
+    mask's row sums (as Keras-style exports with masking have it), its last states to a linear head;
+    and the torch module with the same weights (ONNX gate order iofc, torch's ifgo)."""
+    from onnx import TensorProto, helper, numpy_helper
+    torch.manual_seed(seed)
+    embed = torch.nn.Embedding(VOCAB, EMBED)
+    lstm = torch.nn.LSTM(EMBED, HIDDEN, batch_first=True, bidirectional=True)
+    head = torch.nn.Linear(2 * HIDDEN, CLASSES)
+
+    def onnx_order(t):        # torch's i, f, g, o → ONNX's i, o, f, c
+        i, f, g, o = t.detach().chunk(4)
+        return torch.cat([i, o, f, g]).numpy()
+
+    w = np.stack([onnx_order(lstm.weight_ih_l0), onnx_order(lstm.weight_ih_l0_reverse)])
+    r = np.stack([onnx_order(lstm.weight_hh_l0), onnx_order(lstm.weight_hh_l0_reverse)])
+    b = np.stack([np.concatenate([onnx_order(getattr(lstm, f"bias_ih_l0{s}")), onnx_order(getattr(lstm, f"bias_hh_l0{s}"))])
+                  for s in ("", "_reverse")])
+    nodes = [
+        helper.make_node("Gather", ["E", "input_ids"], ["emb"], name="embed"),
+        helper.make_node("Transpose", ["emb"], ["x"], perm=[1, 0, 2], name="time_major"),
+        helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["lens64"], keepdims=0, name="lengths"),
+        helper.make_node("Cast", ["lens64"], ["lens"], to=TensorProto.INT32, name="lens"),
+        helper.make_node("LSTM", ["x", "W", "R", "B", "lens"], ["y", "y_h"], hidden_size=HIDDEN,
+                         direction="bidirectional", name="lstm"),
+        helper.make_node("Transpose", ["y_h"], ["h"], perm=[1, 0, 2], name="batch_major"),
+        helper.make_node("Reshape", ["h", "flat"], ["features"], name="flatten"),
+        helper.make_node("Gemm", ["features", "Wo", "bo"], ["logits"], transB=1, name="head"),
+    ]
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
+             (("E", embed.weight.detach().numpy()), ("W", w), ("R", r), ("B", b),
+              ("Wo", head.weight.detach().numpy()), ("bo", head.bias.detach().numpy()))]
+    inits += [numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+              numpy_helper.from_array(np.array([0, -1], np.int64), "flat")]
+    graph = helper.make_graph(nodes, "masked_lstm", [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "tokens"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", CLASSES])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, embed, lstm, head
+
+
+def test_sequence_lens_from_the_attention_mask():
+    """Rows padded after their length: the forward equals onnxruntime's, ``gi`` equals autograd through
+    torch's packed LSTM (the padding never read), and the ε set conserves with the padding's ids getting 0."""
+    model, embed, lstm, head = _masked_tagger()
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]])
+    feeds = {"input_ids": IDS, "attention_mask": mask}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {k: v.numpy() for k, v in feeds.items()})[0]
+    np.testing.assert_allclose(rulegraph.run(rulegraph.load(model), feeds)["logits"].numpy(), ref, rtol=1e-4, atol=2e-5)
+
+    e = rulegraph.explain(model, "gi", feeds, dtype=F64)
+    embed, lstm, head = embed.double(), lstm.double(), head.double()
+    words = embed.weight.detach()[IDS].requires_grad_(True)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(words, mask.sum(1), batch_first=True, enforce_sorted=False)
+    _, (h, _) = lstm(packed)
+    logits = head(h.transpose(0, 1).reshape(len(IDS), -1))
+    grad, = torch.autograd.grad(logits[torch.arange(len(IDS)), e.target].sum(), words)
+    torch.testing.assert_close(e.relevance["input_ids"], (grad * words).sum(-1).detach(), rtol=1e-9, atol=1e-12)
+
+    e = rulegraph.explain(model, "epsilon", feeds, dtype=F64)
+    c = e.audit.conservation
+    assert c.relative_error <= 1e-10 and c.breaks == 0.0 and not e.audit.unexpected
+    assert float(e.relevance["input_ids"][1, 4:].abs().max()) == 0.0          # past the row's length
+    assert float(e.relevance["input_ids"][1, :4].abs().max()) > 0.0
