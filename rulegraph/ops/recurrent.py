@@ -111,7 +111,8 @@ def _order(steps: int, batch: int, lens: Tensor | None, reverse: bool, device) -
 
 def _direction(kind: str, x: Tensor, w: Tensor, r: Tensor, b: Tensor | None, h0: Tensor, c0: Tensor | None,
                p: Tensor | None, lens: Tensor | None, reverse: bool, acts: list[Activation], clip: float | None,
-               linear_before_reset: int, input_forget: int, keep: bool) -> tuple[Tensor, Tensor, Tensor | None, Steps | None]:
+               linear_before_reset: int, input_forget: int,
+               keep: bool) -> tuple[Tensor, Tensor, Tensor | None, Steps | None]:
     """One direction over ``x`` ``[S, N, I]``: ``Y`` ``[S, N, H]`` (time order of ``x``), the last state and cell."""
     steps, batch = x.shape[0], x.shape[1]
     hidden = r.shape[-1]

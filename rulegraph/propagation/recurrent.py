@@ -105,7 +105,7 @@ class Recurrent(Rule):
             if given is not None and k < len(site.inputs) and parts[0] is not None:
                 t = torch.stack(parts)
                 out[k] = Contribution(relevance=t.transpose(0, 1) if layout else t)
-            elif parts and parts[0] is not None and site.audit:     # no initial state: zeros, relevance 0
+            elif parts and parts[0] is not None and site.audit:     # no initial state (zeros): absorbed
                 absorbed = absorbed + sum(p.sum() for p in parts)
         if site.audit:
             site.absorbed.append(absorbed)
