@@ -182,9 +182,9 @@ def test_dynamic_quantize_lstm_is_the_lstm_of_its_dequantized_weights(directions
     twin_model, twin_feeds = build(twin, "data")
     for g, ref in zip(got, run_ort(twin_model, twin_feeds)):
         np.testing.assert_allclose(g.numpy(), ref, rtol=2e-5, atol=2e-6)
-    for g, ref in zip(got, run_ort(model, feeds)):
+    for g, ref in zip(got, run_ort(model, feeds)):     # the kernel's uint8 activations: up to 1.2e-2 apart here
         assert g.shape == ref.shape
-        np.testing.assert_allclose(g.numpy(), ref, atol=0.05)
+        np.testing.assert_allclose(g.numpy(), ref, atol=0.025)
     got64 = run_rulegraph(model, feeds, dtype=torch.float64)
     for g, g64 in zip(got, got64):
         np.testing.assert_allclose(g64.numpy(), g.numpy(), rtol=1e-5, atol=1e-6)
