@@ -38,6 +38,7 @@ import torch
 from .audit import QUANTIZATION
 from .boundary import constant_value
 from .ir import Graph, Node
+from .ops import find
 from .ops.elementwise import dequantize_linear
 from .ops.quantization import RULEGRAPH_DOMAIN
 
@@ -141,7 +142,6 @@ def _fold_gathered_tables(rw: _Rewrite) -> None:
 def _dequantizing_consumers(rw: _Rewrite, value: str) -> list[tuple[Node | None, Node]] | None:
     """Every reader of ``value`` as ``(routing op or None, the per-tensor DequantizeLinear after it)``, all
     with the same scale and zero point; ``None`` where any reader is something else."""
-    from .ops import find
     users = rw.graph.consumers.get(value, [])
     if not users or value in rw.graph.outputs:
         return None
