@@ -38,6 +38,7 @@ import torch
 from .audit import QUANTIZATION
 from .boundary import constant_value
 from .ir import Graph, Node
+from .ops import find
 from .ops.elementwise import dequantize_linear
 from .ops.quantization import RULEGRAPH_DOMAIN
 
@@ -106,24 +107,63 @@ def _fold_constant_dequantize(rw: _Rewrite) -> None:
 
 
 def _fold_gathered_tables(rw: _Rewrite) -> None:
-    """``Gather(int table, ids) → DequantizeLinear(per tensor)``: a ``Gather`` of the dequantized table."""
+    """``Gather(int table, ids) → DequantizeLinear(per tensor)``: a ``Gather`` of the dequantized table.
+    The gathered integers may also reach a DequantizeLinear of the same scale and zero point through one
+    routing op (onnxruntime's quantize_dynamic of a batch-first recurrent cell: ``Transpose`` before its
+    dequantization): the routing op then moves the dequantized rows, which is the same numbers."""
     g = rw.graph
     for node in g.nodes:
         if node.op != "Gather" or rw.done(node) or rw.const(node.inputs[0]) is None \
                 or rw.const(node.inputs[0]).is_floating_point():
             continue
-        dq = rw.sole_consumer(node.outputs[0])
-        if dq is None or dq.op != "DequantizeLinear" or dq.inputs[0] != node.outputs[0] or rw.done(dq):
+        routes = _dequantizing_consumers(rw, node.outputs[0])
+        if routes is None:
             continue
-        params = [rw.const(v) for v in dq.inputs[1:] if v]
-        if any(p is None or p.numel() != 1 for p in params):
-            continue
+        dq = routes[0][1]
         table = _dequantized(rw, Node(dq.name, dq.op, (node.inputs[0], *dq.inputs[1:]), dq.outputs, dq.attrs))
         name = f"{node.inputs[0]}::dequantized"
         rw.constants[name] = table
-        rw.replaced[node.name] = [Node(node.name, "Gather", (name, node.inputs[1]), dq.outputs, dict(node.attrs),
+        rows = dq.outputs[0] if routes[0][0] is None else f"{node.outputs[0]}::dequantized"
+        rw.replaced[node.name] = [Node(node.name, "Gather", (name, node.inputs[1]), (rows,), dict(node.attrs),
                                        node.domain, node.scope)]
-        rw.dropped.add(dq.name)
+        for route, dequantize in routes:
+            if route is None:
+                if dequantize.outputs[0] != rows:
+                    rw.replaced[dequantize.name] = [Node(dequantize.name, "Identity", (rows,), dequantize.outputs,
+                                                         {}, "", dequantize.scope)]
+                else:
+                    rw.dropped.add(dequantize.name)
+            else:
+                rw.replaced[route.name] = [Node(route.name, route.op, (rows, *route.inputs[1:]), dequantize.outputs,
+                                                dict(route.attrs), route.domain, route.scope)]
+                rw.dropped.add(dequantize.name)
+
+
+def _dequantizing_consumers(rw: _Rewrite, value: str) -> list[tuple[Node | None, Node]] | None:
+    """Every reader of ``value`` as ``(routing op or None, the per-tensor DequantizeLinear after it)``, all
+    with the same scale and zero point; ``None`` where any reader is something else."""
+    users = rw.graph.consumers.get(value, [])
+    if not users or value in rw.graph.outputs:
+        return None
+    routes = []
+    for user, _ in users:
+        route = None
+        if user.op != "DequantizeLinear":
+            spec = find(user.op, user.domain)
+            if spec is None or not spec.routing or user.inputs[0] != value or value in user.inputs[1:]:
+                return None
+            route, user = user, rw.sole_consumer(user.outputs[0])
+            if user is None or user.op != "DequantizeLinear":
+                return None
+        if user.inputs[0] != (value if route is None else route.outputs[0]) or rw.done(user):
+            return None
+        if any(p is None or p.numel() != 1 for p in (rw.const(v) for v in user.inputs[1:] if v)):
+            return None
+        routes.append((route, user))
+    if len({tuple(d.inputs[1:]) for _, d in routes}) != 1 or len({id(r) for r, _ in routes if r}) != \
+            len([r for r, _ in routes if r]):
+        return None
+    return routes
 
 
 def _round_trip(x: str, error_inputs: tuple[str, ...], attrs: dict, out: str, name: str, scope: str) -> list[Node]:

@@ -74,7 +74,7 @@ What the relevance rules read from an :class:`OpSpec`:
 """
 from __future__ import annotations
 
-from . import elementwise, linalg, nn, reduce, sequence, shape, vision, quantization  # noqa: F401  (register the ops, in this order)
+from . import elementwise, linalg, nn, reduce, sequence, shape, vision, quantization, recurrent  # noqa: F401  (register the ops, in this order)
 from .spec import (REGISTRY, TRAITS, OpSpec, always, at_most_one, autograd_vjp, find, lookup, never, only, op, unbroadcast,
                    unsupported, vjp)
 

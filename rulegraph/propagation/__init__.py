@@ -11,10 +11,11 @@ its pass's registry (:data:`~rulegraph.propagation.base.RULES`); its dataclass f
 ``masked``      Mask-LRP's head mask on the AH rule (Song et al. 2024)
 ``components``  the decomposition pass's rules (Yang et al. 2023)
 ``quantized``   a quantized graph's quantize–dequantize round trip, the rounding absorbed
+``recurrent``   LSTM, GRU and RNN cells walked back in time: gates as weights (Arras et al. 2017)
 
 Adding a rule is one file (or one class in its family's file) plus its closed-form test.
 """
-from . import attnlrp, components, gradient, masked, modified, quantized, routing  # noqa: F401  (register on import)
+from . import attnlrp, components, gradient, masked, modified, quantized, recurrent, routing  # noqa: F401  (register on import)
 from .base import RULES, Rule, decomposition_rule, relevance_rule
 
 __all__ = ["RULES", "Rule", "decomposition_rule", "relevance_rule"]

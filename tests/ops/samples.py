@@ -261,3 +261,21 @@ sample("HardSigmoid", r(3, 4, away=0.1) * 2, fd=False)
 sample("HardSwish", r(3, 4, away=0.1) * 2, fd=False)
 sample("Resize", r(1, 2, 4, 5), None, [1.0, 1.0, 2.0, 1.5], attrs={"mode": "linear"}, name="linear")
 sample("Resize", r(1, 2, 4, 5), None, None, [1, 2, 6, 3], attrs={"mode": "nearest"}, name="nearest")
+
+# -- recurrent cells (their VJP is autograd through the recurrence; finite differences check it) ----------
+_H = 3
+sample("LSTM", r(4, 2, 3), r(2, 4 * _H, 3) * 0.6, r(2, 4 * _H, _H) * 0.6, r(2, 8 * _H), torch.tensor([4, 2], dtype=torch.int32),
+       r(2, 2, _H), r(2, 2, _H), r(2, 3 * _H), attrs={"direction": "bidirectional", "hidden_size": _H},
+       name="bidirectional_lens_peepholes")
+sample("LSTM", r(2, 4, 3), r(1, 4 * _H, 3) * 0.6, r(1, 4 * _H, _H) * 0.6, attrs={"layout": 1, "direction": "reverse"},
+       name="layout1_reverse")
+sample("GRU", r(4, 2, 3), r(2, 3 * _H, 3) * 0.6, r(2, 3 * _H, _H) * 0.6, r(2, 6 * _H), torch.tensor([3, 4], dtype=torch.int32),
+       r(2, 2, _H), attrs={"direction": "bidirectional"}, name="bidirectional_lens")
+sample("GRU", r(4, 2, 3), r(1, 3 * _H, 3) * 0.6, r(1, 3 * _H, _H) * 0.6, r(1, 6 * _H), None, r(1, 2, _H),
+       attrs={"linear_before_reset": 1}, name="linear_before_reset")
+sample("RNN", r(4, 2, 3), r(1, _H, 3) * 0.6, r(1, _H, _H) * 0.6, r(1, 2 * _H), torch.tensor([2, 4], dtype=torch.int32),
+       attrs={"direction": "reverse"}, name="reverse_lens")
+sample("DynamicQuantizeLSTM", r(4, 2, 3), torch.randint(-127, 128, (1, 3, 4 * _H), generator=_GEN, dtype=torch.int8),
+       torch.randint(-127, 128, (1, _H, 4 * _H), generator=_GEN, dtype=torch.int8), r(1, 8 * _H), None, r(1, 2, _H),
+       r(1, 2, _H), None, torch.tensor([0.005], dtype=torch.float64), torch.tensor([0], dtype=torch.int8),
+       torch.tensor([0.006], dtype=torch.float64), torch.tensor([0], dtype=torch.int8), domain="com.microsoft")

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from rulegraph.ops import REGISTRY
 
 from .onnx_harness import Case, check_case, check_case_f64
+from .test_recurrent import RECURRENT_OPS
 from .test_sequences import SEQUENCE_OPS
 
 RNG = np.random.default_rng(20240611)
@@ -590,7 +591,7 @@ case("ConvInteger", ints(1, 2, 6, 5, lo=0, hi=256, dtype=np.uint8), ints(3, 2, 3
 case("ConvInteger", ints(1, 2, 7, lo=0, hi=256, dtype=np.uint8), ints(3, 2, 3, lo=0, hi=256, dtype=np.uint8),
      opset=10, name="1d_no_zero_points")
 
-OPS_COVERED = {c.op for c in CASES} | SEQUENCE_OPS
+OPS_COVERED = {c.op for c in CASES} | SEQUENCE_OPS | RECURRENT_OPS
 
 
 def _params(cases, *, f64: bool = False):
