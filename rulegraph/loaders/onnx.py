@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from ..errors import ModelError
 from ..ir import Graph, Node, ValueInfo
+from . import contrib
 from .external import ExternalData
 
 #: the opsets of the default ONNX domain rulegraph's ops are written and tested for (tests/ops: 2…23)
@@ -121,12 +122,20 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
 
     nodes: list[Node] = []
     used: set[str] = set()
+    shapes = None
     for i, n in enumerate(g.node):
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(n)
             continue
         name = _unique(n.name or f"{n.op_type}_{i}", used)
         attrs = {a.name: _attribute(a) for a in n.attribute}
+        if contrib.expands(n.domain, n.op_type):
+            shapes = _shapes(model) if shapes is None else shapes
+            for node in contrib.expand(name, n.op_type, tuple(n.input), tuple(n.output), attrs, _scope(n), constants,
+                                       shapes):
+                node.name = _unique(node.name, used)
+                nodes.append(node)
+            continue
         nodes.append(Node(
             name=name, op=n.op_type, inputs=tuple(n.input), outputs=tuple(n.output),
             attrs=_normalise(n.op_type, attrs, opset, len(n.output)), domain=n.domain,
@@ -134,6 +143,17 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
     metadata = {p.key: p.value for p in model.metadata_props}
     return Graph(nodes, inputs, [o.name for o in g.output], constants, opset=opset,
                  name=g.name, metadata=metadata, source=source)
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
+    """The shapes the model declares or onnx's shape inference finds, by value name (for the
+    contrib expansions; onnx does not infer through contrib ops, which add theirs)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001  (a model onnx cannot infer: its declared shapes only)
+        inferred = model.graph
+    return {v.name: _value_info(v).shape for v in (*inferred.value_info, *inferred.input, *inferred.output)
+            if v.type.tensor_type.elem_type in DTYPES and v.type.tensor_type.HasField("shape")}
 
 
 def _tensor(proto: onnx.TensorProto, external: ExternalData | None = None) -> torch.Tensor:
