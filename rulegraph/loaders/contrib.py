@@ -299,17 +299,23 @@ def _causal(e: Expansion, length: str) -> str:
     return e.add("LessOrEqual", "causal/LessOrEqual", keys, queries)
 
 
-def _attend(e: Expansion, q: str, kt: str, v: str, head_size: int, keep: str | None, bias: str, out: str,
-            heads: int, v_size: int) -> None:
+def _attend(e: Expansion, q: str, kt: str, v: str, head_size: int, keep: str | None, causal: str | None, bias: str,
+            out: str, heads: int, v_size: int) -> None:
     """``softmax(q·kᵀ·scale + mask + bias)·v`` per head (Vaswani et al. 2017, "Attention is all you
-    need", NeurIPS), heads joined back into ``[B, S, heads·v_size]``; ``mask`` adds
-    ``mask_filter_value`` where ``keep`` is false, as onnxruntime's kernels do."""
+    need", NeurIPS), heads joined back into ``[B, S, heads·v_size]``. As in onnxruntime's kernels the
+    mask adds ``mask_filter_value`` where ``keep`` is false, and the lowest float where ``causal`` is
+    (a row whose keys are all padding then still attends by its scores; a causal row never looks ahead)."""
     scale = float(e.attrs.get("scale", 0.0)) or 1.0 / math.sqrt(head_size)
     scores = e.add("MatMul", "MatMul", q, kt)
     scores = e.add("Mul", "Mul", scores, e.const("scale", scale))
+    mask = None
     if keep is not None:
         mask = e.add("Where", "mask/Where", keep, e.const("mask/kept", 0.0),
                      e.const("mask/filter", float(e.attrs.get("mask_filter_value", -10000.0))))
+    if causal is not None:
+        mask = e.add("Where", "causal/Where", causal, mask or e.const("causal/kept", 0.0),
+                     e.const("causal/lowest", torch.finfo(torch.float32).min))
+    if mask is not None:
         scores = e.add("Add", "Add", scores, mask)
     if bias:
         scores = e.add("Add", "Add", scores, bias)
@@ -317,10 +323,6 @@ def _attend(e: Expansion, q: str, kt: str, v: str, head_size: int, keep: str | N
     t = e.add("MatMul", "MatMul", p, v)
     t = e.add("Transpose", "Transpose", t, perm=[0, 2, 1, 3])
     e.add("Reshape", "Reshape", t, e.ints("shape", 0, 0, heads * v_size), out=out)
-
-
-def _and(e: Expansion, a: str | None, b: str | None) -> str | None:
-    return b if a is None else a if b is None else e.add("And", "mask/both", a, b)
 
 
 def _length(e: Expansion, x: str, axis: int, part: str) -> str:
@@ -361,9 +363,8 @@ def _attention(e: Expansion) -> None:
     v = _heads(e, projected[2], heads, sizes[2] // heads, "value", [0, 2, 1, 3])
     length = _length(e, x, 1, "sequence")
     keep = _keep(e, e.input(3), length, "mask_index") if e.input(3) else None
-    if e.attrs.get("unidirectional", 0):
-        keep = _and(e, keep, _causal(e, length))
-    _attend(e, q, kt, v, sizes[0] // heads, keep, e.input(5), e.output(0), heads, sizes[2] // heads)
+    causal = _causal(e, length) if e.attrs.get("unidirectional", 0) else None
+    _attend(e, q, kt, v, sizes[0] // heads, keep, causal, e.input(5), e.output(0), heads, sizes[2] // heads)
 
 
 @expansion("MultiHeadAttention")
@@ -396,9 +397,8 @@ def _multi_head_attention(e: Expansion) -> None:
     kt = _heads(e, k, heads, d // heads, "key", [0, 2, 3, 1])
     vh = _heads(e, v, heads, dv // heads, "value", [0, 2, 1, 3])
     keep = _keep(e, e.input(4), _length(e, k, 1, "keys"), "key_padding_mask") if e.input(4) else None
-    if e.attrs.get("unidirectional", 0):
-        keep = _and(e, keep, _causal(e, _length(e, q, 1, "sequence")))
-    _attend(e, qh, kt, vh, d // heads, keep, e.input(5), e.output(0), heads, dv // heads)
+    causal = _causal(e, _length(e, q, 1, "sequence")) if e.attrs.get("unidirectional", 0) else None
+    _attend(e, qh, kt, vh, d // heads, keep, causal, e.input(5), e.output(0), heads, dv // heads)
 
 
 def _hidden(e: Expansion, k: int) -> int:

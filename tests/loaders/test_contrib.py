@@ -1,0 +1,415 @@
+"""onnxruntime's fused and n-bit contrib operators (rulegraph.loaders.contrib): each op, alone in a
+model made with onnx.helper, runs like onnxruntime over its variants; what is not expanded is refused
+by name; and end to end, a tiny BERT and GPT-2 fused by onnxruntime's transformer optimizer and
+quantized by its n-bit quantizer run like onnxruntime and explain as their unfused (float) sources do."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import rulegraph
+import tiny
+from rulegraph.cli import main
+from rulegraph.errors import ModelError
+from rulegraph.loaders.contrib import DOMAIN
+
+RNG = np.random.default_rng(0)
+B, S, D, HEADS = 2, 5, 8, 2
+
+
+def _model(node, inputs: dict[str, np.ndarray], outputs: list[str], initializers: dict[str, np.ndarray]):
+    """A one-node model reading ``inputs`` (with their shapes declared) and ``initializers``."""
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+             np.dtype(np.int64): TensorProto.INT64}
+    graph = helper.make_graph(
+        [node], "contrib", [helper.make_tensor_value_info(k, types[v.dtype], v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
+
+
+def _same_as_onnxruntime(model, feeds: dict[str, np.ndarray], rtol=1e-5):
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    graph = rulegraph.load(model)
+    assert not any(n.domain == DOMAIN for n in graph.nodes)
+    got = rulegraph.run(graph, {k: torch.from_numpy(v) for k, v in feeds.items()})
+    for name, want in zip([o.name for o in model.graph.output], expected):
+        have = got[name].numpy()
+        assert have.shape == want.shape, name
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=rtol * max(1.0, float(np.abs(want).max())), err_msg=name)
+    return graph
+
+
+def _f(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# -- GELUs ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,bias", [("Gelu", False), ("BiasGelu", True), ("FastGelu", False), ("FastGelu", True)])
+def test_gelus(op, bias):
+    node = helper.make_node(op, ["x", "b"] if bias else ["x"], ["y"], domain=DOMAIN)
+    graph = _same_as_onnxruntime(_model(node, {"x": 3 * _f(B, S, D)}, ["y"], {"b": _f(D)} if bias else {}), {"x": 3 * _f(B, S, D)})
+    assert ("Tanh" if op == "FastGelu" else "Erf") in graph.op_types()
+
+
+# -- layer normalizations ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("beta", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("outputs", [("y",), ("y", "", "", "sum"), ("y", "mean", "inv_std", "sum")])
+def test_skip_layer_normalization(beta, bias, outputs):
+    names = ["x", "skip", "gamma"] + (["beta"] if beta else [""]) + (["bias"] if bias else [])
+    init = {"gamma": _f(D), "beta": _f(D), "bias": _f(D)}
+    node = helper.make_node("SkipLayerNormalization", names, list(outputs), domain=DOMAIN, epsilon=1e-5)
+    model = _model(node, {"x": _f(B, S, D), "skip": _f(B, S, D)}, [o for o in outputs if o],
+                   {k: v for k, v in init.items() if k in names})
+    graph = _same_as_onnxruntime(model, {"x": _f(B, S, D), "skip": _f(B, S, D)})
+    assert "LayerNormalization" in graph.op_types()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("outputs", [("y",), ("y", "", "", "sum")])
+def test_skip_simplified_layer_normalization(bias, outputs):
+    names = ["x", "skip", "gamma"] + (["bias"] if bias else [])
+    node = helper.make_node("SkipSimplifiedLayerNormalization", names, list(outputs), domain=DOMAIN, epsilon=1e-6)
+    model = _model(node, {"x": _f(B, S, D), "skip": _f(B, S, D)}, [o for o in outputs if o],
+                   {"gamma": _f(D), **({"bias": _f(D)} if bias else {})})
+    _same_as_onnxruntime(model, {"x": _f(B, S, D), "skip": _f(B, S, D)})
+
+
+@pytest.mark.parametrize("segments", [True, False])
+@pytest.mark.parametrize("mask", [True, False])
+@pytest.mark.parametrize("positions", [True, False])
+def test_embed_layer_normalization(segments, mask, positions):
+    vocab = 11
+    ids = RNG.integers(0, vocab, (B, S)).astype(np.int32)
+    feeds = {"ids": ids}
+    names = ["ids", "segment_ids" if segments else "", "word", "position", "segment" if segments else "", "gamma",
+             "beta", "mask" if mask else "", "position_ids" if positions else ""]
+    if segments:
+        feeds["segment_ids"] = RNG.integers(0, 2, (B, S)).astype(np.int32)
+    if mask:
+        feeds["mask"] = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    if positions:
+        feeds["position_ids"] = RNG.integers(0, 7, (B, S)).astype(np.int32)
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("EmbedLayerNormalization", names, ["y", "mask_index", "sum"], domain=DOMAIN, epsilon=1e-5)
+    init = {"word": _f(vocab, D), "position": _f(7, D), "segment": _f(2, D), "gamma": _f(D), "beta": _f(D)}
+    model = _model(node, feeds, ["y", "sum"], {k: v for k, v in init.items() if k in names})
+    model.graph.output.append(helper.make_tensor_value_info("mask_index", TensorProto.INT32, None))
+    _same_as_onnxruntime(model, feeds)
+
+
+# -- attention ----------------------------------------------------------------------------------------
+
+MASKS = {
+    "none": None,
+    "end": np.array([3, 5], np.int32),                                       # 1-D [B]: right padding
+    "end-start": np.array([4, 5, 1, 0], np.int32),                           # 1-D [2B]: ends, then starts
+    "raw": np.array([[1, 0, 1, 1, 0], [1, 1, 1, 1, 1]], np.int32),            # 2-D [B, T]
+    "3d": (RNG.random((B, S, S)) > 0.3).astype(np.int32),                    # 3-D [B, S, T]
+}
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_masks(mask, unidirectional):
+    feeds = {"x": _f(B, S, D)}
+    names = ["x", "w", "b"]
+    if MASKS[mask] is not None:
+        feeds["mask"] = MASKS[mask]
+        names.append("mask")
+    node = helper.make_node("Attention", names, ["y"], domain=DOMAIN, num_heads=HEADS, unidirectional=unidirectional)
+    graph = _same_as_onnxruntime(_model(node, feeds, ["y"], {"w": _f(D, 3 * D), "b": _f(3 * D)}), feeds)
+    from rulegraph.patterns import PROBABILITIES
+    matmuls = [n for n in graph.nodes if n.op == "MatMul" and PROBABILITIES.matches(graph, n.inputs[0])]
+    assert len(matmuls) == 1 and matmuls[0].scope == "" and matmuls[0].name.startswith("Attention")
+
+
+@pytest.mark.parametrize("variant", ["scale", "qkv_hidden_sizes", "no-bias", "attention_bias"])
+def test_attention_variants(variant):
+    feeds = {"x": _f(B, S, D)}
+    attrs = {"num_heads": HEADS}
+    init = {"w": _f(D, 3 * D), "b": _f(3 * D)}
+    names = ["x", "w", "b"]
+    if variant == "scale":
+        attrs["scale"] = 0.7
+    elif variant == "qkv_hidden_sizes":
+        attrs["qkv_hidden_sizes"] = [D, D, 2 * D]
+        init = {"w": _f(D, 4 * D), "b": _f(4 * D)}
+    elif variant == "no-bias":
+        names[2] = ""
+    else:
+        names += ["", "", "attention_bias"]
+        feeds["attention_bias"] = _f(B, HEADS, S, S)
+    node = helper.make_node("Attention", names, ["y"], domain=DOMAIN, **attrs)
+    _same_as_onnxruntime(_model(node, feeds, ["y"], {k: v for k, v in init.items() if k in names}), feeds)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("mask", ["none", "raw", "end"])
+@pytest.mark.parametrize("keys", [S, 3])
+def test_multi_head_attention(bias, mask, keys):
+    feeds = {"q": _f(B, S, D), "k": _f(B, keys, D), "v": _f(B, keys, D)}
+    names = ["q", "k", "v", "bias" if bias else ""]
+    if mask == "raw":
+        feeds["mask"] = np.array([[1] * (keys - 1) + [0], [1] * keys], np.int32)
+    elif mask == "end":
+        feeds["mask"] = np.array([keys - 1, keys], np.int32)
+    if mask != "none":
+        names.append("mask")
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("MultiHeadAttention", names, ["y"], domain=DOMAIN, num_heads=HEADS)
+    _same_as_onnxruntime(_model(node, feeds, ["y"], {"bias": _f(3 * D)} if bias else {}), feeds)
+
+
+def test_multi_head_attention_unidirectional():
+    feeds = {"q": _f(B, S, D), "k": _f(B, S, D), "v": _f(B, S, D)}
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=DOMAIN, num_heads=HEADS, unidirectional=1)
+    _same_as_onnxruntime(_model(node, feeds, ["y"], {}), feeds)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("layout", ["BSD", "BNSH"])
+@pytest.mark.parametrize("positions", ["ids", "offset"])
+@pytest.mark.parametrize("partial", [False, True])
+def test_rotary_embedding(interleaved, layout, positions, partial):
+    size = 8
+    rotary = 4 if partial else size
+    x = _f(B, S, HEADS * size) if layout == "BSD" else _f(B, HEADS, S, size)
+    feeds = {"x": x, "pos": RNG.integers(0, 9, (B, S)).astype(np.int64) if positions == "ids" else np.array([2], np.int64)}
+    angles = np.arange(16)[:, None] * (1.0 / 10000 ** (np.arange(rotary // 2) / (rotary // 2)))[None]
+    attrs = {"interleaved": interleaved}
+    if layout == "BSD" or partial:                 # onnxruntime asks for num_heads with a rotary dimension
+        attrs["num_heads"] = HEADS
+    if partial:
+        attrs["rotary_embedding_dim"] = rotary
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=DOMAIN, **attrs)
+    model = _model(node, feeds, ["y"], {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)})
+    _same_as_onnxruntime(model, feeds)
+
+
+# -- n-bit weights ------------------------------------------------------------------------------------
+
+def _nbits(k: int, n: int, bits: int, symmetric: bool, bias: bool, block: int = 16):
+    """A MatMul of ``[k, n]`` random weights quantized by onnxruntime's MatMulNBitsQuantizer."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    w = _f(k, n)
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["t" if bias else "y"])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["t", "bias"], ["y"]))
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [B, S, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(_f(n), "bias")][:1 + bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=symmetric)
+        q.process()
+    return q.model.model
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("k", [32, 40])
+def test_matmul_nbits(bits, symmetric, k):
+    model = _nbits(k, 6, bits, symmetric, bias=True)
+    assert [n.op_type for n in model.graph.node if n.domain == DOMAIN] == ["MatMulNBits"]
+    graph = _same_as_onnxruntime(model, {"a": _f(B, S, k)}, rtol=1e-5)
+    (weights,) = [v for key, v in graph.constants.items() if key.endswith("/weight:value")]
+    assert weights.dtype == torch.float64 and weights.shape == (k, 6)
+
+
+def test_matmul_nbits_bias_input():
+    """MatMulNBits' own bias input (5): A @ W + bias."""
+    model = _nbits(32, 6, 4, False, bias=False)
+    node = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
+    while len(node.input) < 5:
+        node.input.append("")
+    node.input.append("nbits_bias")
+    model.graph.initializer.append(numpy_helper.from_array(_f(6), "nbits_bias"))
+    _same_as_onnxruntime(model, {"a": _f(B, S, 32)})
+
+
+# -- what is refused ------------------------------------------------------------------------------------
+
+REFUSALS = {
+    "past": (helper.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=DOMAIN, num_heads=HEADS),
+             {"past": _f(2, B, HEADS, 3, D // HEADS)}, "input 4 (past)"),
+    "present": (helper.make_node("Attention", ["x", "w", "b"], ["y", "present"], domain=DOMAIN, num_heads=HEADS), {},
+                "output 1 (present)"),
+    "4-D mask": (helper.make_node("Attention", ["x", "w", "b", "mask"], ["y"], domain=DOMAIN, num_heads=HEADS),
+                 {"mask": np.ones((B, 1, S, S), np.int32)}, "4-D mask_index"),
+    "do_rotary": (helper.make_node("Attention", ["x", "w", "b"], ["y"], domain=DOMAIN, num_heads=HEADS, do_rotary=1), {},
+                  "do_rotary=1"),
+    "gqa": (helper.make_node("GroupQueryAttention", ["x", "w", "b"], ["y"], domain=DOMAIN, num_heads=HEADS,
+                             kv_num_heads=1), {}, "GroupQueryAttention"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_unexpanded_variants_are_refused_by_name(case, tmp_path, capsys):
+    node, extra, said = REFUSALS[case]
+    node.name = "fused_attention"
+    model = _model(node, {"x": _f(B, S, D), **extra}, ["y"], {"w": _f(D, 3 * D), "b": _f(3 * D)})
+    with pytest.raises(ModelError, match=f"node 'fused_attention' \\({node.op_type}, domain {DOMAIN}\\).*{said}"):
+        rulegraph.load(model)
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["check", str(tmp_path / "m.onnx")]) != 0
+    out = capsys.readouterr()
+    assert said in out.out + out.err and "Traceback" not in out.out + out.err
+
+
+def test_matmul_nbits_act_order_is_refused():
+    model = _nbits(32, 6, 4, False, bias=False)
+    node = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
+    while len(node.input) < 4:
+        node.input.append("")
+    node.input.append("g_idx")
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(32, np.int32), "g_idx"))
+    with pytest.raises(ModelError, match="MatMulNBits.*input 4 \\(g_idx\\)"):
+        rulegraph.load(model)
+
+
+# -- end to end: onnxruntime's optimizer and n-bit quantizer on tiny transformers ---------------------
+
+NAMES = ("input_ids", "attention_mask", "token_type_ids")
+FUSED = {"bert": {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu"},
+         "gpt2": {"SkipLayerNormalization", "FastGelu"}}
+
+
+@pytest.fixture(scope="module", params=["bert", "gpt2"])
+def fused(request, tmp_path_factory):
+    """(architecture, unfused export, the optimizer's fused graph)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+    arch = request.param
+    folder = tmp_path_factory.mktemp(f"fused_{arch}")
+    source = tiny.onnx(tiny.build(arch), folder / "model.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optimized = optimize_model(str(source), model_type=arch, num_heads=tiny.SIZE["heads"],
+                                   hidden_size=tiny.SIZE["hidden"])
+    optimized.save_model_to_file(str(folder / "fused.onnx"))
+    return arch, source, folder / "fused.onnx"
+
+
+def _feeds(**kw):
+    return tiny.token_inputs(NAMES, **kw)
+
+
+def test_the_optimizer_fuses(fused):
+    arch, _, path = fused
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node if n.domain == DOMAIN}
+    assert FUSED[arch] <= ops
+
+
+def test_the_fused_graph_runs_like_onnxruntime(fused):
+    _, _, path = fused
+    feeds = _feeds(batch=2, length=11, pad=3)
+    (expected,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {k: v.numpy() for k, v in feeds.items()})
+    graph = rulegraph.load(path)
+    assert not any(n.domain == DOMAIN for n in graph.nodes)
+    got = rulegraph.run(graph, feeds)["logits"].numpy()
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max() + 1e-7
+
+
+def test_the_fused_graph_keeps_its_layers(fused):
+    """The expanded nodes take the fused nodes' scopes: the same blocks as the unfused export."""
+    _, source, path = fused
+    blocks = {layer for layer in rulegraph.load(path).layers.values()}
+    assert blocks == {layer for layer in rulegraph.load(source).layers.values()}
+
+
+def test_every_rule_set_explains_the_fused_graph_as_the_unfused_one(fused):
+    """float64: the same relevance per token as the unfused export (≤ 1e-9), conserved; gi equal to autograd."""
+    _, source, path = fused
+    feeds = _feeds(batch=1, length=9, pad=2)
+    unfused, fused_graph = rulegraph.load(source), rulegraph.load(path)
+    for rules in sorted(rulegraph.shipped_rule_sets()):
+        a = rulegraph.explain(unfused, rules, feeds, dtype=torch.float64)
+        b = rulegraph.explain(fused_graph, rules, feeds, dtype=torch.float64)
+        sa, sb = np.asarray(a.scores("input_ids")), np.asarray(b.scores("input_ids"))
+        assert np.abs(sa - sb).max() <= 1e-9 * max(np.abs(sa).max(), 1e-30), rules
+        c = b.audit.conservation
+        assert abs(c.residual) <= 1e-9 * abs(c.output_value), rules
+        assert not b.audit.unexpected, rules
+
+
+def test_gi_on_the_fused_graph_is_autograd_on_the_unfused_model(fused):
+    """gradient × input at the embeddings, against torch autograd on the Hugging Face module."""
+    arch, _, path = fused
+    feeds = _feeds(batch=1, length=9)
+    module = tiny.build(arch).double()
+    e = rulegraph.explain(rulegraph.load(path), "gi", feeds, dtype=torch.float64)
+    target = int(np.asarray(e.target).ravel()[0])
+    embeds = module.get_input_embeddings()(feeds["input_ids"]).detach().requires_grad_(True)
+    kwargs = {"attention_mask": feeds["attention_mask"]}
+    if arch == "bert":
+        kwargs["token_type_ids"] = feeds["token_type_ids"]
+    logits = module(inputs_embeds=embeds, **kwargs).logits
+    logits[0, target].backward()
+    expected = (embeds.grad * embeds).sum(-1).detach().numpy()
+    np.testing.assert_allclose(np.asarray(e.scores("input_ids")).reshape(expected.shape), expected, rtol=1e-9, atol=1e-12)
+
+
+# -- end to end: MatMulNBits -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """(the n-bit quantized tiny BERT, the same graph with each MatMulNBits a MatMul of its dequantized weights)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    from rulegraph.loaders.contrib import Expansion, dequantize_nbits
+    folder = tmp_path_factory.mktemp("nbits")
+    source = tiny.onnx(tiny.build("bert"), folder / "model.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = MatMulNBitsQuantizer(onnx.load(str(source)), bits=4, block_size=16, is_symmetric=False)
+        q.process()
+    model = q.model.model
+    onnx.save(model, folder / "nbits.onnx")
+    float_model = onnx.load(str(folder / "nbits.onnx"))
+    inits = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in float_model.graph.initializer}
+    for node in float_model.graph.node:
+        if node.op_type == "MatMulNBits":
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            e = Expansion(node.name, node.op_type, tuple(node.input), tuple(node.output), attrs, "", inits, {})
+            w = dequantize_nbits(e).float().numpy()
+            float_model.graph.initializer.append(numpy_helper.from_array(w, f"{node.name}_dequantized"))
+            node.CopyFrom(helper.make_node("MatMul", [node.input[0], f"{node.name}_dequantized"], list(node.output),
+                                           name=node.name))
+    onnx.save(float_model, folder / "dequantized.onnx")
+    return folder / "nbits.onnx", folder / "dequantized.onnx"
+
+
+def test_the_nbit_model_runs_like_onnxruntime(quantized):
+    path, _ = quantized
+    assert sum(n.op_type == "MatMulNBits" for n in onnx.load(str(path)).graph.node) >= 6
+    feeds = _feeds(batch=2, length=11, pad=3)
+    (expected,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {k: v.numpy() for k, v in feeds.items()})
+    got = rulegraph.run(rulegraph.load(path), feeds)["logits"].numpy()
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max() + 1e-7
+
+
+def test_the_nbit_model_explains_as_its_dequantized_float_model(quantized):
+    path, dequantized = quantized
+    feeds = _feeds(batch=1, length=9)
+    a, b = rulegraph.load(path), rulegraph.load(dequantized)
+    for rules in sorted(rulegraph.shipped_rule_sets()):
+        ea = rulegraph.explain(a, rules, feeds, dtype=torch.float64)
+        eb = rulegraph.explain(b, rules, feeds, dtype=torch.float64)
+        sa, sb = np.asarray(ea.scores("input_ids")), np.asarray(eb.scores("input_ids"))
+        # the float model holds the weights rounded to float32, the n-bit one exact in float64
+        assert np.abs(sa - sb).max() <= 1e-6 * np.abs(sb).max(), rules
+        assert abs(ea.audit.conservation.residual) <= 1e-9 * abs(ea.audit.conservation.output_value), rules
