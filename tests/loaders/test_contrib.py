@@ -219,7 +219,7 @@ def _nbits(k: int, n: int, bits: int, symmetric: bool, bias: bool, block: int = 
     return q.model.model
 
 
-@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("k", [32, 40])
 def test_matmul_nbits(bits, symmetric, k):
