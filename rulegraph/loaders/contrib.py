@@ -427,6 +427,8 @@ def _rotary_embedding(e: Expansion) -> None:
     Input ``[B, S, N·H]`` (``num_heads`` given) or ``[B, N, S, H]``."""
     if e.attrs.get("is_packed_batching", 0):
         e.refuse("attribute is_packed_batching=1", "is not expanded")
+    if float(e.attrs.get("scale", 1.0)) != 1.0:
+        e.refuse(f"attribute scale={e.attrs['scale']}", "is not expanded (1.0 is)")
     rank = len(e.shape(e.input(0), "input"))
     x = e.input(0)
     heads = int(e.attrs.get("num_heads", 0))

@@ -27,7 +27,7 @@ B, S, D, HEADS = 2, 5, 8, 2
 def _model(node, inputs: dict[str, np.ndarray], outputs: list[str], initializers: dict[str, np.ndarray]):
     """A one-node model reading ``inputs`` (with their shapes declared) and ``initializers``."""
     types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
-             np.dtype(np.int64): TensorProto.INT64}
+             np.dtype(np.int64): TensorProto.INT64, np.dtype(np.uint8): TensorProto.UINT8}
     graph = helper.make_graph(
         [node], "contrib", [helper.make_tensor_value_info(k, types[v.dtype], v.shape) for k, v in inputs.items()],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
@@ -239,6 +239,18 @@ def test_matmul_nbits_bias_input():
     node.input.append("nbits_bias")
     model.graph.initializer.append(numpy_helper.from_array(_f(6), "nbits_bias"))
     _same_as_onnxruntime(model, {"a": _f(B, S, 32)})
+
+
+def test_matmul_nbits_float_zero_points():
+    """Zero points given as floats (one per block, unpacked): W = (q − zero)·scale, as onnxruntime."""
+    k, n, block = 32, 4, 16
+    q = RNG.integers(0, 16, (n, k)).astype(np.uint8)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, k // block, block // 2)
+    scales, zero = RNG.random((n, k // block)).astype(np.float32), (15 * RNG.random((n, k // block))).astype(np.float32)
+    node = helper.make_node("MatMulNBits", ["a", "B", "scales", "zero"], ["y"], domain=DOMAIN, K=k, N=n, bits=4,
+                            block_size=block)
+    model = _model(node, {"a": _f(B, k)}, ["y"], {"B": packed, "scales": scales.ravel(), "zero": zero.ravel()})
+    _same_as_onnxruntime(model, {"a": _f(B, k)})
 
 
 # -- what is refused ------------------------------------------------------------------------------------
