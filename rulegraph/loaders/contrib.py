@@ -107,6 +107,12 @@ class Expansion:
             self.refuse(f"the {what} {value!r}", "has no declared shape (run onnx shape inference on the model)")
         return shape
 
+    def required(self, attr: str) -> int:
+        """The integer attribute ``attr``, which the op requires."""
+        if attr not in self.attrs:
+            self.refuse(f"attribute {attr}", "is missing")
+        return int(self.attrs[attr])
+
     def constant(self, k: int, what: str) -> torch.Tensor:
         value = self.constants.get(self.input(k))
         if value is None:
@@ -343,7 +349,7 @@ def _attention(e: Expansion) -> None:
     for attr in ("do_rotary", "past_present_share_buffer"):
         if e.attrs.get(attr, 0):
             e.refuse(f"attribute {attr}={e.attrs[attr]}", "is not expanded")
-    heads = int(e.attrs["num_heads"])
+    heads = e.required("num_heads")
     w = e.constant(1, "weights")
     b = e.constant(2, "bias") if e.input(2) else None
     sizes = list(e.attrs.get("qkv_hidden_sizes") or [w.shape[1] // 3] * 3)
@@ -382,7 +388,7 @@ def _multi_head_attention(e: Expansion) -> None:
     for k, what in ((0, "query"), (1, "key"), (2, "value")):
         if len(e.shape(e.input(k), what)) != 3:
             e.refuse(f"input {k} ({what}) of rank {len(e.shape(e.input(k), what))}", "is not expanded (rank 3 is)")
-    heads = int(e.attrs["num_heads"])
+    heads = e.required("num_heads")
     q, k, v = e.input(0), e.input(1), e.input(2)
     if e.input(3):
         bias = e.constant(3, "bias")
@@ -500,7 +506,8 @@ def dequantize_nbits(e: Expansion) -> torch.Tensor:
     """``W[k, n] = (q[n, k] − zero[n, k // block]) · scale[n, k // block]`` in float64 (exact): the
     ``[K, N]`` weights a ``MatMulNBits`` multiplies by. Zero points are packed like the weights
     (``uint8``) or given as floats; the default zero point is ``2^(bits−1)``."""
-    k, n, bits, block = (int(e.attrs[a]) for a in ("K", "N", "bits", "block_size"))
+    k, n, block = (e.required(a) for a in ("K", "N", "block_size"))
+    bits = int(e.attrs.get("bits", 4))
     blocks = (k + block - 1) // block
     q = unpack(e.constant(1, "B").reshape(n, blocks, -1), bits, block).reshape(n, blocks * block)
     scales = e.constant(2, "scales").double().reshape(n, blocks)
@@ -524,10 +531,6 @@ def _matmul_nbits(e: Expansion) -> None:
     bits = int(e.attrs.get("bits", 4))
     if bits not in (2, 4, 8):
         e.refuse(f"attribute bits={bits}", "is not expanded (2, 4 and 8 are)")
-    e.attrs.setdefault("bits", bits)
-    for attr in ("K", "N", "block_size"):
-        if attr not in e.attrs:
-            e.refuse(f"missing attribute {attr}", "")
     w = e.const("weight", dequantize_nbits(e))
     if e.input(5):
         t = e.add("MatMul", "MatMul", e.input(0), w)
