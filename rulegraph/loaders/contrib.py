@@ -503,28 +503,30 @@ def unpack(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
 
 
 def dequantize_nbits(e: Expansion) -> torch.Tensor:
-    """``W[k, n] = (q[n, k] − zero[n, k // block]) · scale[n, k // block]`` in float64 (exact): the
-    ``[K, N]`` weights a ``MatMulNBits`` multiplies by. Zero points are packed like the weights
-    (``uint8``) or given as floats; the default zero point is ``2^(bits−1)``."""
+    """``W[k, n] = (q[n, k] − zero[n, k // block]) · scale[n, k // block]``: the ``[K, N]`` weights a
+    ``MatMulNBits`` multiplies by. Zero points are packed like the weights (``uint8``) or given as
+    floats; the default zero point is ``2^(bits−1)``. Computed in float64 (exact), held in the
+    scales' float type: the weights onnxruntime multiplies by, at the size of the float model's
+    (float64 would double an n-bit language model's weights once more)."""
     k, n, block = (e.required(a) for a in ("K", "N", "block_size"))
     bits = int(e.attrs.get("bits", 4))
     blocks = (k + block - 1) // block
     q = unpack(e.constant(1, "B").reshape(n, blocks, -1), bits, block).reshape(n, blocks * block)
-    scales = e.constant(2, "scales").double().reshape(n, blocks)
+    scales = e.constant(2, "scales")
     if e.input(3):
         zero = e.constant(3, "zero_points")
         zero = zero.double().reshape(n, blocks) if zero.is_floating_point() else \
             unpack(zero.reshape(n, -1), bits, blocks).double()
     else:
         zero = torch.full((n, blocks), float(2 ** (bits - 1)), dtype=torch.float64)
-    w = (q.double() - zero.repeat_interleave(block, 1)) * scales.repeat_interleave(block, 1)
-    return w[:, :k].t().contiguous()
+    w = (q.double() - zero.repeat_interleave(block, 1)) * scales.double().reshape(n, blocks).repeat_interleave(block, 1)
+    return w[:, :k].t().contiguous().to(scales.dtype)
 
 
 @expansion("MatMulNBits")
 def _matmul_nbits(e: Expansion) -> None:
     """onnxruntime ``MatMulNBits``: ``A @ dequantize(B) (+ bias)``, the weights dequantized once at
-    load into a float constant (Jacob et al. 2018, "Quantization and training of neural networks for
+    load into a float constant (:func:`dequantize_nbits`) (Jacob et al. 2018, "Quantization and training of neural networks for
     efficient integer-arithmetic-only inference", CVPR: real value = scale · (integer − zero point),
     here per block of ``block_size`` along K). ``g_idx`` (act-order) is refused."""
     e.no_input(4, "g_idx")
