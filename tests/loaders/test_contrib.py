@@ -65,13 +65,14 @@ def test_gelus(op, bias):
 @pytest.mark.parametrize("beta", [True, False])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("outputs", [("y",), ("y", "", "", "sum"), ("y", "mean", "inv_std", "sum")])
-def test_skip_layer_normalization(beta, bias, outputs):
+@pytest.mark.parametrize("skip", [(B, S, D), (1, S, D), (S, D)])
+def test_skip_layer_normalization(beta, bias, outputs, skip):
     names = ["x", "skip", "gamma"] + (["beta"] if beta else [""]) + (["bias"] if bias else [])
     init = {"gamma": _f(D), "beta": _f(D), "bias": _f(D)}
     node = helper.make_node("SkipLayerNormalization", names, list(outputs), domain=DOMAIN, epsilon=1e-5)
-    model = _model(node, {"x": _f(B, S, D), "skip": _f(B, S, D)}, [o for o in outputs if o],
+    model = _model(node, {"x": _f(B, S, D), "skip": _f(*skip)}, [o for o in outputs if o],
                    {k: v for k, v in init.items() if k in names})
-    graph = _same_as_onnxruntime(model, {"x": _f(B, S, D), "skip": _f(B, S, D)})
+    graph = _same_as_onnxruntime(model, {"x": _f(B, S, D), "skip": _f(*skip)})
     assert "LayerNormalization" in graph.op_types()
 
 
@@ -335,6 +336,22 @@ def test_the_fused_graph_runs_like_onnxruntime(fused):
     assert not any(n.domain == DOMAIN for n in graph.nodes)
     got = rulegraph.run(graph, feeds)["logits"].numpy()
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max() + 1e-7
+
+
+def test_the_fused_graph_in_float16_runs_like_onnxruntime(fused, tmp_path):
+    """The optimizer's float16 conversion (inputs and outputs kept float32), as deployments ship it."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+    _, _, path = fused
+    model = OnnxModel(onnx.load(str(path)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.convert_float_to_float16(keep_io_types=True)
+    model.save_model_to_file(str(tmp_path / "fp16.onnx"))
+    feeds = _feeds(batch=2, length=11, pad=3)
+    (expected,) = ort.InferenceSession(str(tmp_path / "fp16.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {k: v.numpy() for k, v in feeds.items()})
+    got = rulegraph.run(rulegraph.load(tmp_path / "fp16.onnx"), feeds)["logits"].numpy()
+    assert np.abs(got - expected).max() <= 2e-3 * np.abs(expected).max()
 
 
 def test_the_fused_graph_keeps_its_layers(fused):
