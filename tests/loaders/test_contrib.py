@@ -136,7 +136,7 @@ def test_attention_masks(mask, unidirectional):
     assert len(matmuls) == 1 and matmuls[0].scope == "" and matmuls[0].name.startswith("Attention")
 
 
-@pytest.mark.parametrize("variant", ["scale", "qkv_hidden_sizes", "no-bias", "attention_bias"])
+@pytest.mark.parametrize("variant", ["scale", "qkv_hidden_sizes", "no-bias", "attention_bias", "mask_filter_value"])
 def test_attention_variants(variant):
     feeds = {"x": _f(B, S, D)}
     attrs = {"num_heads": HEADS}
@@ -149,6 +149,10 @@ def test_attention_variants(variant):
         init = {"w": _f(D, 4 * D), "b": _f(4 * D)}
     elif variant == "no-bias":
         names[2] = ""
+    elif variant == "mask_filter_value":          # a row whose keys are all masked attends by the filtered scores
+        attrs["mask_filter_value"] = -3.0
+        names.append("mask")
+        feeds["mask"] = np.array([[1, 0, 1, 1, 0], [0, 0, 0, 0, 0]], np.int32)
     else:
         names += ["", "", "attention_bias"]
         feeds["attention_bias"] = _f(B, HEADS, S, S)
@@ -174,9 +178,10 @@ def test_multi_head_attention(bias, mask, keys):
     _same_as_onnxruntime(_model(node, feeds, ["y"], {"bias": _f(3 * D)} if bias else {}), feeds)
 
 
-def test_multi_head_attention_unidirectional():
+@pytest.mark.parametrize("attrs", [{"unidirectional": 1}, {"scale": 0.3}])
+def test_multi_head_attention_attributes(attrs):
     feeds = {"q": _f(B, S, D), "k": _f(B, S, D), "v": _f(B, S, D)}
-    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=DOMAIN, num_heads=HEADS, unidirectional=1)
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=DOMAIN, num_heads=HEADS, **attrs)
     _same_as_onnxruntime(_model(node, feeds, ["y"], {}), feeds)
 
 
