@@ -28,12 +28,13 @@ import torch
 
 from ..errors import ModelError
 from ..ir import Node
+from ..registry import Registry
 
 #: onnxruntime's contrib-op domain
 DOMAIN = "com.microsoft"
 
 #: op type → expansion; each takes an :class:`Expansion` and adds the nodes the op stands for
-EXPANSIONS: dict[str, Callable[["Expansion"], None]] = {}
+EXPANSIONS: Registry[Callable[["Expansion"], None]] = Registry("contrib op expansion", ModelError)
 
 #: the contrib ops refused as a whole, with the reason
 REFUSED = {
@@ -42,12 +43,8 @@ REFUSED = {
 }
 
 
-def expansion(op_type: str):
-    """Register the expansion of the contrib op ``op_type``."""
-    def add(fn):
-        EXPANSIONS[op_type] = fn
-        return fn
-    return add
+#: register the expansion of a contrib op: ``@expansion("SkipLayerNormalization")``
+expansion = EXPANSIONS.register
 
 
 def expands(domain: str, op_type: str) -> bool:
@@ -63,7 +60,7 @@ def expand(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str,
     if op_type in REFUSED:
         raise ModelError(f"node {name!r} ({op_type}, domain {DOMAIN}): {REFUSED[op_type]}")
     e = Expansion(name, op_type, inputs, outputs, attrs, scope or _scope(name, inputs, outputs), constants, shapes)
-    EXPANSIONS[op_type](e)
+    EXPANSIONS.get(op_type)(e)
     return e.nodes
 
 
