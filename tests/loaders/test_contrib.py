@@ -178,6 +178,13 @@ def test_multi_head_attention(bias, mask, keys):
     _same_as_onnxruntime(_model(node, feeds, ["y"], {"bias": _f(3 * D)} if bias else {}), feeds)
 
 
+def test_multi_head_attention_bias_on_the_scores():
+    feeds = {"q": _f(B, S, D), "k": _f(B, 3, D), "v": _f(B, 3, D), "attention_bias": _f(1, HEADS, S, 3)}
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "attention_bias"], ["y"], domain=DOMAIN,
+                            num_heads=HEADS)
+    _same_as_onnxruntime(_model(node, feeds, ["y"], {}), feeds)
+
+
 @pytest.mark.parametrize("attrs", [{"unidirectional": 1}, {"scale": 0.3}])
 def test_multi_head_attention_attributes(attrs):
     feeds = {"q": _f(B, S, D), "k": _f(B, S, D), "v": _f(B, S, D)}
