@@ -13,7 +13,7 @@ computes (:func:`expand`), so every rule set and every pass sees one convention:
 Each expansion follows onnxruntime's definition of the op (its contrib-op documentation and CPU kernels)
 and is ordered as the PyTorch exports of the unfused modules are (Hugging Face BERT, GPT-2), so that a
 fused graph explains as the unfused export does. A variant that is not expanded (an attention with a
-past key/value cache, a 4-D mask, packed ``MultiHeadAttention`` inputs, ``GroupQueryAttention``…) is
+past key/value cache, a 4-D mask, packed query/key/value inputs…) is
 refused at load with a one-line error naming the node, the op and the attribute or input, rather than
 computed differently. The expanded nodes are named ``<fused node>/<part>`` and carry the fused node's
 scope (its name's, else its outputs' or its weights'), so the audit's layers stay what they were.
@@ -36,20 +36,14 @@ DOMAIN = "com.microsoft"
 #: op type → expansion; each takes an :class:`Expansion` and adds the nodes the op stands for
 EXPANSIONS: Registry[Callable[["Expansion"], None]] = Registry("contrib op expansion", ModelError)
 
-#: the contrib ops refused as a whole, with the reason
-REFUSED = {
-    "GroupQueryAttention": "its key/value cache inputs (past_key, past_value, seqlens_k, total_sequence_length) "
-                           "are not expanded; export the model without onnxruntime's GroupQueryAttention fusion",
-}
-
 
 #: register the expansion of a contrib op: ``@expansion("SkipLayerNormalization")``
 expansion = EXPANSIONS.register
 
 
 def expands(domain: str, op_type: str) -> bool:
-    """Whether :func:`expand` rewrites a node of this domain and op type (or refuses it)."""
-    return domain == DOMAIN and (op_type in EXPANSIONS or op_type in REFUSED)
+    """Whether :func:`expand` rewrites a node of this domain and op type (or refuses its variant)."""
+    return domain == DOMAIN and op_type in EXPANSIONS
 
 
 def expand(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str, ...], attrs: dict,
@@ -57,8 +51,6 @@ def expand(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str,
     """The standard nodes the contrib node ``name`` computes. New constants (weights sliced or
     dequantized once) are added to ``constants``; ``shapes`` holds the shapes the graph declares
     (value infos, inputs), read where an expansion depends on a rank or a hidden size."""
-    if op_type in REFUSED:
-        raise ModelError(f"node {name!r} ({op_type}, domain {DOMAIN}): {REFUSED[op_type]}")
     e = Expansion(name, op_type, inputs, outputs, attrs, scope or _scope(name, inputs, outputs), constants, shapes)
     EXPANSIONS.get(op_type)(e)
     return e.nodes
@@ -417,6 +409,45 @@ def _bias_sizes(e: Expansion, total: int) -> tuple[int, int]:
     if 2 * d + dv != total:
         e.refuse(f"input 3 (bias) of size {total}", f"does not fit query/key size {d} and value size {dv}")
     return d, dv
+
+
+@expansion("GroupQueryAttention")
+def _group_query_attention(e: Expansion) -> None:
+    """onnxruntime ``GroupQueryAttention`` without a key/value cache (Ainslie et al. 2023, "GQA",
+    EMNLP): ``num_heads`` query heads share ``kv_num_heads`` key/value heads (each repeated, as
+    Hugging Face's ``repeat_kv`` exports it); always causal, and key ``t`` of item ``b`` is masked
+    past ``seqlens_k[b]`` (its last valid position: right padding); ``present_key`` /
+    ``present_value`` are the keys and values by head. Past inputs, packed query/key/value, rotary
+    embeddings, a local window, soft-capping, smooth softmax and attention bias or sinks are refused."""
+    for k, what in ((3, "past_key"), (4, "past_value"), (7, "cos_cache"), (8, "sin_cache"), (9, "position_ids"),
+                    (10, "attention_bias"), (11, "head_sink")):
+        e.no_input(k, what)
+    e.no_output(3, "output_qk")
+    if not e.input(1) or not e.input(2):
+        e.refuse("a packed query/key/value (key or value omitted)", "is not expanded")
+    for attr, default in (("do_rotary", 0), ("local_window_size", -1), ("softcap", 0.0), ("smooth_softmax", 0)):
+        if e.attrs.get(attr, default) != default:
+            e.refuse(f"attribute {attr}={e.attrs[attr]}", f"is not expanded ({default} is)")
+    heads, kv_heads = e.required("num_heads"), e.required("kv_num_heads")
+    size = _hidden(e, 0) // heads
+    if heads % kv_heads or _hidden(e, 1) != kv_heads * size:
+        e.refuse(f"attributes num_heads={heads}, kv_num_heads={kv_heads}", "do not fit the query and key sizes")
+    q = _heads(e, e.input(0), heads, size, "query", [0, 2, 1, 3])
+    grouped = []
+    for k, part in ((1, "key"), (2, "value")):
+        t = e.add("Reshape", f"{part}/Reshape", e.input(k), e.ints(f"{part}/shape", 0, 0, kv_heads, size))
+        t = e.add("Transpose", f"{part}/Transpose", t, perm=[0, 2, 1, 3], out=e.output(k))
+        t = e.add("Unsqueeze", f"{part}/repeat", t, e.ints(f"{part}/axis", 2))
+        t = e.add("Expand", f"{part}/Expand", t, e.ints(f"{part}/groups", 1, 1, heads // kv_heads, 1, 1))
+        grouped.append(e.add("Reshape", f"{part}/heads", t, e.ints(f"{part}/shape", 0, heads, -1, size)))
+    kt = e.add("Transpose", "key/Transpose", grouped[0], perm=[0, 1, 3, 2])
+    length = _length(e, e.input(0), 1, "sequence")
+    keys = e.add("Range", "mask/keys", e.const("mask/start", torch.tensor(0)), length, e.const("mask/step", torch.tensor(1)))
+    last = e.add("Cast", "mask/Cast", e.input(5), to=torch.int64)
+    valid = e.add("LessOrEqual", "mask/valid", keys, e.add("Unsqueeze", "mask/last", last, e.ints("mask/a1", 1)))
+    valid = e.add("Unsqueeze", "mask/Unsqueeze", valid, e.ints("mask/axes", 1, 2))
+    blocked = e.add("And", "mask/And", _causal(e, length), valid)
+    _attend(e, q, kt, grouped[1], size, None, blocked, "", e.output(0), heads, size)
 
 
 # -- rotary position embedding --------------------------------------------------------------------

@@ -192,6 +192,20 @@ def test_multi_head_attention_attributes(attrs):
     _same_as_onnxruntime(_model(node, feeds, ["y"], {}), feeds)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("seqlens", [[S - 1, S - 1], [S - 1, 2]])
+@pytest.mark.parametrize("present", [False, True])
+def test_group_query_attention(kv_heads, seqlens, present):
+    """Without a cache: causal, keys past seqlens_k masked (onnxruntime asks for heads of a multiple of 8)."""
+    heads, size = 4, 8
+    feeds = {"q": _f(B, S, heads * size), "k": _f(B, S, kv_heads * size), "v": _f(B, S, kv_heads * size),
+             "seqlens_k": np.array(seqlens, np.int32), "total": np.array([S], np.int32)}
+    outputs = ["y", "present_key", "present_value"] if present else ["y"]
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total"], outputs, domain=DOMAIN,
+                            num_heads=heads, kv_num_heads=kv_heads)
+    _same_as_onnxruntime(_model(node, feeds, outputs, {}), feeds)
+
+
 @pytest.mark.parametrize("interleaved", [0, 1])
 @pytest.mark.parametrize("layout", ["BSD", "BNSH"])
 @pytest.mark.parametrize("positions", ["ids", "offset"])
@@ -277,8 +291,8 @@ REFUSALS = {
                  {"mask": np.ones((B, 1, S, S), np.int32)}, "4-D mask_index"),
     "do_rotary": (helper.make_node("Attention", ["x", "w", "b"], ["y"], domain=DOMAIN, num_heads=HEADS, do_rotary=1), {},
                   "do_rotary=1"),
-    "gqa": (helper.make_node("GroupQueryAttention", ["x", "w", "b"], ["y"], domain=DOMAIN, num_heads=HEADS,
-                             kv_num_heads=1), {}, "GroupQueryAttention"),
+    "gqa-past": (helper.make_node("GroupQueryAttention", ["x", "x", "x", "past"], ["y"], domain=DOMAIN,
+                                  num_heads=HEADS, kv_num_heads=1), {"past": _f(B, 1, 3, D // HEADS)}, "input 3 (past_key)"),
 }
 
 
