@@ -46,11 +46,28 @@ def expands(domain: str, op_type: str) -> bool:
     return domain == DOMAIN and op_type in EXPANSIONS
 
 
+class Shapes:
+    """The shapes of a graph's values, found by ``infer`` when an expansion first needs one (a rank,
+    a hidden size), and those the expansions know of their own outputs (``known``)."""
+
+    def __init__(self, infer: Callable[[], dict[str, tuple]]):
+        self._infer = infer
+        self._found: dict[str, tuple] | None = None
+        self.known: dict[str, tuple] = {}
+
+    def get(self, value: str) -> tuple | None:
+        if value in self.known:
+            return self.known[value]
+        if self._found is None:
+            self._found = self._infer()
+        return self._found.get(value)
+
+
 def expand(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str, ...], attrs: dict,
-           scope: str, constants: dict[str, torch.Tensor], shapes: dict[str, tuple]) -> list[Node]:
+           scope: str, constants: dict[str, torch.Tensor], shapes: Shapes) -> list[Node]:
     """The standard nodes the contrib node ``name`` computes. New constants (weights sliced or
-    dequantized once) are added to ``constants``; ``shapes`` holds the shapes the graph declares
-    (value infos, inputs), read where an expansion depends on a rank or a hidden size."""
+    dequantized once) are added to ``constants``; ``shapes`` are read where an expansion depends
+    on a rank or a hidden size."""
     e = Expansion(name, op_type, inputs, outputs, attrs, scope or _scope(name, inputs, outputs), constants, shapes)
     EXPANSIONS.get(op_type)(e)
     return e.nodes
@@ -242,7 +259,7 @@ def _embed_layer_norm(e: Expansion) -> None:
     e.add("LayerNormalization", "LayerNormalization", x, e.input(5), e.input(6), out=e.output(0), axis=-1,
           epsilon=float(e.attrs.get("epsilon", 1e-12)))
     if e.output(1):
-        e.shapes[e.output(1)] = (None,)
+        e.shapes.known[e.output(1)] = (None,)
         if e.input(7):
             ones = e.add("Equal", "Equal", e.input(7), e.const("mask_one", torch.tensor(1, dtype=torch.int32)))
             ones = e.add("Cast", "Cast", ones, to=torch.int32)

@@ -122,7 +122,7 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
 
     nodes: list[Node] = []
     used: set[str] = set()
-    shapes = None
+    shapes = contrib.Shapes(lambda: _shapes(model))
     for i, n in enumerate(g.node):
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(n)
@@ -130,7 +130,6 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
         name = _unique(n.name or f"{n.op_type}_{i}", used)
         attrs = {a.name: _attribute(a) for a in n.attribute}
         if contrib.expands(n.domain, n.op_type):
-            shapes = _shapes(model) if shapes is None else shapes
             for node in contrib.expand(name, n.op_type, tuple(n.input), tuple(n.output), attrs, _scope(n), constants,
                                        shapes):
                 node.name = _unique(node.name, used)
@@ -146,13 +145,19 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
 
 
 def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
-    """The shapes the model declares or onnx's shape inference finds, by value name (for the
-    contrib expansions; onnx does not infer through contrib ops, which add theirs)."""
+    """The shapes of the model's values, by name, for the contrib expansions: from onnxruntime's
+    symbolic shape inference (which knows its contrib ops), else onnx's (which stops at them), else
+    the shapes the model declares."""
+    graph = model.graph
     try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # noqa: BLE001  (a model onnx cannot infer: its declared shapes only)
-        inferred = model.graph
-    return {v.name: _value_info(v).shape for v in (*inferred.value_info, *inferred.input, *inferred.output)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        graph = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True).graph
+    except Exception:  # noqa: BLE001  (a graph it cannot follow: onnx's inference, then the declared shapes)
+        try:
+            graph = onnx.shape_inference.infer_shapes(model).graph
+        except Exception:  # noqa: BLE001
+            pass
+    return {v.name: _value_info(v).shape for v in (*graph.value_info, *graph.input, *graph.output)
             if v.type.tensor_type.elem_type in DTYPES and v.type.tensor_type.HasField("shape")}
 
 

@@ -325,22 +325,27 @@ def test_matmul_nbits_act_order_is_refused():
 
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
 FUSED = {"bert": {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu"},
+         "bert-mha": {"MultiHeadAttention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu"},
          "gpt2": {"SkipLayerNormalization", "FastGelu"}}
 
 
-@pytest.fixture(scope="module", params=["bert", "gpt2"])
+@pytest.fixture(scope="module", params=sorted(FUSED))
 def fused(request, tmp_path_factory):
-    """(architecture, unfused export, the optimizer's fused graph)."""
+    """(architecture, unfused export, the optimizer's fused graph); ``bert-mha`` fuses the attention
+    into MultiHeadAttention (the optimizer's ``use_multi_head_attention``)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
-    arch = request.param
-    folder = tmp_path_factory.mktemp(f"fused_{arch}")
+    arch = request.param.split("-")[0]
+    options = FusionOptions(arch)
+    options.use_multi_head_attention = request.param.endswith("-mha")
+    folder = tmp_path_factory.mktemp(f"fused_{request.param}")
     source = tiny.onnx(tiny.build(arch), folder / "model.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         optimized = optimize_model(str(source), model_type=arch, num_heads=tiny.SIZE["heads"],
-                                   hidden_size=tiny.SIZE["hidden"])
+                                   hidden_size=tiny.SIZE["hidden"], optimization_options=options)
     optimized.save_model_to_file(str(folder / "fused.onnx"))
-    return arch, source, folder / "fused.onnx"
+    return request.param, source, folder / "fused.onnx"
 
 
 def _feeds(**kw):
@@ -416,7 +421,7 @@ def test_gi_on_the_fused_graph_is_autograd_on_the_unfused_model(fused):
     """gradient × input at the embeddings, against torch autograd on the Hugging Face module."""
     arch, _, path = fused
     feeds = _feeds(batch=1, length=9)
-    module = tiny.build(arch).double()
+    module = tiny.build(arch.split("-")[0]).double()
     e = rulegraph.explain(rulegraph.load(path), "gi", feeds, dtype=torch.float64)
     target = int(np.asarray(e.target).ravel()[0])
     embeds = module.get_input_embeddings()(feeds["input_ids"]).detach().requires_grad_(True)
@@ -425,7 +430,7 @@ def test_gi_on_the_fused_graph_is_autograd_on_the_unfused_model(fused):
     logits[0, target].backward()
     expected = (embeds.grad * embeds).sum(-1).detach().numpy()
     # GPT-2's export (and so its fusion) holds float32 constants: the tanh-GELU's 0.044715 and √(2/π)
-    tolerance = 1e-9 if arch == "bert" else 1e-7
+    tolerance = 1e-9 if arch.startswith("bert") else 1e-7
     np.testing.assert_allclose(np.asarray(e.scores("input_ids")).reshape(expected.shape), expected, rtol=0,
                                atol=tolerance * np.abs(expected).max())
 
