@@ -399,9 +399,9 @@ def _multi_head_attention(e: Expansion) -> None:
     if e.input(3):
         bias = e.constant(3, "bias")
         d, dv = _bias_sizes(e, bias.shape[0])
-        q = e.add("Add", "query/Add", q, e.const("query/bias", bias[:d].contiguous()))
-        k = e.add("Add", "key/Add", k, e.const("key/bias", bias[d:2 * d].contiguous()))
-        v = e.add("Add", "value/Add", v, e.const("value/bias", bias[2 * d:].contiguous()))
+        q = e.add("Add", "query/Add", e.const("query/bias", bias[:d].contiguous()), q)    # as a Linear's export adds it
+        k = e.add("Add", "key/Add", e.const("key/bias", bias[d:2 * d].contiguous()), k)
+        v = e.add("Add", "value/Add", e.const("value/bias", bias[2 * d:].contiguous()), v)
     d, dv = _hidden(e, 0), _hidden(e, 2)
     if d % heads or dv % heads:
         e.refuse(f"attribute num_heads={heads}", f"does not divide the hidden sizes {d} and {dv}")
