@@ -489,3 +489,21 @@ def test_the_nbit_model_explains_as_its_dequantized_float_model(quantized):
         sa, sb = np.asarray(ea.scores("input_ids")), np.asarray(eb.scores("input_ids"))
         assert np.abs(sa - sb).max() <= 1e-9 * np.abs(sb).max(), rules
         assert abs(ea.audit.conservation.residual) <= 1e-9 * abs(ea.audit.conservation.output_value), rules
+
+
+def test_a_fused_then_quantized_model_runs_like_onnxruntime(fused, tmp_path):
+    """The optimizer's fused graph through the n-bit quantizer, as deployments chain them."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    _, _, path = fused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = MatMulNBitsQuantizer(onnx.load(str(path)), bits=4, block_size=16, is_symmetric=True)
+        q.process()
+    onnx.save(q.model.model, tmp_path / "both.onnx")
+    ops = {n.op_type for n in q.model.model.graph.node if n.domain == DOMAIN}
+    assert "MatMulNBits" in ops and len(ops) > 1
+    feeds = _feeds(batch=2, length=11, pad=3)
+    (expected,) = ort.InferenceSession(str(tmp_path / "both.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {k: v.numpy() for k, v in feeds.items()})
+    got = rulegraph.run(rulegraph.load(tmp_path / "both.onnx"), feeds)["logits"].numpy()
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max() + 1e-7
