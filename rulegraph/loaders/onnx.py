@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from ..errors import ModelError
 from ..ir import Graph, Node, ValueInfo
+from . import contrib
 from .external import ExternalData
 
 #: the opsets of the default ONNX domain rulegraph's ops are written and tested for (tests/ops: 2…23)
@@ -121,12 +122,19 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
 
     nodes: list[Node] = []
     used: set[str] = set()
+    shapes = contrib.Shapes(lambda: _shapes(model))
     for i, n in enumerate(g.node):
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(n)
             continue
         name = _unique(n.name or f"{n.op_type}_{i}", used)
         attrs = {a.name: _attribute(a) for a in n.attribute}
+        if contrib.expands(n.domain, n.op_type):
+            for node in contrib.expand(name, n.op_type, tuple(n.input), tuple(n.output), attrs, _scope(n), constants,
+                                       shapes):
+                node.name = _unique(node.name, used)
+                nodes.append(node)
+            continue
         nodes.append(Node(
             name=name, op=n.op_type, inputs=tuple(n.input), outputs=tuple(n.output),
             attrs=_normalise(n.op_type, attrs, opset, len(n.output)), domain=n.domain,
@@ -134,6 +142,23 @@ def load_onnx(model: onnx.ModelProto | str | Path) -> Graph:
     metadata = {p.key: p.value for p in model.metadata_props}
     return Graph(nodes, inputs, [o.name for o in g.output], constants, opset=opset,
                  name=g.name, metadata=metadata, source=source)
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
+    """The shapes of the model's values, by name, for the contrib expansions: from onnxruntime's
+    symbolic shape inference (which knows its contrib ops), else onnx's (which stops at them), else
+    the shapes the model declares."""
+    graph = model.graph
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        graph = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True).graph
+    except Exception:  # noqa: BLE001  (a graph it cannot follow: onnx's inference, then the declared shapes)
+        try:
+            graph = onnx.shape_inference.infer_shapes(model).graph
+        except Exception:  # noqa: BLE001
+            pass
+    return {v.name: _value_info(v).shape for v in (*graph.value_info, *graph.input, *graph.output)
+            if v.type.tensor_type.elem_type in DTYPES and v.type.tensor_type.HasField("shape")}
 
 
 def _tensor(proto: onnx.TensorProto, external: ExternalData | None = None) -> torch.Tensor:
