@@ -12,7 +12,7 @@ takes ``input`` (a graph input), ``constant`` (an initializer, or a value comput
 initializers only) and ``*`` (any producer). Looking through an op means following its first
 data input (:meth:`~rulegraph.ops.OpSpec.data_inputs`: Where's branches, not its condition)
 that is not a constant. Ops declared ``transparent`` (a quantized graph's quantize–dequantize round
-trips, :mod:`rulegraph.quantization`) are looked through always.
+trips, :mod:`rulegraph.canonize.quantization`) are looked through always.
 """
 from __future__ import annotations
 
