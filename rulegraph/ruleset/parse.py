@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
+from .. import experts  # noqa: F401  (registers the moe-routing pattern)
 from ..canonize import CANONIZERS, defaults
 from ..errors import RuleFileError, choices
 from ..propagation import RULES, Rule
 from ..ops import REGISTRY, TRAITS
-from ..patterns import SPECIAL_SOURCES, Pattern
+from ..patterns import PATTERNS, SPECIAL_SOURCES, Pattern
 from .match import Boundary, Entry, Override
 
 ENTRY_KEYS = ("op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note")
@@ -303,9 +304,15 @@ class Parser:
                 raise self.fail(k, f"input position must be an integer, got {k.value!r}") from None
             fields = self.mapping(v, f"the pattern for input {index}", PATTERN_KEYS)
             if "from" not in fields:
-                raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`)")
-            out[index] = Pattern(self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS)),
-                                 self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
+                raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`, or a named pattern)")
+            sources = self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS, *PATTERNS))
+            if any(name in PATTERNS for name in sources):
+                if len(sources) > 1 or "through" in fields:
+                    raise self.fail(fields["from"][1], f"from: a named pattern ({', '.join(PATTERNS)}) stands alone: "
+                                                       "it says what it looks through; no other names, no `through:`")
+                out[index] = PATTERNS.get(sources[0])
+                continue
+            out[index] = Pattern(sources, self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
         return out
 
     def known(self, node, what: str, noun: str, valid) -> tuple[str, ...]:
