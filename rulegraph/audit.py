@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from .tolerances import relative
 
-#: the name ending of the nodes where a quantized graph's quantization error joins (rulegraph.quantization):
+#: the name ending of the nodes where a quantized graph's quantization error joins (rulegraph.canonize.quantization):
 #: what they absorb is the audit's ``quantization`` figure
 QUANTIZATION = "::quantization"
 

@@ -2,7 +2,7 @@
 
 An MoE block exported by rulegraph's exporters (``exporters/moe.py``) weights every expert's output
 ``[experts, tokens, hidden]`` by the router's top-k weights, scattered into a dense matrix that is
-zero where an expert was not picked, in one ``Mul`` (:data:`ROUTING` finds its weights), then sums
+zero where an expert was not picked, in one ``Mul`` (:data:`ROUTING` finds its weights; rule files name it ``moe-routing``), then sums
 over the experts. The relevance arriving at that product, summed over tokens and hidden units, is
 what each expert received; the audit lists it per block (:class:`ExpertAudit`) with the number of
 token positions that picked the expert. Under the rule sets that hold the routing weights constant
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from .ir import Graph
-from .patterns import Pattern
+from .patterns import Pattern, named
 
 #: the routing weights: a ScatterElements' output (the dense [tokens, experts] matrix), moved by routing ops
-ROUTING = Pattern(("ScatterElements",), ("routing",))
+ROUTING = named("moe-routing", Pattern(("ScatterElements",), ("routing",)))
 
 
 @dataclass(frozen=True)

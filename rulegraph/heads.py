@@ -28,10 +28,11 @@ import torch
 
 from .errors import InputError
 from .ir import Graph, Node, block_index
+from .ops import declaring
 from .patterns import PROBABILITIES
 
-#: ops computing the value product
-PRODUCTS = ("MatMul", "Einsum")
+#: ops computing the value product: the contractions (MatMul, Einsum)
+PRODUCTS = declaring("product", "contraction")
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,25 @@ A :class:`Pattern` is what a rule-file entry's ``inputs:`` says of one input::
 Names are op types (``Softmax``) or op traits (``routing``, ``sigmoidal``…: the lowercase names
 of :data:`rulegraph.ops.TRAITS`, declared once per op in :mod:`rulegraph.ops`); ``from`` also
 takes ``input`` (a graph input), ``constant`` (an initializer, or a value computed from
-initializers only) and ``*`` (any producer). Looking through an op means following its first
+initializers only) and ``*`` (any producer). A pattern the code defines is registered under a
+hyphenated name (:data:`PATTERNS`, :func:`named`), and a rule file names it alone, without
+``through``, so the code that reads the graph and the rule files that assign rules mean the same
+values::
+
+    inputs:
+      0: {from: attention-probabilities}                        # PROBABILITIES below Looking through an op means following its first
 data input (:meth:`~rulegraph.ops.OpSpec.data_inputs`: Where's branches, not its condition)
 that is not a constant. Ops declared ``transparent`` (a quantized graph's quantize–dequantize round
-trips, :mod:`rulegraph.quantization`) are looked through always.
+trips, :mod:`rulegraph.canonize.quantization`) are looked through always.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import RuleFileError
 from .ir import Graph, Node
 from .ops import TRAITS, OpSpec, find
+from .registry import Registry
 
 #: what ``from`` takes besides op types and traits
 SPECIAL_SOURCES = ("input", "constant", "*")
@@ -70,6 +78,24 @@ class Pattern:
         return self.source(graph, value) is not None
 
 
+#: name → a pattern defined in code, as a rule file names it (``from: attention-probabilities``)
+PATTERNS: Registry[Pattern] = Registry("pattern", RuleFileError)
+
+
+def named(name: str, pattern: Pattern) -> Pattern:
+    """Register ``pattern`` under ``name`` (hyphenated: never an op type or a trait) and return it."""
+    PATTERNS.add(name, pattern)
+    return pattern
+
+
 #: the attention probabilities: a Softmax's output, moved or guarded by routing ops (the Where of an
 #: SDPA export's NaN guard, a Cast, Dropout, a Reshape)
-PROBABILITIES = Pattern(("Softmax",), ("routing",))
+PROBABILITIES = named("attention-probabilities", Pattern(("Softmax",), ("routing",)))
+#: an exported RMSNorm's factor 1/√(mean x² + ε): a Reciprocal (dynamo export) or a Div(1, Sqrt)
+#: (TorchScript export), possibly cast
+RMS_FACTOR = named("rms-factor", Pattern(("Reciprocal", "Sqrt"), ("Cast", "Div")))
+#: an exported LayerNorm's standard deviation √(Var[x] + ε) (Sub/Pow/ReduceMean/Add/Sqrt/Div), the divisor
+STD = named("layernorm-std", Pattern(("Sqrt",)))
+#: the gate of an exported activation, x · ½(1 + erf(x/√2)) (GELU), with tanh, or x · sigmoid(x) (SiLU):
+#: a sigmoidal op's output, through the arithmetic and routing around it
+GATE = named("activation-gate", Pattern(("sigmoidal",), ("arithmetic", "routing")))

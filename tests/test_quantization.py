@@ -137,17 +137,37 @@ def _model(nodes, inputs, outputs, initializers):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
+def _qdq_matmul(scale, w):
+    """x → QuantizeLinear → DequantizeLinear → MatMul(W)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xq"]),
+             helper.make_node("MatMul", ["xq", "W"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+                  [numpy_helper.from_array(np.array(scale), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+                   numpy_helper.from_array(w, "W")])
+
+
+def test_every_rule_file_canonizes_and_gives_the_round_trip_its_rule_unless_it_opts_out():
+    """A rule file that says nothing of canonizers applies the quantization one, and its round trip
+    gets the ``quantization`` rule before the file's own entries; ``no_canonize: [quantization]``
+    leaves the graph as loaded (its integer ops then stop relevance)."""
+    graph = rulegraph.load(_qdq_matmul(np.float32(0.1), np.array([[1.0], [-2.0], [0.5]], np.float32)))
+    text = "boundary: inputs\nrules:\n  - op: '*'\n    rule: gradient\n"
+    canonized, rules = prepared(graph, RuleSet.from_yaml(text, source="q.yaml"))
+    assert "QuantizeLinear" not in canonized.op_types()
+    (node,) = [n for n in canonized.nodes if n.op == "QuantizeDequantize"]
+    assignment = rules.bind(canonized).assignments[node.name]
+    assert (assignment.rule.name, assignment.where) == ("quantization", "q.yaml: canonizer quantization")
+    raw, _ = prepared(graph, RuleSet.from_yaml("no_canonize: [quantization]\n" + text))
+    assert raw is graph and "QuantizeLinear" in raw.op_types()
+
+
 def test_a_qdq_pair_books_its_rounding_as_absorbed():
     """x → Q → DQ → MatMul(W): R(x) = x ⊙ W·s (LRP-0 = GI on a linear map), and the rounding δ = x̃ − x
     absorbs δ ⊙ W·s: the closed form, in float64."""
     scale, w = np.float32(0.1), np.array([[1.0], [-2.0], [0.5]], np.float32)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["xq"]),
-             helper.make_node("MatMul", ["xq", "W"], ["y"])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
-                   [numpy_helper.from_array(np.array(scale), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
-                    numpy_helper.from_array(w, "W")])
+    model = _qdq_matmul(scale, w)
     x = torch.tensor([[0.234, -1.017, 0.55]])
     rules = RuleSet.from_yaml("boundary: inputs\ncanonize: [quantization]\nrules:\n  - op: '*'\n    rule: gradient\n")
     e = rulegraph.explain(model, rules, {"x": x}, target=0, dtype=torch.float64)

@@ -35,7 +35,14 @@ What the relevance rules read from an :class:`OpSpec`:
     An S-shaped squashing function (Erf, tanh, sigmoid, hard sigmoid): the source of a gate
     in ``x · ½(1 + erf(x/√2))``, ``x · σ(x)`` (``from: sigmoidal`` in a pattern).
 ``normalization``
-    Normalises its input by the input's own statistics (LayerNorm, RMSNorm): the LN rule.
+    Normalises its input by the input's own statistics (LayerNorm, RMSNorm, InstanceNorm): the LN rule.
+    The op declares those statistics (:class:`~rulegraph.ops.spec.Normalization`: the dims, centring,
+    1/σ or 1/rms, γ and β per channel or not), so the rules that hold them constant (``ln``,
+    ``layernorm``) compute them from the declaration, not from the op's name.
+``product``
+    A product of two inputs that may both be activations (``contraction``: MatMul, Einsum;
+    ``elementwise``: Mul; ``affine``: Gemm): the ops of the AH, uniform and product rules, and the
+    value product of an attention block (a contraction, :mod:`rulegraph.heads`).
 ``arithmetic``
     Add, Sub, Mul, Div: what a gate pattern looks through (``through: [arithmetic, routing]``).
 ``routing_if``
@@ -75,8 +82,8 @@ What the relevance rules read from an :class:`OpSpec`:
 from __future__ import annotations
 
 from . import elementwise, linalg, nn, reduce, sequence, shape, vision, quantization, recurrent  # noqa: F401  (register the ops, in this order)
-from .spec import (REGISTRY, TRAITS, OpSpec, always, at_most_one, autograd_vjp, find, lookup, never, only, op, unbroadcast,
-                   unsupported, vjp)
+from .spec import (PRODUCT_KINDS, REGISTRY, TRAITS, Normalization, OpSpec, always, at_most_one, autograd_vjp, declaring, find,
+                   lookup, never, only, op, unbroadcast, unsupported, vjp)
 
-__all__ = ["REGISTRY", "TRAITS", "OpSpec", "always", "at_most_one", "autograd_vjp", "find", "lookup", "never", "only", "op",
-           "unbroadcast", "unsupported", "vjp"]
+__all__ = ["PRODUCT_KINDS", "REGISTRY", "TRAITS", "Normalization", "OpSpec", "always", "at_most_one", "autograd_vjp",
+           "declaring", "find", "lookup", "never", "only", "op", "unbroadcast", "unsupported", "vjp"]

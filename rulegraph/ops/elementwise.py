@@ -56,7 +56,7 @@ def _times(g: Tensor, x: Tensor) -> Tensor:
     return torch.mul(g, x, **recycling.broadcast_out(g, x))
 
 
-@op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size, into=torch.mul)
+@op("Mul", affine=at_most_one(0, 1), arithmetic=True, product="elementwise", vjp=_mul_vjp, size=broadcast_size, into=torch.mul)
 def mul(a, b):
     return a * b
 

@@ -78,7 +78,7 @@ def product(a: Tensor, b: Tensor) -> Tensor:
     return torch.matmul(a, b, **recycling.out(_matmul_shape(a.shape, b.shape), a, b))
 
 
-@op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
+@op("MatMul", affine=at_most_one(0, 1), product="contraction", vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
 def matmul(a, b):
     return product(a, b)
 
@@ -110,7 +110,7 @@ def _gemm_affine(tainted):
     return bool(tainted[0]) != bool(tainted[1])
 
 
-@op("Gemm", affine=_gemm_affine, additive=(2,), vjp=_gemm_vjp, bias=lambda c, output, attrs: attrs["beta"] * c)
+@op("Gemm", affine=_gemm_affine, additive=(2,), product="affine", vjp=_gemm_vjp, bias=lambda c, output, attrs: attrs["beta"] * c)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     """General matrix product ``alpha·A'B' + beta·C`` (batched A is accepted too)."""
     a2, b2 = _gemm_operands(a, b, transA, transB)
@@ -122,6 +122,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return y
 
 
-@op("Einsum", affine=lambda t: sum(map(bool, t)) <= 1, outgrows=True)
+@op("Einsum", affine=lambda t: sum(map(bool, t)) <= 1, product="contraction", outgrows=True)
 def einsum(*xs, equation):
     return torch.einsum(equation, *xs)

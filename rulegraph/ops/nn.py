@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from . import recycling
-from .spec import op, unbroadcast
+from .spec import Normalization, op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -110,7 +110,26 @@ def _layer_norm_affine(tainted):
     return not tainted[0] and len(tainted) > 1 and bool(tainted[1])
 
 
-@op("LayerNormalization", affine=_layer_norm_affine, normalization=True, additive=(2,), vjp=_layer_norm_vjp)
+def _rms(x: Tensor, axis: int, epsilon: float) -> Tensor:
+    """1/√(mean x² + ε) over the normalised dims, kept for broadcasting."""
+    return torch.rsqrt(x.pow(2).mean(dim=norm_dims(x, axis), keepdim=True) + epsilon)
+
+
+#: LayerNorm's held statistics: centred over the trailing dims from ``axis``, 1/√(Var + ε) as the fused kernel
+#: computes it, γ and β broadcast on those dims
+LAYER_NORM = Normalization(dims=lambda x, attrs: norm_dims(x, int(attrs["axis"])),
+                           factor=lambda x, attrs: held_layer_norm_stats(x, int(attrs["axis"]),
+                                                                         float(attrs["epsilon"]))[1])
+#: RMSNorm's: not centred, 1/√(mean x² + ε) over the trailing dims from ``axis``
+RMS_NORM = Normalization(dims=lambda x, attrs: norm_dims(x, int(attrs["axis"])),
+                         factor=lambda x, attrs: _rms(x, int(attrs["axis"]), float(attrs["epsilon"])), centred=False)
+#: InstanceNorm's (GroupNorm's export): centred over the spatial dims of ``[N, C, …]``, γ and β per channel
+INSTANCE_NORM = Normalization(dims=lambda x, attrs: tuple(range(2, x.dim())),
+                              factor=lambda x, attrs: instance_norm_stats(x, float(attrs["epsilon"]))[1],
+                              per_channel=True)
+
+
+@op("LayerNormalization", affine=_layer_norm_affine, normalization=LAYER_NORM, additive=(2,), vjp=_layer_norm_vjp)
 def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=_EPS, stash_type=1):
     dims = norm_dims(x, axis)
     shape = x.shape[dims[0]:]
@@ -122,19 +141,17 @@ def layer_normalization(x, scale, bias=None, *, axis=-1, epsilon=_EPS, stash_typ
     return (y if bias is None else y + bias), mean, rstd
 
 
-@op("RMSNormalization", affine=_layer_norm_affine, normalization=True)
+@op("RMSNormalization", affine=_layer_norm_affine, normalization=RMS_NORM)
 def rms_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
-    dims = norm_dims(x, axis)
-    rms = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + epsilon)
-    return x * rms * scale
+    return x * _rms(x, axis, epsilon) * scale
 
 
-@op("SimplifiedLayerNormalization", affine=_layer_norm_affine, normalization=True)
+@op("SimplifiedLayerNormalization", affine=_layer_norm_affine, normalization=RMS_NORM)
 def simplified_layer_normalization(x, scale, *, axis=-1, epsilon=_EPS, stash_type=1):
     return rms_normalization(x, scale, axis=axis, epsilon=epsilon)
 
 
-@op("InstanceNormalization", affine=_layer_norm_affine, normalization=True, additive=(2,))
+@op("InstanceNormalization", affine=_layer_norm_affine, normalization=INSTANCE_NORM, additive=(2,))
 def instance_normalization(x, scale, bias, *, epsilon=_EPS):
     """Per item and channel over the spatial dims (GroupNorm exports as this between Reshapes:
     PoolFormer), then ``scale`` and ``bias`` per channel."""

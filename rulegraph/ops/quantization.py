@@ -1,5 +1,5 @@
 """Quantized deployment graphs: the ONNX quantization ops, and two ops of rulegraph's own that the
-``quantization`` canonizer (:mod:`rulegraph.quantization`) writes in their place.
+``quantization`` canonizer (:mod:`rulegraph.canonize.quantization`) writes in their place.
 
 ONNX ops, as onnxruntime's quantization tools emit them:
 

@@ -42,6 +42,35 @@ TRAITS = ("routing", "elementwise", "activation", "sigmoidal", "normalization", 
 
 
 @dataclass(frozen=True)
+class Normalization:
+    """What a normalization ``y = (x − mean(x)) · factor · γ + β`` computes from its own input, the
+    statistics the LN rule (Ali et al. 2022, "XAI for Transformers", ICML, Sec. 4) and the decomposition's
+    coefficient view (Yang et al. 2023, ACL, Eq. 6) hold constant: the dims it normalises over, whether it
+    centres (LayerNorm) or not (RMSNorm), the ``factor`` (1/√(Var + ε) or 1/rms), and whether γ and β are
+    per channel (``[C]`` on dim 1: InstanceNorm) or broadcast on the trailing dims (LayerNorm)."""
+
+    #: ``dims(x, attrs)``: the dims normalised over (non-negative), ``attrs`` completed with the defaults
+    dims: Callable[[Tensor, dict], tuple[int, ...]]
+    #: ``factor(x, attrs)``: 1/σ or 1/rms over those dims, kept for broadcasting
+    factor: Callable[[Tensor, dict], Tensor]
+    centred: bool = True
+    per_channel: bool = False
+
+    def weight(self, v: Tensor, x: Tensor) -> Tensor:
+        """γ or β shaped to broadcast over ``x``."""
+        return v.reshape(-1, *([1] * (x.dim() - 2))) if self.per_channel else v
+
+    def bias_share(self, s: Tensor, bias: Tensor, dims: tuple[int, ...]) -> Tensor:
+        """``s`` (a signal on the output) summed to β's shape: over the batch and the normalised dims per
+        channel, else over what broadcasting β added."""
+        return s.sum(dim=(0, *dims)) if self.per_channel else unbroadcast(s, bias.shape)
+
+
+#: how a product of two inputs, linear in each, combines them (:attr:`OpSpec.product`)
+PRODUCT_KINDS = ("contraction", "elementwise", "affine")
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     forward: Callable[..., Any]
@@ -59,7 +88,12 @@ class OpSpec:
     elementwise: bool = False
     activation: bool = False
     sigmoidal: bool = False
-    normalization: bool = False
+    #: normalises its input by the input's own statistics, which it declares (:class:`Normalization`)
+    normalization: Normalization | None = None
+    #: a product of two inputs that may both be activations, linear in each (:data:`PRODUCT_KINDS`):
+    #: ``contraction`` sums over an index (MatMul, Einsum: Q·Kᵀ, the value product P·V), ``elementwise``
+    #: multiplies position by position (Mul: a gated MLP), ``affine`` adds a constant term (Gemm: A·B + C)
+    product: str = ""
     arithmetic: bool = False
     pointwise: bool = False
     #: outputs a mask (comparisons, logic): what depends on it depends on where, not on the values
@@ -141,6 +175,11 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
         key = (domain, name)
         if key in REGISTRY:
             raise RuntimeError(f"op {name!r} (domain {domain!r}) is registered twice")
+        if not isinstance(traits.get("normalization"), (Normalization, type(None))):
+            raise TypeError(f"op {name!r}: normalization= takes the Normalization it computes (its held "
+                            "statistics), not a flag")
+        if traits.get("product", "") not in ("", *PRODUCT_KINDS):
+            raise TypeError(f"op {name!r}: product= is one of {', '.join(PRODUCT_KINDS)}")
         traits.setdefault("pointwise", bool(traits.get("elementwise") or traits.get("arithmetic")))
         traits.setdefault("cheap", bool(traits.get("arithmetic")))
         defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
@@ -149,6 +188,13 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
                                defaults=defaults, **traits)
         return fn
     return register
+
+
+def declaring(trait: str, *values: Any) -> tuple[str, ...]:
+    """The op types (of the default domain) whose ``trait`` is set, or is one of ``values``, in
+    registration order: the ops a rule applying to that trait names."""
+    return tuple(name for (domain, name), spec in REGISTRY.items()
+                 if not domain and (getattr(spec, trait) in values if values else getattr(spec, trait)))
 
 
 def find(op_type: str, domain: str = "") -> OpSpec | None:

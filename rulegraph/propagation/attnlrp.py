@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import torch
 
+from ..ops import declaring
 from ..ops.nn import _softmax_axis
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
 from .gradient import _gradient_contributions
@@ -46,7 +47,7 @@ class Uniform(Rule):
     """
 
     epsilon: float = param(0.0, NON_NEGATIVE)
-    ops: ClassVar[tuple[str, ...]] = ("MatMul", "Mul", "Einsum")
+    ops: ClassVar[tuple[str, ...]] = declaring("product", "contraction", "elementwise")
     breaking: ClassVar[str] = "ε absorbs"
 
     def propagate(self, site):

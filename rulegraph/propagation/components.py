@@ -28,8 +28,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..ops import OpSpec
-from ..ops.nn import held_layer_norm_stats, instance_norm_stats, norm_dims, per_channel
+from ..ops import OpSpec, declaring
 from .base import UNIT, Rule, decomposition_rule, param
 from .numerics import layout
 
@@ -211,12 +210,11 @@ def _direct(site: ComponentSite) -> list[Parts | None] | None:
 class LayerNormComponents(Rule):
     """LayerNorm (or RMSNorm) with 1/√(Var+ε) as a coefficient, Eq. 6 of Yang et al. (2023):
     ``D_g = (D_g x − mean(D_g x)) · s · γ`` per group, ``B = (B x − mean(B x)) · s · γ + β``,
-    with ``s`` computed from the forward input (no centering for RMSNorm). InstanceNormalization
-    (GroupNorm's export) is the same over the spatial dims, γ and β per channel — not in the paper,
-    which has only LayerNorm; the same coefficient view."""
+    with ``s`` computed from the forward input as the op declares it (:class:`rulegraph.ops.Normalization`;
+    no centering for RMSNorm). InstanceNormalization (GroupNorm's export) is the same over the spatial
+    dims, γ and β per channel — not in the paper, which has only LayerNorm; the same coefficient view."""
 
-    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
-                                      "InstanceNormalization")
+    ops: ClassVar[tuple[str, ...]] = declaring("normalization")
 
     def carries(self, node, spec, tainted):
         return [bool(tainted[0])] + [False] * (len(tainted) - 1)
@@ -228,37 +226,21 @@ class LayerNormComponents(Rule):
         return why
 
     def decompose(self, site: ComponentSite) -> list[Parts | None]:
-        x, p = site.inputs[0], site.parts[0]
+        x, p, norm = site.inputs[0], site.parts[0], site.spec.normalization
         scale = site.inputs[1]
         beta = site.inputs[2] if len(site.inputs) > 2 else None
-        if site.node.op == "InstanceNormalization":      # over the spatial dims; scale and shift per channel
-            _, rstd = instance_norm_stats(x, float(site.attrs["epsilon"]))
-            factor = rstd * per_channel(scale, x)
-            spatial = tuple(range(2 - x.dim(), 0))
-            beta = per_channel(beta, x) if beta is not None else None
-
-            def norm(t, out=None):
-                return torch.mul(t - t.mean(dim=spatial, keepdim=True), factor, out=out)
-            groups = _chunked(p.groups, site.chunk, norm, site.into(0))
-            bias = norm(p.bias)
-            return [Parts(groups, bias if beta is None else bias + beta)]
-        axis, eps = int(site.attrs["axis"]), float(site.attrs["epsilon"])
-        dims = tuple(d - x.dim() for d in norm_dims(x, axis))   # negative: valid with the leading G dim
-        if site.node.op == "LayerNormalization":
-            _, rstd = held_layer_norm_stats(x, axis, eps)
-            factor = rstd * scale
-
-            def norm(t, out=None):
+        dims = tuple(d - x.dim() for d in norm.dims(x, site.attrs))   # negative: valid with the leading G dim
+        factor = norm.factor(x, site.attrs) * norm.weight(scale, x)
+        if norm.centred:
+            def normed(t, out=None):
                 return torch.mul(t - t.mean(dim=dims, keepdim=True), factor, out=out)
         else:
-            factor = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * scale
-
-            def norm(t, out=None):
+            def normed(t, out=None):
                 return torch.mul(t, factor, out=out)
-        groups = _chunked(p.groups, site.chunk, norm, site.into(0))
-        bias = norm(p.bias)
+        groups = _chunked(p.groups, site.chunk, normed, site.into(0))
+        bias = normed(p.bias)
         if beta is not None:
-            bias = bias + beta
+            bias = bias + norm.weight(beta, x)
         return [Parts(groups, bias)] + [None] * (len(site.node.outputs) - 1)
 
 
@@ -356,7 +338,7 @@ class Product(Rule):
     instead, use ``linear`` with ``coefficients: [k]``. With one decomposed input it
     is ``linear``."""
 
-    ops: ClassVar[tuple[str, ...]] = ("Mul", "MatMul", "Einsum", "Gemm")
+    ops: ClassVar[tuple[str, ...]] = declaring("product")
 
     def check(self, node, spec, tainted):
         why = super().check(node, spec, tainted)

@@ -11,8 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from ..ops import unbroadcast, vjp
-from ..ops.nn import held_layer_norm_stats, instance_norm_stats, norm_dims, per_channel
+from ..ops import declaring, unbroadcast, vjp
 from .base import NON_NEGATIVE, Rule, param, relevance_rule
 from .numerics import divide, stabilize
 from .signal import Contribution, Site
@@ -147,7 +146,7 @@ class AttentionHead(_HeldFactor):
 
     probs: int = param(0, NON_NEGATIVE)
     held: ClassVar[str] = "probs"
-    ops: ClassVar[tuple[str, ...]] = ("MatMul", "Einsum", "Mul")
+    ops: ClassVar[tuple[str, ...]] = declaring("product", "contraction", "elementwise")
 
 
 @relevance_rule("gate")
@@ -186,14 +185,14 @@ class LayerNormRule(Rule):
     ``R(x_i) = Σ_j x_i (δ_ij − 1/N) / Σ_i' x_i' (δ_i'j − 1/N) · R(y_j)``; the scale γ is an
     elementwise weight and the shift β absorbs its share.
 
-    On a fused ``LayerNormalization`` it computes that directly; on RMS norms it holds
-    the root mean square constant; on ``InstanceNormalization`` (GroupNorm exports as it) it
-    is the same map over the spatial dims, with γ and β per channel; on a decomposed LayerNorm
-    it applies to the ``Div`` by the standard deviation, holding the denominator constant.
+    On a normalization op it holds the statistics the op declares (:class:`rulegraph.ops.Normalization`):
+    LayerNorm's 1/σ over its trailing dims; an RMS norm's root mean square, with no centering;
+    InstanceNorm's (GroupNorm exports as it) 1/σ over the spatial dims, with γ and β per channel. On a
+    decomposed LayerNorm it applies to the ``Div`` by the standard deviation, holding the denominator
+    constant.
     """
 
-    ops: ClassVar[tuple[str, ...]] = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
-                                      "InstanceNormalization", "Div")
+    ops: ClassVar[tuple[str, ...]] = (*declaring("normalization"), "Div")
     breaking: ClassVar[str] = "β absorbs"
 
     def carries(self, node, spec, tainted):
@@ -201,35 +200,23 @@ class LayerNormRule(Rule):
 
     def check(self, node, spec, tainted):
         why = super().check(node, spec, tainted)
-        if why is None and node.op != "Div" and any(tainted[1:]):
+        if why is None and spec.normalization is not None and any(tainted[1:]):
             return "its scale and shift must be constants"
         return why
 
     def propagate(self, site):
-        op = site.node.op
+        norm = site.spec.normalization
         s = site.ratio(0)
-        x = site.inputs[0]
-        out: list[Contribution | None] = [None] * len(site.inputs)
-        if op == "Div":
+        if norm is None:                # the Div of a decomposed LayerNorm: the denominator held
             return _gradient_contributions(site, self.carries(site.node, site.spec, site.tainted), [s])
-        scale = site.inputs[1]
-        if op == "InstanceNormalization":      # the same over the spatial dims, scale and shift per channel
-            _, rstd = instance_norm_stats(x, site.attrs["epsilon"])
-            gs = s * per_channel(scale, x)
-            spatial = tuple(range(2, x.dim()))
-            out[0] = Contribution(signal=gs.sub_(gs.mean(dim=spatial, keepdim=True)).mul_(rstd))
-            if site.audit and site.inputs[2] is not None:
-                out[2] = Contribution(signal=s.sum(dim=(0, *spatial)))
-            return out
-        axis, eps = site.attrs["axis"], site.attrs["epsilon"]
-        dims = norm_dims(x, axis)
-        if op == "LayerNormalization":
-            _, rstd = held_layer_norm_stats(x, axis, eps)
-            gs = s * scale
-            out[0] = Contribution(signal=gs.sub_(gs.mean(dim=dims, keepdim=True)).mul_(rstd))
-            if site.audit and len(site.inputs) > 2 and site.inputs[2] is not None:
-                out[2] = Contribution(signal=unbroadcast(s, site.inputs[2].shape))
-        else:
-            rms = torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps)
-            out[0] = Contribution(signal=s * scale * rms)
+        x, scale = site.inputs[0], site.inputs[1]
+        out: list[Contribution | None] = [None] * len(site.inputs)
+        dims = norm.dims(x, site.attrs)
+        factor = norm.factor(x, site.attrs)
+        gs = s * norm.weight(scale, x)
+        if norm.centred:
+            gs.sub_(gs.mean(dim=dims, keepdim=True))
+        out[0] = Contribution(signal=gs.mul_(factor))
+        if site.audit and len(site.inputs) > 2 and site.inputs[2] is not None:
+            out[2] = Contribution(signal=norm.bias_share(s, site.inputs[2], dims))
         return out

@@ -1,5 +1,5 @@
 """The rule for a quantized graph's quantize–dequantize round trip (the ``quantization`` canonizer,
-:mod:`rulegraph.quantization`): ``x̃ = x + δ``, the rounding ``δ`` held constant."""
+:mod:`rulegraph.canonize.quantization`): ``x̃ = x + δ``, the rounding ``δ`` held constant."""
 from __future__ import annotations
 
 from typing import ClassVar

@@ -66,8 +66,10 @@ class RuleSet:
     fallback: Rule | None = None        # the rule when on_unmatched names one
     source: str = ""
     pass_name: str = "relevance"        # the pass that runs it (rulegraph.passes): relevance | decomposition
-    canonize: tuple[str, ...] = ()      # graph rewrites before binding (rulegraph.canonize), e.g. batchnorm
+    canonize: tuple[str, ...] = ()      # graph rewrites before binding (rulegraph.canonize): quantization, batchnorm
     models: str = "transformers"        # what the rule set is written for: transformers | cnns
+    #: the rules of the ops the canonizers write (a quantized graph's round trips), matched before ``entries``
+    canonizer_entries: list[Entry] = field(default_factory=list)
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> "RuleSet":
@@ -102,7 +104,7 @@ class RuleSet:
 
     def match(self, graph: Graph, node: Node) -> Entry | None:
         """The first entry matching ``node``."""
-        return next((e for e in self.entries if e.matches(graph, node)), None)
+        return next((e for e in (*self.canonizer_entries, *self.entries) if e.matches(graph, node)), None)
 
     def bind(self, graph: Graph) -> Binding:
         """This rule set bound to ``graph`` (computed once per graph and rule set object)."""

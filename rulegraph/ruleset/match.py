@@ -55,6 +55,8 @@ class Entry:
     inputs: dict[int, Pattern] = field(default_factory=dict)
     source: str = ""
     overrides: list[Override] = field(default_factory=list)
+    #: what put the entry there when no line of the file did (``canonizer quantization``)
+    label: str = ""
 
     def assign(self, node: Node) -> tuple[Rule, str]:
         """The rule for a node this entry matched, and where it came from (``file:line``)."""
@@ -81,7 +83,7 @@ class Entry:
 
     @property
     def where(self) -> str:
-        return f"{self.source}:{self.line}"
+        return f"{self.source}: {self.label}" if self.label else f"{self.source}:{self.line}"
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,18 @@ from typing import Any
 
 import yaml
 
-from ..canonize import CANONIZERS
+from .. import experts  # noqa: F401  (registers the moe-routing pattern)
+from ..canonize import CANONIZERS, defaults
 from ..errors import RuleFileError, choices
 from ..propagation import RULES, Rule
 from ..ops import REGISTRY, TRAITS
-from ..patterns import SPECIAL_SOURCES, Pattern
+from ..patterns import PATTERNS, SPECIAL_SOURCES, Pattern
 from .match import Boundary, Entry, Override
 
 ENTRY_KEYS = ("op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note")
 OVERRIDE_KEYS = ("blocks", "name", "scope", "params")
-TOP_KEYS = ("name", "description", "pass", "models", "boundary", "on_unmatched", "canonize", "rules")
+TOP_KEYS = ("name", "description", "pass", "models", "boundary", "on_unmatched", "canonize", "no_canonize",
+            "rules")
 MODELS = ("transformers", "cnns")   # what a rule set is written for (`models:`, default transformers)
 PATTERN_KEYS = ("from", "through")
 BOUNDARY_KINDS = ("embeddings", "inputs")
@@ -51,13 +53,15 @@ class Parser:
 
     def __init__(self, source: str):
         self.source = source
-        self.rules = RULES["relevance"]
+        self.pass_name = "relevance"
+        self.rules = RULES[self.pass_name]
 
     def _pass(self, node) -> str:
         value = str(self.scalar(node, "pass"))
         if value not in RULES:
             raise self.fail(node, f"unknown pass {value!r}; {choices(RULES, value)}")
         self.rules = RULES[value]
+        self.pass_name = value
         return value
 
     def check_tree(self, root) -> None:
@@ -148,8 +152,7 @@ class Parser:
             rs.description = str(self.scalar(top["description"][1], "description"))
         if "boundary" in top:
             rs.boundary = self.boundary(top["boundary"][1])
-        if "canonize" in top:
-            rs.canonize = self.known(top["canonize"][1], "canonize", "canonizer", CANONIZERS)
+        rs.canonize = self.canonize(top)
         if "on_unmatched" in top:
             node = top["on_unmatched"][1]
             value = self.current(node, str(self.scalar(node, "on_unmatched")))
@@ -163,7 +166,38 @@ class Parser:
         if not isinstance(seq, yaml.SequenceNode) or not seq.value:
             raise self.fail(seq, "`rules:` must be a non-empty list of entries (each a mapping with `rule:`)")
         rs.entries = self.entries(seq.value)
+        rs.canonizer_entries = self.canonizer_entries(rs.canonize, rs.entries)
         return vars(rs)
+
+    def canonize(self, top) -> tuple[str, ...]:
+        """The canonizers applied, in order: the default ones (:func:`rulegraph.canonize.defaults`) the
+        file neither lists nor turns off (``no_canonize:``), then those ``canonize:`` lists."""
+        listed = self.known(top["canonize"][1], "canonize", "canonizer", CANONIZERS) if "canonize" in top else ()
+        off: tuple[str, ...] = ()
+        if "no_canonize" in top:
+            node = top["no_canonize"][1]
+            off = self.strings(node, "no_canonize")
+            for name in off:
+                if name not in defaults():
+                    raise self.fail(node, f"no_canonize: {name!r} is not a canonizer applied by default (only those "
+                                          f"can be turned off; the others apply only where `canonize:` lists them); "
+                                          f"{choices(defaults(), name)}")
+                if name in listed:
+                    raise self.fail(node, f"canonizer {name!r} is both in `canonize:` and in `no_canonize:`")
+        return tuple(n for n in defaults() if n not in listed and n not in off) + listed
+
+    def canonizer_entries(self, names: tuple[str, ...], entries: list[Entry]) -> list[Entry]:
+        """The entries the applied canonizers give the ops they write (:attr:`Canonizer.rules
+        <rulegraph.canonize.Canonizer.rules>`) in this pass, matched before the file's, for the ops no
+        entry of the file names (an entry naming one is the file's own choice)."""
+        named = {op for e in entries for op in e.ops}
+        out = []
+        for name in names:
+            for op_type, rule in CANONIZERS.get(name).rules.get(self.pass_name, {}).items():
+                if op_type not in named:
+                    out.append(Entry(rule=self.rules.get(rule)(), line=0, source=self.source, ops=(op_type,),
+                                     label=f"canonizer {name}"))
+        return out
 
     def entries(self, items) -> list[Entry]:
         """Every entry, or one error naming each entry that is wrong (entries are read independently,
@@ -270,9 +304,15 @@ class Parser:
                 raise self.fail(k, f"input position must be an integer, got {k.value!r}") from None
             fields = self.mapping(v, f"the pattern for input {index}", PATTERN_KEYS)
             if "from" not in fields:
-                raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`)")
-            out[index] = Pattern(self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS)),
-                                 self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
+                raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`, or a named pattern)")
+            sources = self.ops(fields["from"][1], "from", (*SPECIAL_SOURCES, *TRAITS, *PATTERNS))
+            if any(name in PATTERNS for name in sources):
+                if len(sources) > 1 or "through" in fields:
+                    raise self.fail(fields["from"][1], f"from: a named pattern ({', '.join(PATTERNS)}) stands alone: "
+                                                       "it says what it looks through; no other names, no `through:`")
+                out[index] = PATTERNS.get(sources[0])
+                continue
+            out[index] = Pattern(sources, self.ops(fields["through"][1], "through", TRAITS) if "through" in fields else ())
         return out
 
     def known(self, node, what: str, noun: str, valid) -> tuple[str, ...]:

@@ -18,7 +18,11 @@ What the relevance rules rely on:
 ``pointwise``   output element o depends only on the input elements at o's (broadcast) position:
                 the input boundary follows token ids through these ops.
 ``activation``, ``sigmoidal``, ``normalization``, ``arithmetic``, ``shape_only``: what rule files
-                select by (``trait:``, ``from:``, ``through:``); each checked below for what it claims.
+                select by (``trait:``, ``from:``, ``through:``); each checked below for what it claims. A
+                normalization's declared statistics must give its forward (the ln and layernorm rules
+                hold them constant).
+``product``     a product of two factors, linear in each (the ah, uniform and product rules' ops; the
+                contractions are an attention block's value product).
 ``bias``        the additive constant as the op adds it: f(0; W, b) for a linear layer.
 ``float_output=False``  outputs are never floating point (a function of the node for Cast).
 ``cheap``       the relevance pass recomputes the output in its walk instead of keeping it: computed
@@ -101,7 +105,7 @@ def test_every_trait_is_sampled():
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
     for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
-                  "pointwise", "bias", "cheap", "outgrows", "into"):
+                  "pointwise", "bias", "cheap", "outgrows", "into", "product"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
@@ -304,6 +308,54 @@ def test_a_normalization_is_invariant_to_the_scale_of_its_input(s: Sample):
     scaled = s.spec.forward(7.5 * s.inputs[0], *s.inputs[1:], **attrs)
     first = (lambda o: o[0] if isinstance(o, (tuple, list)) else o)
     _close(first(scaled), first(out), f"{s.id}: declared a normalization, but scaling its input changes its output")
+
+
+@pytest.mark.parametrize("s", _declared("normalization"))
+def test_a_normalization_computes_the_statistics_it_declares(s: Sample):
+    """``(x − mean) · factor · γ + β`` from the op's declaration (dims, centring, factor, γ and β per channel
+    or broadcast) is its forward: what the ln and layernorm rules hold constant is what the op computed."""
+    norm, attrs = s.spec.normalization, {**s.spec.defaults, **s.attrs}
+    x, gamma = s.inputs[0], s.inputs[1]
+    dims = norm.dims(x, attrs)
+    centred = x - x.mean(dim=dims, keepdim=True) if norm.centred else x
+    expected = centred * norm.factor(x, attrs) * norm.weight(gamma, x)
+    if len(s.inputs) > 2 and s.inputs[2] is not None:
+        expected = expected + norm.weight(s.inputs[2], x)
+    _close(s.call()[0], expected, f"{s.id}: the declared statistics do not give the forward")
+
+
+def test_a_normalization_declares_its_statistics_not_a_flag():
+    from rulegraph.ops import op
+    with pytest.raises(TypeError, match="normalization= takes the Normalization it computes"):
+        op("NotAnOp", normalization=True)(lambda x: x)
+    assert ("", "NotAnOp") not in REGISTRY
+
+
+@pytest.mark.parametrize("s", [p for p in _declared("product") if len(p.values[0].inputs) >= 2])
+def test_a_product_is_linear_in_each_factor(s: Sample):
+    """With its additive inputs at zero (Gemm's C), scaling either factor scales the output: a product
+    of two inputs that may both carry relevance (what the ah, uniform and product rules split)."""
+    inputs = [torch.zeros_like(x) if s.spec.is_additive(i) and _float(x) else x for i, x in enumerate(s.inputs)]
+    base = s.call(inputs)[0]
+    factors = [i for i in range(len(inputs)) if not s.spec.is_additive(i)]
+    assert len(factors) == 2, f"{s.id}: a product has two factors"
+    for i in factors:
+        scaled = [2.5 * x if k == i else x for k, x in enumerate(inputs)]
+        _close(s.call(scaled)[0], 2.5 * base, f"{s.id}: not linear in input {i}")
+
+
+def test_the_value_product_and_the_product_rules_read_the_trait():
+    from rulegraph.heads import PRODUCTS
+    from rulegraph.propagation import RULES
+    kinds = {name: spec.product for (domain, name), spec in REGISTRY.items() if not domain and spec.product}
+    assert kinds == {"Mul": "elementwise", "MatMul": "contraction", "Gemm": "affine", "Einsum": "contraction"}
+    assert set(PRODUCTS) == {"MatMul", "Einsum"}
+    for rule in (RULES["relevance"].get("ah"), RULES["relevance"].get("uniform")):
+        assert set(rule.ops) == {"Mul", "MatMul", "Einsum"}
+    assert set(RULES["decomposition"].get("product").ops) == set(kinds)
+    normalizations = {name for (domain, name), spec in REGISTRY.items() if not domain and spec.normalization}
+    assert set(RULES["relevance"].get("ln").ops) == normalizations | {"Div"}
+    assert set(RULES["decomposition"].get("layernorm").ops) == normalizations
 
 
 @pytest.mark.parametrize("s", _declared("arithmetic"))

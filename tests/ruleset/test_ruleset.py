@@ -6,6 +6,8 @@ import pytest
 import rulegraph
 from rulegraph import RuleSet
 from rulegraph.errors import RuleFileError, RuleMatchError
+from rulegraph.experts import ROUTING
+from rulegraph.patterns import PATTERNS, PROBABILITIES
 
 
 def error(text: str) -> str:
@@ -47,6 +49,24 @@ def error(text: str) -> str:
      "activation, sigmoidal, normalization, arithmetic; did you mean 'routing'"),
     ("rules:\n  - trait: activations\n    rule: identity\n",
      "my.yaml:2: unknown op trait 'activations'; did you mean 'activation'"),
+    ("name: x\nno_canonize: [quantisation]\nrules:\n  - op: Add\n    rule: route\n",
+     "my.yaml:2: no_canonize: 'quantisation' is not a canonizer applied by default (only those can be turned off; "
+     "the others apply only where `canonize:` lists them); did you mean 'quantization'"),
+    ("no_canonize: batchnorm\nrules:\n  - op: Add\n    rule: route\n",
+     "my.yaml:1: no_canonize: 'batchnorm' is not a canonizer applied by default"),
+    ("canonize: [quantization]\nno_canonize: [quantization]\nrules:\n  - op: Add\n    rule: route\n",
+     "my.yaml:2: canonizer 'quantization' is both in `canonize:` and in `no_canonize:`"),
+    ("no_canonize: {quantization: false}\nrules:\n  - op: Add\n    rule: route\n",
+     "my.yaml:1: no_canonize must be a string or a list of strings"),
+    ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: attention-probs}\n    rule: ah\n",
+     "my.yaml:4: from: 'attention-probs' is neither an op rulegraph implements nor one of input, constant, *, "
+     "routing, elementwise, activation, sigmoidal, normalization, arithmetic, attention-probabilities, rms-factor, "
+     "layernorm-std, activation-gate, moe-routing; did you mean 'attention-probabilities'"),
+    ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: [attention-probabilities, Softmax]}\n    rule: ah\n",
+     "my.yaml:4: from: a named pattern (attention-probabilities, rms-factor, layernorm-std, activation-gate, "
+     "moe-routing) stands alone: it says what it looks through; no other names, no `through:`"),
+    ("rules:\n  - op: Mul\n    inputs:\n      1:\n        from: moe-routing\n        through: routing\n    rule: ah\n",
+     "my.yaml:5: from: a named pattern"),
 ])
 def test_rule_file_errors_name_line_and_choices(text, expected):
     assert error(text).startswith(expected)
@@ -63,6 +83,52 @@ def test_shipped_rule_sets_load_and_unknown_names_are_refused(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("rules:\n  - op: '*'\n    rule: gradient\n    params: {detach: [1]}\n")
     assert RuleSet.load(path).entries[0].rule.detach == [1]
+
+
+@pytest.mark.parametrize("head, applied", [
+    ("", ("quantization",)),                                      # the default
+    ("canonize: [batchnorm]\n", ("quantization", "batchnorm")),    # the default first, then the listed ones
+    ("canonize: [quantization, batchnorm]\n", ("quantization", "batchnorm")),
+    ("canonize: [batchnorm, quantization]\n", ("batchnorm", "quantization")),   # listed: where listed
+    ("no_canonize: [quantization]\n", ()),
+    ("no_canonize: quantization\ncanonize: [batchnorm]\n", ("batchnorm",)),
+])
+def test_the_quantization_canonizer_applies_unless_turned_off(head, applied):
+    rs = RuleSet.from_yaml(f"{head}rules:\n  - op: '*'\n    rule: gradient\n", source="my.yaml")
+    assert rs.canonize == applied
+    given = [(e.ops, e.rule.name, e.where) for e in rs.canonizer_entries]
+    assert given == ([(("QuantizeDequantize",), "quantization", "my.yaml: canonizer quantization")]
+                     if "quantization" in applied else [])
+    assert [e.rule.name for e in rs.entries] == ["gradient"]      # the file's entries, as written
+
+
+def test_a_rule_file_naming_the_round_trip_gives_it_its_own_rule():
+    rs = RuleSet.from_yaml("rules:\n  - op: QuantizeDequantize\n    rule: gradient\n  - op: '*'\n    rule: route\n")
+    assert rs.canonize == ("quantization",) and rs.canonizer_entries == []
+
+
+def test_the_decomposition_pass_gets_no_canonizer_entry():
+    """The quantization canonizer names a rule for the relevance pass only; a decomposition rule file
+    says what its round trips get."""
+    rs = RuleSet.from_yaml("pass: decomposition\nrules:\n  - op: '*'\n    rule: linear\n")
+    assert rs.canonize == ("quantization",) and rs.canonizer_entries == []
+
+
+@pytest.mark.parametrize("name, pattern", [("attention-probabilities", PROBABILITIES), ("moe-routing", ROUTING)])
+def test_a_named_pattern_is_the_one_the_code_reads_the_graph_with(name, pattern):
+    """heads.py finds attention blocks with PROBABILITIES, experts.py MoE blocks with ROUTING: the rule
+    files name the same objects."""
+    rs = RuleSet.from_yaml(f"rules:\n  - op: Mul\n    inputs:\n      1: {{from: {name}}}\n    rule: ah\n")
+    assert rs.entries[0].inputs[1] is pattern
+
+
+def test_the_shipped_rule_files_name_the_patterns_they_do_not_spell_out():
+    """No shipped entry writes out a copy of a named pattern (op types and through lists): it names it."""
+    for name in rulegraph.shipped_rule_sets(None):
+        for entry in RuleSet.load(name).entries:
+            for pattern in entry.inputs.values():
+                copies = [n for n, p in PATTERNS.items() if p == pattern and p is not pattern]
+                assert not copies, f"rules/{name}.yaml:{entry.line} spells out the pattern {copies[0]}"
 
 
 def test_first_match_wins_and_patterns_look_through(bert_onnx, bert_sdpa_onnx):

@@ -1,4 +1,4 @@
-"""Canonizers: rewrite a graph into an equivalent one the rules treat as intended.
+"""The ``batchnorm`` canonizer: a BatchNormalization merged into the layer feeding it.
 
 LRP rules see a linear layer's weights; a BatchNormalization after a convolution is a
 second affine map, and the modified-weight rules (γ, z⁺, zB…) give a different result
@@ -9,35 +9,14 @@ folded graph computes the same function up to rounding (folding is done in float
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-from .errors import RuleFileError
-from .ir import Graph, Node
-from .quantization import dequantize
-from .ops import lookup
-from .registry import Registry
-
-#: name → graph rewrite ``Graph -> Graph``; a rule file's ``canonize:`` lists names
-CANONIZERS: Registry[Callable[[Graph], Graph]] = Registry("canonizer", RuleFileError)
+from ..ir import Graph, Node
+from ..ops import lookup
+from .base import canonizer
 
 
-def canonize(graph: Graph, names: tuple[str, ...] | list[str]) -> Graph:
-    """``graph`` with the named canonizers applied, in order (cached on the graph)."""
-    if not names:
-        return graph
-    key = tuple(names)
-    cache = graph.cache.canonized
-    if key not in cache:
-        out = graph
-        for name in names:
-            out = CANONIZERS.get(name)(out)
-        cache[key] = out
-    return cache[key]
-
-
-@CANONIZERS.register("batchnorm")
+@canonizer("batchnorm")
 def fold_batchnorm(graph: Graph) -> Graph:
     """Merge each BatchNormalization into the Conv or Gemm feeding it, when that layer's
     output feeds nothing else and every parameter is a constant:
@@ -95,7 +74,3 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
             return None
         value = producer.inputs[0]
     return None
-
-
-
-CANONIZERS.add("quantization", dequantize)

@@ -26,8 +26,10 @@ computation it stands for, exactly up to float rounding:
   ``MatMul(x + δ, (W_q − z_w) · s_w)`` (``ConvInteger`` likewise ``Conv``), since
   ``(q − z)·s_x @ (W_q − z_w)·s_w`` is that product.
 
-A graph without quantization ops is returned unchanged, so every rule set lists this canonizer
-(registered as ``quantization`` in :data:`rulegraph.canonize.CANONIZERS`).
+A graph without quantization ops is returned unchanged, so every rule file applies this canonizer by
+default (``no_canonize: [quantization]`` turns it off), and the round trips it writes get the
+``quantization`` rule (:class:`rulegraph.propagation.quantized.Quantization`) in the relevance pass,
+unless the rule file has an entry naming ``QuantizeDequantize`` itself.
 Chains it does not recognise are left as they are (their integer tensors then stop relevance, and
 ``rulegraph check`` shows where).
 """
@@ -35,12 +37,13 @@ from __future__ import annotations
 
 import torch
 
-from .audit import QUANTIZATION
-from .boundary import constant_value
-from .ir import Graph, Node
-from .ops import find
-from .ops.elementwise import dequantize_linear
-from .ops.quantization import RULEGRAPH_DOMAIN
+from ..audit import QUANTIZATION
+from ..boundary import constant_value
+from ..ir import Graph, Node
+from ..ops import find
+from ..ops.elementwise import dequantize_linear
+from ..ops.quantization import RULEGRAPH_DOMAIN
+from .base import canonizer
 
 #: the ops whose presence makes a graph a quantized one
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
@@ -275,6 +278,7 @@ def _per_channel(p: torch.Tensor, w: torch.Tensor, op: str) -> torch.Tensor:
     return p.reshape(-1) if op == "MatMulInteger" else p.reshape(-1, *([1] * (w.dim() - 1)))
 
 
+@canonizer("quantization", default=True, rules={"relevance": {"QuantizeDequantize": "quantization"}})
 def dequantize(graph: Graph) -> Graph:
     """``graph`` with its quantization rewritten into the float computation it stands for (see the
     module docstring); a graph without quantization ops, unchanged."""
