@@ -16,6 +16,7 @@ import torch
 from .errors import RuleFileError
 from .ir import Graph, Node
 from .quantization import dequantize
+from .final_softmax import final_softmax
 from .ops import lookup
 from .registry import Registry
 
@@ -97,5 +98,5 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
     return None
 
 
-
 CANONIZERS.add("quantization", dequantize)
+CANONIZERS.add("final-softmax", final_softmax)

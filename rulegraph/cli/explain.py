@@ -174,7 +174,11 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
 @click.option("--nodes", "show_nodes", is_flag=True, help="list every node with its rule")
 @click.option("--tokenizer", type=click.Path(dir_okay=False), help="tokenizer.json for the made-up text "
               "(default: the one beside the model)")
-def check_cmd(model, rules, show_nodes, tokenizer):
+@click.option("--output", "output_name", default=None, help="the value to explain, as explain's --output (default: the "
+              "first graph output; a final Softmax's is explained as its logits)")
+@click.option("--score", type=click.Choice(["logit", "logprob", "probability"]), default="logit", show_default=True,
+              help="as explain's --score (probability: a final Softmax's output itself)")
+def check_cmd(model, rules, show_nodes, tokenizer, output_name, score):
     """Which rule each node got, and from which rule-file line; then explain runs on made-up inputs of
     the model's declared shapes at two lengths. Lists every gap at once — ops with no implementation,
     rules that cannot apply, nodes without a rule, what fails when it runs — and exits 1 on any that
@@ -182,8 +186,10 @@ def check_cmd(model, rules, show_nodes, tokenizer):
     from ..dryrun import dry_run
     from ..ops import unsupported
     from .inputs import load_model
-    run = dry_run(load_model(model), rules, tokenizer=tokenizer)
+    run = dry_run(load_model(model), rules, tokenizer=tokenizer, output=output_name, score=score)
     graph, binding = run.graph, run.binding
+    if run.refusal is not None:         # explain's own one-line refusal, word for word
+        out.print(f"[red]explain refuses[/]: {escape(run.refusal)}")
     if binding is None:
         out.print(f"[red]no relevance boundary[/]: {escape(str(run.gaps[0]))}")
         sys.exit(1)

@@ -138,12 +138,16 @@ def input_options(f):
                      help="explain a linear expression of one position's logits and log-probabilities instead, "
                           "e.g. 'logprob[\" Paris\"] - logprob[\" London\"]' or '0.5*logit[2] + logit[3]' "
                           "(tokens as ids or quoted text; at most 64 terms; see rulegraph.objective)"),
-        click.option("--score", type=click.Choice(["logit", "logprob"]), default="logit", show_default=True,
+        click.option("--score", type=click.Choice(["logit", "logprob", "probability"]), default="logit",
+                     show_default=True,
                      help="the logit, or the log-probability log softmax(z)[target] (explained as "
-                          "z[target] − Σ p·z with p held constant)"),
+                          "z[target] − Σ p·z with p held constant); a final Softmax / LogSoftmax is explained as "
+                          "its logits, unless probability (its output itself)"),
         click.option("--position", type=int, default=None,
                      help="for [batch, positions, classes] outputs: the position explained (default: last)"),
-        click.option("--output", "output_name", default=None, help="graph output to explain (default: the first)"),
+        click.option("--output", "output_name", default=None,
+                     help="the value to explain: a graph output (default: the first) or any value of the graph, "
+                          "e.g. the logits before a final Softmax or a hidden state"),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
     ]):
