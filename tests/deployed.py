@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import cnn
+import cnn
 
 VOCAB, WIDTH, CLASSES = 4, 8, 3
 
@@ -108,3 +108,36 @@ def export(module: nn.Module, path: Path, example: torch.Tensor, *, input_name: 
 
 def ids(batch: int = 2, length: int = 5, vocab: int = VOCAB, *, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+
+def model(name: str) -> nn.Module:
+    """The torch module of the file ``name`` (see :func:`files`), built afresh with the same weights, float32."""
+    torch.manual_seed(0)
+    kind, _, final = name.partition("-")
+    made = {"cnn": lambda: cnn_classifier(final), "transformer": lambda: Transformer(final=final),
+            "tagger": Tagger, "pass": PassThrough, "tan": Tangent, "tiny": lambda: Transformer(final=None),
+            "detector": Detector}[kind]()
+    return made.float().eval()
+
+
+def files(folder: Path) -> dict[str, Path]:
+    """Every file above, exported into ``folder``: ``cnn-Softmax``, ``cnn-LogSoftmax``, ``transformer-Softmax``,
+    ``transformer-LogSoftmax`` (batch and sequence free), ``tagger`` (ids [batch, sequence], output [sequence, 7]), ``pass-through``
+    (outputs ``ids`` then ``logits``), ``tan``, ``tiny-vocab`` (a 4-row table, no final softmax) and ``detector``
+    (height and width free)."""
+    batch, tokens = {0: "batch"}, {0: "batch", 1: "sequence"}
+    how = {
+        **{f"cnn-{f}": (cnn.image(1, 8), "pixel_values", ["probs"],
+                            {"pixel_values": batch, "probs": batch}) for f in ("Softmax", "LogSoftmax")},
+        **{f"transformer-{f}": (ids(), "input_ids", ["probs"], {"input_ids": tokens, "probs": batch})
+           for f in ("Softmax", "LogSoftmax")},
+        "tagger": (ids(1, 7), "input_ids", ["logits"], {"input_ids": tokens, "logits": {0: "sequence"}}),
+        "pass-through": (ids(), "input_ids", ["ids", "logits"], {"input_ids": tokens, "ids": tokens, "logits": batch}),
+        "tan": (cnn.image(1, 8), "pixel_values", ["logits"], {"pixel_values": batch, "logits": batch}),
+        "tiny-vocab": (ids(), "input_ids", ["logits"], {"input_ids": tokens, "logits": batch}),
+        "detector": (cnn.image(1, 64), "pixel_values", ["logits"],
+                     {"pixel_values": {0: "batch", 2: "height", 3: "width"}, "logits": batch}),
+    }
+    return {name: export(model(name), folder / f"{name}.onnx", example, input_name=input_name, outputs=outputs,
+                         dynamic=dynamic) for name, (example, input_name, outputs, dynamic) in how.items()}
