@@ -91,6 +91,17 @@ class Detector(nn.Module):
         return self.head(fused.mean((2, 3))[:, :4] + fused.mean((2, 3))[:, 4:])
 
 
+class Segmenter(nn.Module):
+    """A dense map: conv → relu → 1×1 conv to one channel, ``[batch, 1, H, W]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.out = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 1, 1)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.conv(x)))
+
+
 def cnn_classifier(final: str) -> nn.Module:
     """tests.cnn's VGG-like CNN with a final ``Softmax`` or ``LogSoftmax``."""
     return nn.Sequential(cnn.build("cnn"), nn.Softmax(-1) if final == "Softmax" else nn.LogSoftmax(-1)).eval()
@@ -117,15 +128,15 @@ def model(name: str) -> nn.Module:
     kind, _, final = name.partition("-")
     made = {"cnn": lambda: cnn_classifier(final), "transformer": lambda: Transformer(final=final),
             "tagger": Tagger, "pass": PassThrough, "tan": Tangent, "tiny": lambda: Transformer(final=None),
-            "detector": Detector}[kind]()
+            "detector": Detector, "segmenter": Segmenter}[kind]()
     return made.float().eval()
 
 
 def files(folder: Path) -> dict[str, Path]:
     """Every file above, exported into ``folder``: ``cnn-Softmax``, ``cnn-LogSoftmax``, ``transformer-Softmax``,
     ``transformer-LogSoftmax`` (batch and sequence free), ``tagger`` (ids [batch, sequence], output [sequence, 7]), ``pass-through``
-    (outputs ``ids`` then ``logits``), ``tan``, ``tiny-vocab`` (a 4-row table, no final softmax) and ``detector``
-    (height and width free)."""
+    (outputs ``ids`` then ``logits``), ``tan``, ``tiny-vocab`` (a 4-row table, no final softmax), ``segmenter``
+    (a [batch, 1, H, W] map) and ``detector`` (height and width free)."""
     batch, tokens = {0: "batch"}, {0: "batch", 1: "sequence"}
     how = {
         **{f"cnn-{f}": (cnn.image(1, 8), "pixel_values", ["probs"],
@@ -136,6 +147,7 @@ def files(folder: Path) -> dict[str, Path]:
         "pass-through": (ids(), "input_ids", ["ids", "logits"], {"input_ids": tokens, "ids": tokens, "logits": batch}),
         "tan": (cnn.image(1, 8), "pixel_values", ["logits"], {"pixel_values": batch, "logits": batch}),
         "tiny-vocab": (ids(), "input_ids", ["logits"], {"input_ids": tokens, "logits": batch}),
+        "segmenter": (cnn.image(1, 8), "pixel_values", ["mask"], {"pixel_values": batch, "mask": batch}),
         "detector": (cnn.image(1, 64), "pixel_values", ["logits"],
                      {"pixel_values": {0: "batch", 2: "height", 3: "width"}, "logits": batch}),
     }

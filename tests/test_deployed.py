@@ -31,7 +31,7 @@ def files(tmp_path_factory):
 
 
 def _inputs(name: str) -> dict[str, torch.Tensor]:
-    return {"pixel_values": cnn.image(2, 8)} if name.startswith(("cnn", "tan")) else {"input_ids": deployed.ids(2, 5)}
+    return {"pixel_values": cnn.image(2, 8)} if name.startswith(("cnn", "tan", "segmenter")) else {"input_ids": deployed.ids(2, 5)}
 
 
 def _onnxruntime(path, inputs) -> list[np.ndarray]:
@@ -195,3 +195,29 @@ def test_made_up_images_have_a_size_the_strides_divide(files):
     assert run.ok, [g.reason for g in run.gaps]
     graph.metadata["rulegraph.image_size"] = "[3, 64, 64]"       # what an export states wins
     assert made_up_inputs(graph, 6)["pixel_values"].shape == (1, 3, 64, 64)
+
+
+@pytest.mark.parametrize("rules", ["gi", "epsilon", "epsilon-gamma-box"])
+def test_a_region_of_a_map_is_explained(files, rules):
+    inputs = _inputs("segmenter")
+    e = rulegraph.explain(str(files["segmenter"]), rules, inputs, dtype=torch.float64,
+                          objective="region[2:5, 1:7]")
+    (mask,) = _onnxruntime(files["segmenter"], inputs)
+    expected = torch.from_numpy(mask).double()[..., 2:5, 1:7].sum((1, 2, 3))
+    assert e.output_value == pytest.approx(expected.tolist(), abs=1e-5)
+    assert e.extra["objective_value"] == pytest.approx(e.output_value, abs=1e-12)
+    assert e.audit.ok and not e.audit.unexpected
+    if rules == "gi":
+        module = deployed.model("segmenter").double()
+        x = inputs["pixel_values"].clone().requires_grad_()
+        module(x)[..., 2:5, 1:7].sum().backward()
+        torch.testing.assert_close(e.boundary["pixel_values"], (x * x.grad).detach(), atol=1e-9, rtol=1e-7)
+
+
+@pytest.mark.parametrize("objective, message", [
+    ("region[2:9, 1:7]", "the region is outside the map"),
+    ("region[5:2, 1:7]", "a region needs y0 < y1 and x0 < x1"),
+])
+def test_a_bad_region_is_refused(files, objective, message):
+    with pytest.raises(InputError, match=message):
+        rulegraph.explain(str(files["segmenter"]), "gi", _inputs("segmenter"), objective=objective)

@@ -37,7 +37,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     from ..ruleset import RuleSet
     from . import render
     from .inputs import check_output, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
-    from .options import pass_arguments
+    from .options import pass_arguments, region_objective
+    region_objective(opts)
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
@@ -136,7 +137,8 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     from ..ruleset import RuleSet
     from . import render
     from .inputs import check_output, load_model, read_files, requests_of, run_all, write
-    from .options import pass_arguments
+    from .options import pass_arguments, region_objective
+    region_objective(opts)
     reads = read_files(model, tokenizer, rules, raw_inputs)
     check_output(json_path, force, "--json", reads)
     graph = load_model(model)

@@ -121,7 +121,7 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
     ``e.extra["objective"]`` and ``["objective_value"]`` for an objective."""
     if objective is not None:
         e.extra["objective"] = objective.text
-        e.extra["objective_value"] = objective.value(_picked(out, e.position))
+        e.extra["objective_value"] = objective.value(out if objective.region else _picked(out, e.position))
         return
     if contrast is None and score == "logit":
         return
@@ -396,6 +396,10 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     softmax held constant; with an ``objective``, its weights (the targets reported are its
     first term's token; see the module docstring)."""
     shape = out.shape
+    if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position
+        if position is not None:
+            raise InputError(f"position {position} was given, but the objective {objective.text!r} sums a region")
+        return objective.region_seed(out), [0] * out.shape[0], None
     if out.dim() == 1:
         out = out.unsqueeze(-1)
     batch = out.shape[0]

@@ -82,3 +82,12 @@ def test_rules_name_prints_the_file_verbatim(capsys, name):
     code = main(["rules", name])
     assert code == 0
     assert capsys.readouterr().out == shipped_rule_sets(None)[name].read_text()
+
+
+def test_region_explains_the_sum_of_a_map(files, capsys):
+    code, out, _ = run(capsys, "explain", files["segmenter"], "-r", "epsilon", "-i", f"pixel_values={files['image']}",
+                       "--region", "2:5,1:7")
+    assert code == 0 and "explained mask: region[2:5, 1:7] =" in out, out
+    code, _, err = run(capsys, "explain", files["segmenter"], "-r", "epsilon", "-i", f"pixel_values={files['image']}",
+                       "--region", "2-5,1:7")
+    assert code == 2 and "--region must look like y0:y1,x0:x1" in err
