@@ -65,7 +65,7 @@ def test_the_header_says_the_final_softmax_was_moved_before(files, capsys):
     code, out, _ = run(capsys, "explain", files["cnn-Softmax"], "-r", "epsilon", "-i",
                        f"pixel_values={files['image']}", "--score", "probability")
     assert code == 0 and "explained probs[" in out and "final Softmax" not in out
-    assert "the rules of epsilon at 1 node(s) (Softmax) do not conserve" in out      # the words match the audit
+    assert "the rules of `epsilon` at 1 node(s) (Softmax) do not conserve" in out      # the words match the audit
 
 
 def test_position_picks_a_row_of_an_output_without_a_batch_axis(files, capsys):
