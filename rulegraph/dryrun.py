@@ -8,8 +8,8 @@ implementation, then the boundary, then the output, then the rules), binds the r
 as explained (rules that cannot apply, nodes without a rule), runs the forward on small inputs of the
 model's declared shapes at two lengths (:func:`made_up_inputs`: ids within every embedding table,
 images of a size the graph's strides divide) and, where all that is clean, the whole explanation at
-the first length, and returns every gap at once. A gap names the node where the message does and the reason; an error
-that is not a :class:`~rulegraph.errors.RulegraphError` is reported as a gap too, never raised.
+the first length, and returns every gap at once. A gap names the node where the message does and the
+reason; an error that is not a :class:`~rulegraph.errors.RulegraphError` is reported as a gap too, never raised.
 """
 from __future__ import annotations
 
@@ -155,10 +155,11 @@ def _lengths(graph: Graph, lengths: tuple[int, ...]) -> tuple[int, ...]:
 
 def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = None,
                    model_path: str | Path | None = None) -> dict[str, torch.Tensor]:
-    """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``.
+    """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``; an image's
+    (a float input of rank 4) free height and width the side :func:`_spatial` gives.
     Token inputs come from a made-up text of plain vocabulary words when a tokenizer is given or lies
     beside the model (so special tokens are where the model expects them: an eos at the end for an
-    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (each row ending in
+    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (0, 1, … for a table of 5 rows or fewer; each row ending in
     the ``rulegraph.eos_token_id`` an encoder–decoder classifier's export records); masks are ones,
     token types zeros, float inputs seeded normal values."""
     text = _text_inputs(graph, length, tokenizer, model_path)
@@ -167,7 +168,7 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     side = _spatial(graph, length)
     for info in graph.inputs:
         image = info.is_float and info.shape is not None and len(info.shape) == 4
-        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else side if image and i > 1 else length)
+        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else side if image else length)
                 for i, d in enumerate(info.shape or (None, None))]
         if info.is_float:
             feeds[info.name] = torch.randn(dims, generator=g)
