@@ -56,6 +56,8 @@ class DryRun:
     explanations: dict[int, Any] = field(default_factory=dict)
     #: why explain refuses this output before any input (rulegraph.passes.admit's one line), if it does
     refusal: str | None = None
+    #: the made-up inputs' shapes, one line per length (``input_ids 1×6``, ``pixel_values 1×3×32×32``)
+    shapes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +99,7 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
     run.lengths = sizes
     path = graph.source.partition(":")[2] or None
     feeds = {n: made_up_inputs(graph, n, tokenizer=tokenizer, model_path=path) for n in sizes}
+    run.shapes = [_describe(inputs) for inputs in feeds.values()]
     plan = prepare(explained)
     failed = False
     for n, inputs in feeds.items():

@@ -234,12 +234,12 @@ def check_cmd(model, rules, show_nodes, tokenizer, output_name, score):
     ran = [g for g in run.gaps if g.kind in ("run", "explain")]
     if ran:
         out.print(f"[red]{len(ran)} failure(s) running explain on made-up inputs[/] "
-                  f"(lengths {', '.join(map(str, run.lengths))}):")
+                  f"({escape('; '.join(run.shapes))}):")
         for g in ran:
             out.print(f"  {escape(str(g))}")
     if run.ok and not binding.unmatched:
         out.print("[green]every op runs, every node relevance reaches has a rule that applies, and explain runs on "
-                  f"made-up inputs (lengths {', '.join(map(str, run.lengths))})[/]")
+                  f"made-up inputs ({escape('; '.join(run.shapes))})[/]")
     if not missing:
         _heads_table(graph)
     if not run.ok:
