@@ -10,6 +10,8 @@ before a final Softmax, a hidden state) the one output, with the nodes it does n
 """
 from __future__ import annotations
 
+import torch
+
 from .ir import Graph, Node
 
 #: the ops a graph output may end in that the explanation moves before by default
@@ -37,6 +39,27 @@ def only(graph: Graph, output: str) -> Graph:
     cache = graph.cache.canonized
     if key not in cache:
         cache[key] = _pruned(graph, [output])
+    return cache[key]
+
+
+def with_batch_axis(graph: Graph, output: str) -> Graph:
+    """``graph`` (whose only output is ``output``) with a leading batch axis of 1 added to ``output`` by an
+    Unsqueeze: the value it computed is renamed ``output::item``, so the output keeps its name."""
+    key = ("batch", output)
+    cache = graph.cache.canonized
+    if key not in cache:
+        item, axes = f"{output}::item", f"{output}::axes"
+        rename = {output: item}
+        nodes = [Node(n.name, n.op, tuple(rename.get(v, v) for v in n.inputs), tuple(rename.get(v, v) for v in n.outputs),
+                      dict(n.attrs), n.domain, n.scope) for n in graph.nodes]
+        constants = dict(graph.constants)
+        if graph.opset >= 13:               # the axes an input since opset 13, an attribute before
+            nodes.append(Node(f"{output}::batch", "Unsqueeze", (item, axes), (output,)))
+            constants[axes] = torch.tensor([0], dtype=torch.int64)
+        else:
+            nodes.append(Node(f"{output}::batch", "Unsqueeze", (item,), (output,), {"axes": [0]}))
+        cache[key] = Graph(nodes, graph.inputs, [output], constants, opset=graph.opset, name=graph.name,
+                           metadata=graph.metadata, source=graph.source)
     return cache[key]
 
 

@@ -148,6 +148,11 @@ def test_an_output_without_a_batch_axis_is_one_item(files):
         module.head(torch.relu(x))[0, row, e.target[0]].backward()
         torch.testing.assert_close(e.boundary["input_ids"], (x * x.grad).detach(), atol=1e-9, rtol=1e-7)
         assert e.audit.ok
+    for rules in ("decomposition", "epsilon", "cp-lrp"):           # every pass sees the batch axis added
+        e = rulegraph.explain(path, rules, {"input_ids": ids}, dtype=torch.float64, position=2)
+        assert e.audit.ok and tuple(e.output_tensor.shape) == (1, 7, 7)
+        scores = e.scores(None, 0)
+        assert scores[2] != 0 and all(s == 0 for k, s in enumerate(scores) if k != 2)   # position 2 sees only token 2
     with pytest.raises(InputError, match="position 7 is out of range; the output has 7 positions"):
         rulegraph.explain(path, "gi", {"input_ids": ids}, position=7)
 

@@ -15,7 +15,8 @@ The target is explicit (:func:`admit`, the one order of refusals ``explain`` and
 the output is any value of the graph (default its first output); one that a final ``Softmax`` or
 ``LogSoftmax`` produces is explained as that node's input, the logits, unless
 ``score="probability"`` (:mod:`rulegraph.final_softmax`); an output whose leading dim is not the
-inputs' batch has no batch axis and is read as one item's ``[positions, classes]`` (or ``[classes]``).
+inputs' batch has no batch axis: it is one item's ``[positions, classes]`` (or ``[classes]``), given a
+leading batch axis of 1 on the graph (:func:`rulegraph.final_softmax.with_batch_axis`) so every pass sees one.
 
 Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
 
@@ -55,7 +56,7 @@ from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
-from ..final_softmax import final_node, only
+from ..final_softmax import final_node, only, with_batch_axis
 from ..ops import lookup, unsupported
 from ..ops.recycling import recycling
 from ..loaders import load
@@ -82,24 +83,20 @@ class Forward:
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
     mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
-    batched: bool = True                # False: the output has no batch axis (one item; ``out`` adds it)
     final: dict | None = None           # the final Softmax / LogSoftmax explained as its logits (Admitted.final)
 
     @property
     def out(self) -> Tensor:
-        """The explained output, with its batch axis (added for an output that has none)."""
-        out = self.values[self.output]
-        return out if self.batched else out.unsqueeze(0)
+        return self.values[self.output]
 
     @property
     def explained(self) -> Tensor:
         """The explained scalar per batch item, in float64."""
         out = self.out
-        seed = self.seed.reshape(out.shape)
         if out.dim() <= 1:
-            return (out * seed).double()
+            return (out * self.seed).double()
         # a dot product per batch item: a [positions, vocabulary] product is never held
-        return torch.bmm(out.flatten(1).unsqueeze(1), seed.flatten(1).unsqueeze(2)).reshape(-1).double()
+        return torch.bmm(out.flatten(1).unsqueeze(1), self.seed.flatten(1).unsqueeze(2)).reshape(-1).double()
 
     def explanation(self, relevance: dict[str, Tensor], boundary: dict[str, Tensor], audit=None) -> Explanation:
         """An :class:`Explanation` of this forward with the pass's scores."""
@@ -217,11 +214,15 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
+    if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
+        graph = with_batch_axis(graph, output)
+        binding = ruleset.bind(graph)
+        binding.require_complete()
+        plan = prepare(graph, device, dtype)
+        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
-    batched = has_batch_axis(out, inputs, output)
-    out = out if batched else out.unsqueeze(0)
     names = labels(graph)
     if names and admitted.asked == admitted.first and out.shape[-1] != len(names):
         raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels names {len(names)} classes, but "
@@ -231,8 +232,8 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
                                      objective)
     contrasts = None if contrast is None else runner_up(_picked(out, position), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
-    return Forward(graph, ruleset, binding, plan, values, output, seed.reshape(values[output].shape), targets,
-                   position, contrasts, score, objective, mapping, batched, admitted.final)
+    return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
+                   mapping, admitted.final)
 
 
 #: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits
