@@ -98,5 +98,6 @@ def _constant(graph: Graph, value: str) -> torch.Tensor | None:
     return None
 
 
+
 CANONIZERS.add("quantization", dequantize)
 CANONIZERS.add("final-softmax", final_softmax)
