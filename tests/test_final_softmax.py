@@ -10,7 +10,7 @@ import torch
 from onnx import TensorProto, helper
 
 from rulegraph.canonize import canonize
-from rulegraph.final_softmax import final_softmax, only
+from rulegraph.final_softmax import final_softmax, only, with_batch_axis
 from rulegraph.interpreter import run
 from rulegraph.loaders import load
 
@@ -48,3 +48,18 @@ def test_only_keeps_what_the_value_needs(model):
     assert out.outputs == ["logits"] and [n.op for n in out.nodes] == ["Gemm"]
     assert only(graph, "logits") is out and only(out, "logits") is out          # cached; already the only output
     assert [n.op for n in graph.nodes] == ["Gemm", "Softmax", "ArgMax"]          # the graph itself is unchanged
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_with_batch_axis_adds_a_leading_axis_of_one(tmp_path, opset):
+    """x [3, 4] → Relu → y [3, 4]: y becomes [1, 3, 4] under its own name (axes an attribute before opset 13)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), tmp_path / "m.onnx")
+    graph = load(str(tmp_path / "m.onnx"))
+    out = with_batch_axis(graph, "y")
+    x = torch.randn(3, 4, dtype=torch.float64)
+    got = run(out, {"x": x}, dtype=torch.float64)["y"]
+    assert out.outputs == ["y"] and out.opset == opset and tuple(got.shape) == (1, 3, 4)
+    torch.testing.assert_close(got[0], x.relu(), atol=0, rtol=0)
