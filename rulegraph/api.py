@@ -224,7 +224,7 @@ def _refuse_text_for_indices(graph: Graph, output: str | None, worded: dict[str,
     try:
         plan = prepare(graph)
         with torch.no_grad():
-            out = plan.run(feeds, keep=frozenset())[output]
+            out = plan.run(feeds, keep=frozenset({output}))[output]       # any value of the graph
     except (RulegraphError, KeyError):
         return
     vocabulary = max((rows for rows, _ in plan.limits.ids.values()), default=None)    # the largest table
@@ -258,4 +258,5 @@ def _has_positions(graph, inputs: dict[str, Any], output: str | None) -> bool:
     plan = prepare(graph, "cpu", torch.float32)
     first = {k: v[:1] for k, v in inputs.items()}
     with torch.no_grad():
-        return plan.run(first, keep=frozenset())[output or graph.outputs[0]].dim() == 3
+        output = output or graph.outputs[0]
+        return plan.run(first, keep=frozenset({output}))[output].dim() == 3

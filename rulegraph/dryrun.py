@@ -2,11 +2,14 @@
 
 Reading op names and rule files alone misses what only running shows: a Reshape whose target was
 traced at one length, an op mode with no implementation, a rule that fails on the values it meets.
-:func:`dry_run` binds the rule set (ops without an implementation, rules that cannot apply, nodes
-without a rule), runs the forward on small inputs of the model's declared shapes at two lengths
-(:func:`made_up_inputs`) and, where all that is clean, the whole explanation at the first length, and
-returns every gap at once. A gap names the node where the message does and the reason; an error
-that is not a :class:`~rulegraph.errors.RulegraphError` is reported as a gap too, never raised.
+:func:`dry_run` first asks :func:`rulegraph.passes.admit` — the function ``explain`` asks — whether
+the output can be explained (its refusal, if any, is ``explain``'s, word for word: ops without an
+implementation, then the boundary, then the output, then the rules), binds the rule set to the graph
+as explained (rules that cannot apply, nodes without a rule), runs the forward on small inputs of the
+model's declared shapes at two lengths (:func:`made_up_inputs`: ids within every embedding table,
+images of a size the graph's strides divide) and, where all that is clean, the whole explanation at
+the first length, and returns every gap at once. A gap names the node where the message does and the
+reason; an error that is not a :class:`~rulegraph.errors.RulegraphError` is reported as a gap too, never raised.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 @dataclass(frozen=True)
 class Gap:
     """One reason ``explain`` would fail: ``kind`` (``op``, ``rule``, ``unmatched``, ``boundary``,
-    ``run``, ``explain``), the node (where known) and the reason, one line."""
+    ``output``, ``run``, ``explain``), the node (where known) and the reason, one line."""
 
     kind: str
     node: str | None
@@ -51,25 +54,34 @@ class DryRun:
     lengths: tuple[int, ...] = ()
     #: what explain returned at each length it ran at (the inputs are :func:`made_up_inputs`)
     explanations: dict[int, Any] = field(default_factory=dict)
+    #: why explain refuses this output before any input (rulegraph.passes.admit's one line), if it does
+    refusal: str | None = None
+    #: the made-up inputs' shapes, one line per length (``input_ids 1×6``, ``pixel_values 1×3×32×32``)
+    shapes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.gaps
+        return not self.gaps and self.refusal is None
 
 
 def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, tokenizer: str | Path | None = None,
-            dtype: torch.dtype = torch.float32) -> DryRun:
-    """Bind ``rules`` to ``model`` and run the explanation (in ``dtype``) on made-up inputs at
-    ``lengths`` (see the module docstring). Loading the model and reading the rule file raise as
-    ``explain`` does."""
+            dtype: torch.dtype = torch.float32, output: str | None = None, score: str = "logit") -> DryRun:
+    """Bind ``rules`` to ``model`` and run the explanation of ``output`` (default the first; ``score`` as
+    ``explain`` takes it) in ``dtype`` on made-up inputs at ``lengths`` (see the module docstring).
+    Loading the model and reading the rule file raise as ``explain`` does."""
     from .interpreter import prepare
-    from .passes import forward, pass_of, prepared
+    from .passes import admit, forward, pass_of, prepared
     graph, ruleset = prepared(model, rules)
+    refusal, explained = None, graph
     try:
-        binding = ruleset.bind(graph)
+        explained = admit(graph, ruleset, output, score).graph
+    except RulegraphError as exc:
+        refusal = _gap("output", exc)
+    try:
+        binding = ruleset.bind(explained)
     except RulegraphError as exc:      # no boundary, a lookup indexed from two inputs…
-        return DryRun(graph, None, [_gap("boundary", exc)])
-    run = DryRun(graph, binding)
+        return DryRun(graph, None, [_gap("boundary", exc)], refusal=refusal and refusal.reason)
+    run = DryRun(graph, binding, refusal=refusal and refusal.reason)
     missing = unsupported(graph.nodes)
     for (domain, op), names in missing.items():
         where = f", domain {domain}" if domain not in ("", "ai.onnx") else ""
@@ -79,13 +91,16 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
     if binding.unmatched and ruleset.on_unmatched == "error":
         run.gaps.extend(Gap("unmatched", n.name, f"{ruleset.source}: no rule matches node {n.name!r} (op {n.op})")
                         for n in binding.unmatched)
-    if missing:
-        return run                      # the forward cannot run
+    if refusal is not None and not run.gaps:
+        run.gaps.append(refusal)        # the output (a rule's or an op's refusal is listed above)
+    if missing or refusal is not None:
+        return run                      # the forward cannot run, or explain refuses before it
     sizes = _lengths(graph, lengths)
     run.lengths = sizes
     path = graph.source.partition(":")[2] or None
     feeds = {n: made_up_inputs(graph, n, tokenizer=tokenizer, model_path=path) for n in sizes}
-    plan = prepare(graph)
+    run.shapes = [_describe(inputs) for inputs in feeds.values()]
+    plan = prepare(explained)
     failed = False
     for n, inputs in feeds.items():
         try:
@@ -101,8 +116,8 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                start = forward(graph, ruleset, inputs, None, output=None, position=None, device="cpu",
-                                dtype=dtype, chosen=chosen)
+                start = forward(graph, ruleset, inputs, None, output=output, position=None, device="cpu",
+                                dtype=dtype, score=score, chosen=chosen)
                 run.explanations[n] = chosen().run(start, audit=True, **chosen.resolve({}))
         except Exception as exc:        # noqa: BLE001
             _add(run, _gap("explain", exc, f"explain fails on a made-up input of {_describe(inputs)}: "))
@@ -143,17 +158,20 @@ def _lengths(graph: Graph, lengths: tuple[int, ...]) -> tuple[int, ...]:
 
 def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = None,
                    model_path: str | Path | None = None) -> dict[str, torch.Tensor]:
-    """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``.
+    """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``; an image's
+    (a float input of rank 4) free height and width the side :func:`_spatial` gives.
     Token inputs come from a made-up text of plain vocabulary words when a tokenizer is given or lies
     beside the model (so special tokens are where the model expects them: an eos at the end for an
-    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (each row ending in
+    encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (0, 1, … for a table of 5 rows or fewer; each row ending in
     the ``rulegraph.eos_token_id`` an encoder–decoder classifier's export records); masks are ones,
     token types zeros, float inputs seeded normal values."""
     text = _text_inputs(graph, length, tokenizer, model_path)
     g = torch.Generator().manual_seed(length)
     feeds = {}
+    side = _spatial(graph, length)
     for info in graph.inputs:
-        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else length)
+        image = info.is_float and info.shape is not None and len(info.shape) == 4
+        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else side if image else length)
                 for i, d in enumerate(info.shape or (None, None))]
         if info.is_float:
             feeds[info.name] = torch.randn(dims, generator=g)
@@ -166,7 +184,8 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
             feeds[info.name] = torch.zeros(dims, dtype=info.dtype)
         else:
             rows = _rows(graph, info.name)
-            feeds[info.name] = (5 + torch.arange(int(torch.tensor(dims).prod())) % max(rows - 5, 1)).reshape(
+            low = 5 if rows > 5 else 0          # past the usual special ids, where the table has rows past them
+            feeds[info.name] = (low + torch.arange(int(torch.tensor(dims).prod())) % (rows - low)).reshape(
                 dims).to(info.dtype)
     if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
         feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
@@ -178,6 +197,21 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
         ids[..., -1] = int(eos)
         feeds["input_ids"] = ids
     return feeds
+
+
+def _spatial(graph: Graph, length: int) -> int:
+    """The side of a made-up image's free height and width: the export's ``rulegraph.image_size``
+    where it states one, else the smallest multiple of the graph's total stride (the product of its
+    convolutions' and poolings' strides, at most 256) that is at least ``length``, so that a
+    detector joining maps of strides 16 and 32 gets sizes that line up."""
+    stated = re.findall(r"\d+", graph.metadata.get("rulegraph.image_size", ""))
+    if len(stated) == 3:
+        return int(stated[1])
+    stride = 1
+    for node in graph.nodes:
+        if node.op in ("Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool"):
+            stride = min(stride * max(node.attrs.get("strides") or [1]), 256)
+    return -(-length // stride) * stride
 
 
 def _rows(graph: Graph, name: str) -> int:

@@ -9,6 +9,11 @@ Grammar: terms joined by ``+`` and ``-``; a term is ``[NUMBER *] KIND[TOKEN]`` w
 in quotes (``"…"`` or ``'…'``, tokenized with the model's tokenizer). At most
 :data:`MAX_TERMS` terms and :data:`MAX_LENGTH` characters; nothing in it is evaluated as code.
 
+A dense output (a ``[batch, channels, H, W]`` map, e.g. a segmentation's or a depth model's) has no
+classes to pick: ``region[y0:y1, x0:x1]`` (``--region y0:y1,x0:x1``) explains the sum of the map over
+rows y0…y1−1 and columns x0…x1−1 of every channel, per batch item, a linear function of the output
+whose seed is the region's indicator (:meth:`Objective.region_seed`), so relevance conserves to it.
+
 Every term is linear in the logits z of the explained position once the softmax p is held
 constant: ``logit[t]`` is z_t and ``logprob[t]`` is z_t − Σ_j p_j z_j (its gradient, as
 ``score="logprob"`` in :mod:`rulegraph.passes.base`). The explained scalar is therefore
@@ -41,6 +46,17 @@ _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]
                        \s*\]\s*""", re.VERBOSE)
 
 
+_REGION = re.compile(r"\s*region\s*\[\s*(\d+)\s*:\s*(\d+)\s*,\s*(\d+)\s*:\s*(\d+)\s*\]\s*")
+
+
+def region(text: str) -> str:
+    """``--region y0:y1,x0:x1`` as the objective ``region[y0:y1, x0:x1]``."""
+    if not re.fullmatch(r"\s*\d+\s*:\s*\d+\s*,\s*\d+\s*:\s*\d+\s*", text or ""):
+        raise InputError(f"--region must look like y0:y1,x0:x1 (rows y0…y1−1, columns x0…x1−1), got {text!r}")
+    rows, columns = text.split(",")
+    return f"region[{rows.strip()}, {columns.strip()}]"
+
+
 @dataclass(frozen=True)
 class Term:
     coefficient: float
@@ -54,6 +70,7 @@ class Objective:
 
     text: str
     terms: tuple[Term, ...]
+    region: tuple[int, int, int, int] | None = None     # (y0, y1, x0, x1) of ``region[y0:y1, x0:x1]``
 
     @property
     def tokens(self) -> list[int | str]:
@@ -90,8 +107,25 @@ class Objective:
                 seed -= t.coefficient * p
         return seed
 
+    def region_seed(self, out: torch.Tensor) -> torch.Tensor:
+        """The indicator of the region over the last two axes of ``out`` (``[batch, …, H, W]``), every channel."""
+        if out.dim() < 3:
+            raise InputError(f"objective {self.text!r}: a region needs a map output [batch, channels, H, W]; "
+                             f"this output has shape {tuple(out.shape)}")
+        y0, y1, x0, x1 = self.region
+        height, width = out.shape[-2:]
+        if not (y1 <= height and x1 <= width):
+            raise InputError(f"objective {self.text!r}: the region is outside the map ({height}×{width}: rows "
+                             f"0:{height}, columns 0:{width})")
+        seed = torch.zeros_like(out)
+        seed[..., y0:y1, x0:x1] = 1
+        return seed
+
     def value(self, picked: torch.Tensor) -> list[float]:
-        """The expression itself per batch item (with log p, not the linearised logits), float64."""
+        """The expression itself per batch item (with log p, not the linearised logits), float64; for a
+        region, ``picked`` is the whole output and the value its sum over the region."""
+        if self.region is not None:
+            return (picked.detach().double() * self.region_seed(picked)).flatten(1).sum(1).tolist()
         z = picked.detach().double()
         logp = z.log_softmax(-1)
         total = torch.zeros(z.shape[0], dtype=torch.float64)
@@ -108,6 +142,12 @@ def parse(text: str) -> Objective:
         raise InputError(f"objective is {len(text)} characters; the limit is {MAX_LENGTH}")
     if not text.strip():
         raise InputError("objective is empty; give terms like logit[5] - logit[7]")
+    m = _REGION.fullmatch(text)
+    if m is not None:
+        y0, y1, x0, x1 = (int(g) for g in m.groups())
+        if not (y0 < y1 and x0 < x1):
+            raise InputError(f"objective {text!r}: a region needs y0 < y1 and x0 < x1 (rows y0…y1−1, columns x0…x1−1)")
+        return Objective(text, (), (y0, y1, x0, x1))
     terms, at = [], 0
     while at < len(text):
         m = _TERM.match(text, at)

@@ -96,8 +96,8 @@ DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 #: options of every rule set, whatever its pass: what its scores explain (``rulegraph evaluate -o
 #: NAME.score=logprob``); :func:`rulegraph.explain`'s ``score=`` / ``contrast=`` take precedence where given
 RULE_SET_OPTIONS: tuple[Option, ...] = (
-    Option("score", str, "logit", "explain the logit, or the log-probability (z_A − Σ p·z, p held constant)",
-           ("logit", "logprob")),
+    Option("score", str, "logit", "explain the logit, or the log-probability (z_A − Σ p·z, p held constant); "
+           "probability: a final Softmax's output itself, not its logits", ("logit", "logprob", "probability")),
     Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
            ("runner-up",)),
 )

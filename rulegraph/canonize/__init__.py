@@ -4,11 +4,12 @@ One file per canonizer, each registering itself with ``@canonizer(name)`` (:mod:
 
 ``quantization``  a quantized graph → the float computation it stands for; applied by default
 ``batchnorm``     a BatchNormalization merged into the Conv / Gemm feeding it (Zennit's canonizers)
+``final-softmax`` a final Softmax / LogSoftmax output replaced by its logits (the prologue applies it to the explained output)
 
 A rule file lists the canonizers it wants in ``canonize:`` and turns a default one off with
 ``no_canonize:`` (docs/rule-files.md).
 """
-from . import quantization, batchnorm  # noqa: F401  (register on import; the default first)
+from . import quantization, batchnorm, final_softmax  # noqa: F401  (register on import; the default first)
 from .base import CANONIZERS, Canonizer, canonize, canonizer, defaults
 from .batchnorm import fold_batchnorm
 from .quantization import dequantize

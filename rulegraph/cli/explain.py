@@ -37,7 +37,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     from ..ruleset import RuleSet
     from . import render
     from .inputs import check_output, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
-    from .options import pass_arguments
+    from .options import pass_arguments, region_objective
+    region_objective(opts)
     if bool(rules) == bool(method):
         raise InputError("give --rules NAME|PATH or --method NAME (see `rulegraph methods`), not both"
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
@@ -136,7 +137,8 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
     from ..ruleset import RuleSet
     from . import render
     from .inputs import check_output, load_model, read_files, requests_of, run_all, write
-    from .options import pass_arguments
+    from .options import pass_arguments, region_objective
+    region_objective(opts)
     reads = read_files(model, tokenizer, rules, raw_inputs)
     check_output(json_path, force, "--json", reads)
     graph = load_model(model)
@@ -174,7 +176,11 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
 @click.option("--nodes", "show_nodes", is_flag=True, help="list every node with its rule")
 @click.option("--tokenizer", type=click.Path(dir_okay=False), help="tokenizer.json for the made-up text "
               "(default: the one beside the model)")
-def check_cmd(model, rules, show_nodes, tokenizer):
+@click.option("--output", "output_name", default=None, help="the value to explain, as explain's --output (default: the "
+              "first graph output; a final Softmax's is explained as its logits)")
+@click.option("--score", type=click.Choice(["logit", "logprob", "probability"]), default="logit", show_default=True,
+              help="as explain's --score (probability: a final Softmax's output itself)")
+def check_cmd(model, rules, show_nodes, tokenizer, output_name, score):
     """Which rule each node got, and from which rule-file line; then explain runs on made-up inputs of
     the model's declared shapes at two lengths. Lists every gap at once — ops with no implementation,
     rules that cannot apply, nodes without a rule, what fails when it runs — and exits 1 on any that
@@ -182,8 +188,10 @@ def check_cmd(model, rules, show_nodes, tokenizer):
     from ..dryrun import dry_run
     from ..ops import unsupported
     from .inputs import load_model
-    run = dry_run(load_model(model), rules, tokenizer=tokenizer)
+    run = dry_run(load_model(model), rules, tokenizer=tokenizer, output=output_name, score=score)
     graph, binding = run.graph, run.binding
+    if run.refusal is not None:         # explain's own one-line refusal, word for word
+        out.print(f"[red]explain refuses[/]: {escape(run.refusal)}")
     if binding is None:
         out.print(f"[red]no relevance boundary[/]: {escape(str(run.gaps[0]))}")
         sys.exit(1)
@@ -226,12 +234,12 @@ def check_cmd(model, rules, show_nodes, tokenizer):
     ran = [g for g in run.gaps if g.kind in ("run", "explain")]
     if ran:
         out.print(f"[red]{len(ran)} failure(s) running explain on made-up inputs[/] "
-                  f"(lengths {', '.join(map(str, run.lengths))}):")
+                  f"({escape('; '.join(run.shapes))}):")
         for g in ran:
             out.print(f"  {escape(str(g))}")
     if run.ok and not binding.unmatched:
         out.print("[green]every op runs, every node relevance reaches has a rule that applies, and explain runs on "
-                  f"made-up inputs (lengths {', '.join(map(str, run.lengths))})[/]")
+                  f"made-up inputs ({escape('; '.join(run.shapes))})[/]")
     if not missing:
         _heads_table(graph)
     if not run.ok:

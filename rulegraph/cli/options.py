@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ SECTIONS = {
     "Method": ("rules", "method", "method_option", "groups", "alpha", "threshold", "variant", "mode"),
     "Input": ("texts", "question", "tokenizer", "raw_inputs", "image_path", "image_size", "image_resize", "image_mean",
               "image_std"),
-    "What is explained": ("target", "contrast", "objective", "score", "position", "output_name"),
+    "What is explained": ("target", "contrast", "objective", "region", "score", "position", "output_name"),
     "Language models": ("generate_n", "continuation", "batch", "ignore_eos"),
     "Outputs": ("json_path", "html_path", "png_path", "force", "top", "all_nodes"),
     "Running": ("device", "dtype"),
@@ -138,12 +139,19 @@ def input_options(f):
                      help="explain a linear expression of one position's logits and log-probabilities instead, "
                           "e.g. 'logprob[\" Paris\"] - logprob[\" London\"]' or '0.5*logit[2] + logit[3]' "
                           "(tokens as ids or quoted text; at most 64 terms; see rulegraph.objective)"),
-        click.option("--score", type=click.Choice(["logit", "logprob"]), default="logit", show_default=True,
+        click.option("--region", default=None, metavar="Y0:Y1,X0:X1",
+                     help="for a map output [batch, channels, H, W]: explain its sum over rows Y0…Y1−1 and "
+                          "columns X0…X1−1 (the objective region[Y0:Y1, X0:X1])"),
+        click.option("--score", type=click.Choice(["logit", "logprob", "probability"]), default="logit",
+                     show_default=True,
                      help="the logit, or the log-probability log softmax(z)[target] (explained as "
-                          "z[target] − Σ p·z with p held constant)"),
+                          "z[target] − Σ p·z with p held constant); a final Softmax / LogSoftmax is explained as "
+                          "its logits, unless probability (its output itself)"),
         click.option("--position", type=int, default=None,
                      help="for [batch, positions, classes] outputs: the position explained (default: last)"),
-        click.option("--output", "output_name", default=None, help="graph output to explain (default: the first)"),
+        click.option("--output", "output_name", default=None,
+                     help="the value to explain: a graph output (default: the first) or any value of the graph, "
+                          "e.g. the logits before a final Softmax or a hidden state"),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True),
     ]):
@@ -297,3 +305,14 @@ def make_engine(engine_name: str, address, num_workers: int, cpus_per_worker: in
         return engine("local")
     return engine("ray", address=address, num_workers=num_workers, cpus_per_worker=cpus_per_worker,
                   gpus_per_worker=gpus_per_worker)
+
+
+def region_objective(opts: dict[str, Any]) -> None:
+    """``--region`` moved into ``opts["objective"]`` as the objective it stands for (both given: refused)."""
+    text = opts.pop("region", None)
+    if text is None:
+        return
+    if opts.get("objective") is not None:
+        raise InputError("give --region or --objective, not both (a region is an objective: region[Y0:Y1, X0:X1])")
+    from ..objective import region
+    opts["objective"] = region(text)

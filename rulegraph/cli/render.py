@@ -62,6 +62,10 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     t.add_row("explained", escape(f"{explained_name(e, item)} = {e.output_value[item]:.6g}"))
     if "objective" in e.extra:
         t.add_row("objective's value", f"{e.extra['objective_value'][item]:.6g}")
+    if "final" in e.extra:
+        f = e.extra["final"]
+        t.add_row(escape(f"final {f['op']}"), escape(f"{f['output']} = {f['op']}({f['logits']}): the logits before it are "
+                                                     "explained (--score probability explains its output)"))
     if "logprob" in e.extra:
         name = "log p[target] − log p[contrast]" if e.contrast is not None else "log p[target]"
         t.add_row(escape(name), f"{e.extra['logprob'][item]:.6g}")

@@ -18,7 +18,8 @@ def rules_cmd(name):
     if name:
         rs = RuleSet.load(name)
         path = shipped.get(name, Path(name))
-        out.print(path.read_text() if path.exists() else rs)
+        # verbatim: no console markup (``[quantization, batchnorm]`` is YAML, not a style) and no wrapping
+        click.echo(path.read_text() if path.exists() else str(rs), nl=False)
         return
     t = Table(title="shipped rule sets (rulegraph rules NAME prints one)")
     t.add_column("name")

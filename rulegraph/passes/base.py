@@ -11,6 +11,13 @@ The explained scalar is, per batch item, one entry of the chosen output: by defa
 argmax over the last axis (the predicted class), at the last position for sequence outputs
 (``[batch, positions, classes]``).
 
+The target is explicit (:func:`admit`, the one order of refusals ``explain`` and ``check`` share):
+the output is any value of the graph (default its first output); one that a final ``Softmax`` or
+``LogSoftmax`` produces is explained as that node's input, the logits, unless
+``score="probability"`` (:mod:`rulegraph.final_softmax`); an output whose leading dim is not the
+inputs' batch has no batch axis: it is one item's ``[positions, classes]`` (or ``[classes]``), given a
+leading batch axis of 1 on the graph (:func:`rulegraph.final_softmax.with_batch_axis`) so every pass sees one.
+
 Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
 
 * ``contrast=B``: the seed is +1 at the target A and −1 at B, so the explained scalar is
@@ -49,6 +56,8 @@ from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
+from ..canonize.final_softmax import final_node, only, with_batch_axis
+from ..ops import lookup, unsupported
 from ..ops.recycling import recycling
 from ..loaders import load
 from ..registry import Registry
@@ -74,6 +83,7 @@ class Forward:
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
     mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
+    final: dict | None = None           # the final Softmax / LogSoftmax explained as its logits (Admitted.final)
 
     @property
     def out(self) -> Tensor:
@@ -95,6 +105,8 @@ class Forward:
             output_value=self.explained.tolist(), relevance=relevance, boundary=boundary,
             rules=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
         describe(e, self.out, self.contrast, self.score, self.objective)
+        if self.final is not None:
+            e.extra["final"] = dict(self.final)
         return e
 
 
@@ -106,7 +118,7 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
     ``e.extra["objective"]`` and ``["objective_value"]`` for an objective."""
     if objective is not None:
         e.extra["objective"] = objective.text
-        e.extra["objective_value"] = objective.value(_picked(out, e.position))
+        e.extra["objective_value"] = objective.value(out if objective.region else _picked(out, e.position))
         return
     if contrast is None and score == "logit":
         return
@@ -194,33 +206,106 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says."""
     check_arguments(inputs, target, position, contrast, score, objective)
-    binding = ruleset.bind(graph)
-    binding.require_complete()
+    admitted = admit(graph, ruleset, output, score)
+    graph, binding, output = admitted.graph, admitted.binding, admitted.output
     if binding.unmatched and ruleset.on_unmatched == "warn":
         first = binding.unmatched[0]
         warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
-    output = output or graph.outputs[0]
-    if output not in graph.outputs:
-        raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    if output not in binding.tainted:
-        raise InputError(f"output {output!r} does not depend on the relevance boundary "
-                         f"({', '.join(sorted(set(binding.boundary.values())))})")
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
+    if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
+        graph = with_batch_axis(graph, output)
+        binding = ruleset.bind(graph)
+        binding.require_complete()
+        plan = prepare(graph, device, dtype)
+        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
     names = labels(graph)
-    if names and output == graph.outputs[0] and out.shape[-1] != len(names):
+    if names and admitted.asked == admitted.first and out.shape[-1] != len(names):
         raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels names {len(names)} classes, but "
                          f"the output {output!r} has {out.shape[-1]} per item")
     mapping = boundary_map(binding, plan, values)
-    seed, targets, position = select(out, target, position, contrast, score, objective)
-    contrasts = None if contrast is None else runner_up(_picked(values[output], position), targets) \
+    seed, targets, position = select(out, target, position, contrast, "logit" if score == PROBABILITY else score,
+                                     objective)
+    contrasts = None if contrast is None else runner_up(_picked(out, position), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping)
+                   mapping, admitted.final)
+
+
+#: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits
+PROBABILITY = "probability"
+#: what ``score=`` takes: the objective's quantities, and the probability a final Softmax gives
+SCORES = (*QUANTITIES, PROBABILITY)
+
+
+@dataclass
+class Admitted:
+    """What :func:`admit` decided: the graph as explained (one output where it had to be chosen), its
+    binding, the explained value, the output asked for (``asked``) and the graph's first output, and the
+    final Softmax / LogSoftmax moved before (``final``: its op, its output, the logits), if any."""
+
+    graph: Graph
+    binding: Binding
+    output: str
+    asked: str
+    first: str
+    final: dict | None = None
+
+
+def admit(graph: Graph, ruleset: RuleSet, output: str | None = None, score: str = "logit") -> Admitted:
+    """Whether ``ruleset`` can explain ``output`` of ``graph`` (default its first output), decided in the
+    one order ``explain`` and ``check`` share, each refusal one line: an op without an implementation,
+    no relevance boundary, then the output (not a value of the graph, or not depending on the boundary:
+    the message lists the outputs that do), then the rules of the graph as explained (a rule that cannot
+    apply, a node without one). An output a final Softmax or LogSoftmax produces is explained as that
+    node's input, the logits, unless ``score="probability"``; a value that is not the graph's only output
+    becomes it (:func:`rulegraph.final_softmax.only`)."""
+    missing = unsupported(graph.nodes)
+    if missing:
+        (domain, op), names = next(iter(missing.items()))
+        lookup(op, domain, node=names[0], opset=graph.opset)            # raises, naming the node, op and opset
+    whole = ruleset.bind(graph)                                         # the boundary, or an error naming why none
+    first, asked = graph.outputs[0], output or graph.outputs[0]
+    explainable = [o for o in graph.outputs if o in whole.tainted]
+    choose = (f"outputs that can be explained: {', '.join(map(repr, explainable))} (or any float value computed "
+              f"from the boundary)" if explainable else "no graph output depends on it")
+    if asked not in graph.producer and asked not in graph.input_names and asked not in graph.constants:
+        raise InputError(f"{graph.source or graph.name}: no value named {asked!r} in the graph; {choose}")
+    if asked not in whole.tainted:
+        raise InputError(f"{graph.source or graph.name}: output {asked!r} does not depend on the relevance boundary "
+                         f"({', '.join(sorted(set(whole.boundary.values())))}); {choose}")
+    node, final, explained = final_node(graph, asked), None, asked
+    if score == PROBABILITY and node is None:
+        producer = graph.producer.get(asked)
+        raise InputError(f"score={PROBABILITY!r} explains the output of a final Softmax or LogSoftmax; {asked!r} is "
+                         f"computed by {f'{producer.op} node {producer.name!r}' if producer else 'no node'}; "
+                         f"valid scores for it: {', '.join(QUANTITIES)}")
+    if node is not None and score != PROBABILITY:
+        explained = node.inputs[0]
+        final = {"op": node.op, "output": asked, "logits": explained}
+    if final is not None or explained not in graph.outputs:
+        graph = only(graph, explained)
+    binding = ruleset.bind(graph)
+    binding.require_complete()
+    return Admitted(graph, binding, explained, asked, first, final)
+
+
+def has_batch_axis(out: Tensor, inputs: Mapping[str, Any], output: str) -> bool:
+    """Whether ``out``'s leading dim is the inputs' batch (the leading dim of the inputs that have one). One
+    that is not is one item's value without its batch axis; a batch of more than one item is then refused,
+    since the output cannot say which item it belongs to."""
+    shapes = [tuple(v.shape) if hasattr(v, "shape") else tuple(torch.as_tensor(v).shape) for v in inputs.values()]
+    batches = {s[0] for s in shapes if s}
+    if out.dim() == 0 or not batches or out.shape[0] in batches:
+        return True
+    if batches != {1}:
+        raise InputError(f"output {output!r} (shape {tuple(out.shape)}) has no batch axis: its leading dim is not "
+                         f"the inputs' batch ({', '.join(map(str, sorted(batches)))}); give one item at a time")
+    return False
 
 
 def rule_failed(apply, site, node, where: str):
@@ -275,8 +360,8 @@ def check_arguments(inputs: Any, target: Any, position: Any, contrast: Any = Non
             _is_index(contrast) or isinstance(contrast, (list, tuple)) and all(_is_index(c) for c in contrast))):
         raise InputError(f"contrast must be a class index (int), a list of them (one per batch item) or "
                          f"{RUNNER_UP!r}; got {contrast!r}")
-    if not isinstance(score, str) or score not in QUANTITIES:
-        raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
+    if not isinstance(score, str) or score not in SCORES:
+        raise InputError(f"score must be one of {', '.join(SCORES)}; got {score!r}")
 
 
 def runner_up(picked: Tensor, targets: list[int]) -> list[int]:
@@ -312,6 +397,10 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     softmax held constant; with an ``objective``, its weights (the targets reported are its
     first term's token; see the module docstring)."""
     shape = out.shape
+    if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position
+        if position is not None:
+            raise InputError(f"position {position} was given, but the objective {objective.text!r} sums a region")
+        return objective.region_seed(out), [0] * out.shape[0], None
     if out.dim() == 1:
         out = out.unsqueeze(-1)
     batch = out.shape[0]

@@ -122,9 +122,9 @@ def verdict(e) -> str:
     parts = [f"conserved: the inputs' relevance, the absorbed and the broken amounts add up to the explained "
              f"value (residual {abs(c.relative_error):.1e} of it)"]
     if abs(c.breaks) > 1e-3 * size:
-        parts.append(f"the breaks ({c.breaks:+.3g}) are by design: some rules of {e.rules} do not conserve "
-                     "(e.g. the gradient through GELU or softmax); a fully conservative rule set such as "
-                     "`epsilon` or `cp-lrp` has none")
+        ops = sorted({n.op for n in e.audit.expected})
+        parts.append(f"the breaks ({c.breaks:+.3g}) are by design: the rules of `{e.rules}` at "
+                     f"{len(e.audit.expected)} node(s) ({', '.join(ops)}) do not conserve")
     if abs(c.absorbed) > 1e-3 * size:
         parts.append(f"absorbed ({c.absorbed:+.3g}) went to biases, position embeddings, LayerNorm β and ε, "
                      "not to the input tokens")

@@ -204,7 +204,7 @@ CASES = [
     ("score-unknown", [*E, "-r", "gi", *T, "--score", "prob"], "Invalid value for '--score'"),
     ("audit-contrast-is-target", ["audit", "{model}", "-r", "gi", *T, "--target", "0", "--contrast", "0"],
      "contrast 0 is the target itself"),
-    ("output-unknown", [*E, "-r", "gi", *T, "--output", "logitz"], "no graph output named 'logitz'"),
+    ("output-unknown", [*E, "-r", "gi", *T, "--output", "logitz"], "no value named 'logitz' in the graph"),
     ("device-choice", [*E, "-r", "gi", *T, "--device", "tpu"], "Invalid value for '--device'"),
     ("dtype-choice", [*E, "-r", "gi", *T, "--dtype", "int8"], "Invalid value for '--dtype'"),
     ("audit-target-range", ["audit", "{model}", "-r", "gi", *T, "--target", "9"], "target 9 is out of range"),

@@ -71,7 +71,7 @@ def test_the_verdict_says_whether_breaks_are_by_design(bert_onnx):
     assert verdict(e).startswith("conserved") and "by design" in verdict(e)
     assert "by design" not in verdict(rulegraph.explain(bert_onnx, "epsilon", text=TEXT, dtype=torch.float64))
     shown = e._repr_html_()                                               # its `code` as code, not backticks
-    assert "<code>epsilon</code>" in shown and "`" not in shown
+    assert "<code>gi</code>" in shown and "`" not in shown
 
 
 def test_an_image_explanation_shows_its_size_in_one_screen_and_plots_the_picture(tmp_path):
