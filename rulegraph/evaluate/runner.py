@@ -193,7 +193,7 @@ class Evaluation:
         tasks = self.job.tasks(examples, min(cfg.batch, fixed_batch(graph) or cfg.batch), cfg.batch_tokens,
                                is_causal(graph, examples[0], cfg.device))
         self.job.run(functools.partial(EvalWorker, cfg), tasks if compute else [], failed_row,
-                     total=len(examples) * len(self.methods), progress=self.listener if self.show_progress else None)
+                     total=len(examples) * len(self.methods), progress=self.show_progress)
         results = self.job.rows({e.row.index for e in examples} | {r.index for r in bad})
         self.failed = failures(results, list(self.methods))
         for name, f in self.failed.items():
