@@ -39,7 +39,7 @@ from ..methods.sequences import fixed_batch
 from ..passes.base import labels as model_labels
 from ..scale import Engine, engine as make_engine
 from ..scale.data import Example, Row, encode, read_rows
-from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, read_files
+from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, on_workers, read_files
 from ..scale.journal import write_parquet
 from ..scale.listener import Listener
 from ..text import TextEncoder
@@ -192,7 +192,7 @@ class Evaluation:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         tasks = self.job.tasks(examples, min(cfg.batch, fixed_batch(graph) or cfg.batch), cfg.batch_tokens,
                                is_causal(graph, examples[0], cfg.device))
-        self.job.run(functools.partial(EvalWorker, cfg), tasks if compute else [], failed_row,
+        self.job.run(functools.partial(EvalWorker, on_workers(cfg)), tasks if compute else [], failed_row,
                      total=len(examples) * len(self.methods), progress=self.show_progress)
         results = self.job.rows({e.row.index for e in examples} | {r.index for r in bad})
         self.failed = failures(results, list(self.methods))

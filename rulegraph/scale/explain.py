@@ -40,7 +40,7 @@ from ..passes.base import labels
 from ..text import TextEncoder
 from .data import Example, Row, encode, read_rows
 from .engines import Engine, engine as make_engine
-from .job import Folder, Job, Worker, contents, digest, is_causal, method_options, read_files
+from .job import Folder, Job, Worker, contents, digest, is_causal, method_options, on_workers, read_files
 from .journal import write_parquet
 from .listener import Listener
 
@@ -150,7 +150,8 @@ def _run(job: Job, config: DatasetConfig, graph, encoder: TextEncoder, rows: lis
         listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
     causal = bool(examples) and is_causal(graph, examples[0], config.device)
     tasks = job.tasks(examples, min(config.batch, fixed_batch(graph) or config.batch), config.batch_tokens, causal)
-    seconds = job.run(functools.partial(ExplainWorker, config), tasks, failed, total=len(examples), progress=progress)
+    seconds = job.run(functools.partial(ExplainWorker, on_workers(config)), tasks, failed, total=len(examples),
+                      progress=progress)
     result = job.rows({r.index for r in rows})
     write_parquet(result, Path(out) / TABLE)
     bad = [r for r in result if r.get("error")]

@@ -25,7 +25,7 @@ import functools
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -76,6 +76,14 @@ def read_files(model: str, data: str, tokenizer: str | None, *more: str | None) 
     model = model_file(model)
     vocabulary = tokenizer or str(model.parent / "tokenizer.json")
     return [str(p) for p in (model, data, vocabulary, *more) if p]
+
+
+def on_workers(config: Any) -> Any:
+    """The job's settings (a dataclass with ``model`` and ``tokenizer``) as the workers get them: the
+    files as absolute paths, since a worker of a cluster started elsewhere (``--address``) runs in a
+    folder of its own, where a path relative to the user's folder names nothing."""
+    return replace(config, model=str(Path(config.model).absolute()),
+                   tokenizer=str(Path(config.tokenizer).absolute()) if config.tokenizer else None)
 
 
 def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[str, Any]]:
