@@ -74,12 +74,16 @@ ON_TERMINAL = re.compile(r"^rulegraph explain MODEL ")
 class Command:
     doc: str
     line: int
-    text: str                   # as the docs write it (continuations joined, comment dropped)
+    words: tuple[str, ...]      # as the docs write it (continuations joined, comment dropped)
     args: tuple[str, ...]       # what runs: optional parts given, placeholders replaced, ADJUSTED applied
 
     @property
     def id(self) -> str:
         return f"{self.doc}:{self.line}"
+
+    @property
+    def text(self) -> str:
+        return " ".join(shlex.quote(w) if not w or set(w) & set(" '\"$`") else w for w in self.words)
 
 
 def optional_parts(words: list[str]) -> list[str]:
@@ -94,6 +98,7 @@ def optional_parts(words: list[str]) -> list[str]:
 
 
 def adjusted(args: list[str]) -> list[str]:
+    """The arguments with :data:`ADJUSTED` applied and :data:`NAMES` replaced."""
     out: list[str] = []
     k = 0
     while k < len(args):
@@ -111,6 +116,7 @@ def adjusted(args: list[str]) -> list[str]:
 
 
 def commands() -> list[Command]:
+    """Each ``rulegraph`` line of the docs' ``bash`` blocks, once (by what runs), by file and line."""
     found, seen = [], set()
     for doc in DOCS:
         text = doc.read_text()
@@ -127,12 +133,11 @@ def commands() -> list[Command]:
                 words = shlex.split(joined, comments=True)
                 if not words or words[0] != "rulegraph":
                     continue
-                written = shlex.join(words)
                 args = tuple(adjusted(optional_parts(words)[1:]))
                 if args in seen:            # the same command in two places runs once
                     continue
                 seen.add(args)
-                found.append(Command(str(doc.relative_to(ROOT)), first + start, written, args))
+                found.append(Command(str(doc.relative_to(ROOT)), first + start, tuple(words), args))
     return found
 
 
@@ -164,7 +169,7 @@ def reads(command: Command) -> list[str]:
     """The files and folders the command reads, by the docs' names: its argument (the model, or
     the folder export reads), option values and a method option's value (``-o masks=masks.yaml``)
     that name files, and not what it writes."""
-    words = optional_parts(shlex.split(command.text))[1:]
+    words = optional_parts(list(command.words))[1:]
     written = set(outputs(tuple(words)))
     first = next(k for k, w in enumerate(words) if k and not w.startswith("-") and w != "calibrate")
     found = []
@@ -291,12 +296,13 @@ def test_command_runs(command, workspace):
 
 def test_a_command_on_a_terminal(workspace):
     command = next(c for c in COMMANDS if ON_TERMINAL.match(c.text))
-    ran = on_terminal(list(command.args), workspace.folder(Command(command.doc, 0, command.text, command.args)))
+    ran = on_terminal(list(command.args), workspace.folder(Command(command.doc, 0, command.words, command.args)))
     assert ran.code == 0 and "internal error" not in ran.out, f"{command.id} on a terminal:\n{ran.out}"
     assert "\x1b[" in ran.out and "conserv" in ran.out.lower(), ran.out
 
 
 def test_a_file_without_a_stand_in_is_named():
     """What a new docs command reading a file the table lacks meets (the parametrized check above)."""
-    command = Command("docs/new.md", 1, "rulegraph explain new-out/model.onnx -r gi --data new.csv --json e.json", ())
+    words = shlex.split("rulegraph explain new-out/model.onnx -r gi --data new.csv --json e.json")
+    command = Command("docs/new.md", 1, tuple(words), ())
     assert [name for name in reads(command) if name not in STAND_INS] == ["new-out/model.onnx", "new.csv"]
