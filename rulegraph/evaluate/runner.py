@@ -106,6 +106,9 @@ class Config:
 
 
 class Evaluation:
+    """An evaluation of ``config`` into the folder ``out``: ``listener`` gets the notes and, unless
+    ``progress=False`` (``rulegraph evaluate -q``), the progress (:class:`~rulegraph.scale.listener.Listener`)."""
+
     def __init__(self, config: Config, out: Path, *, force: bool = False, listener: Listener | None = None,
                  progress: bool = True, engine: Engine | None = None, pairs: str | list[str] | None = None):
         self.config = config
