@@ -1,6 +1,8 @@
 """The CUDA path: the same explanations on the GPU as on the CPU. Skipped without CUDA."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -38,4 +40,6 @@ def test_cuda_forward_and_fx(bert):
 def test_cli_on_cuda(bert_onnx, capsys):
     from rulegraph.cli import main
     assert main(["explain", str(bert_onnx), "-r", "lrp-ah-ln", "-t", "w1 w2", "--device", "cuda"]) == 0
-    assert "ok" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert re.search(r"^unexplained residual .* rel [0-9.e+-]+ ok$", out, re.M), out     # the audit's verdict
+    assert "conserved:" in out and "FLAGGED" not in out, out

@@ -53,8 +53,6 @@ def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, toke
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
     if method_option and not method:
         raise InputError("-o/--option sets options of a --method; rule sets take none")
-    if not Path(model).exists():
-        raise InputError(f"model not found: {model}")
     if not Path(data).is_file():
         raise InputError(f"data file not found: {data}" if not Path(data).is_dir()
                          else f"--data {data} is a directory; give a CSV, JSON lines or Parquet file")
@@ -70,8 +68,8 @@ def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, toke
     config = DatasetConfig(model=str(model), data=str(data), method=name, options=options,
                            tokenizer=str(tokenizer) if tokenizer else None, target=target, n=n, device=device,
                            dtype=dtype, seed=seed, batch=batch, batch_tokens=batch_tokens)
-    listener = TerminalListener(err) if not quiet else None
-    summary = explain_dataset(config, out_dir, engine=engine, force=force, listener=listener)
+    summary = explain_dataset(config, out_dir, engine=engine, force=force, listener=TerminalListener(err),
+                              progress=not quiet)
     rate = summary["examples_per_second"]
     out.print(f"{summary['rows']} rows: {summary['explained']} explained, {summary['failed']} failed "
               f"({summary['engine']}" + (f", {rate:.1f} examples/s" if rate else ", nothing new to explain") + ")")

@@ -15,7 +15,7 @@ from ..evaluate import metrics as M
 from ..evaluate import protocols as P
 from ..scale.listener import Listener
 from ..tokens import RUNTIMES, REMOVALS
-from .options import Bounded, check_folder, engine_options, make_engine
+from .options import Bounded, check_folder, engine_options, make_engine, model_argument
 
 # Only light modules above (no torch): `rulegraph evaluate --help` loads in a fraction of a second;
 # the runner (torch, the model) is imported when the command runs.
@@ -130,7 +130,7 @@ def metric_options(command):
 
 
 @click.command("evaluate")
-@click.argument("model", type=click.Path(path_type=Path))
+@model_argument
 @click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE",
               help="CSV, JSON lines or Parquet with a `text` column, optional `label` (index or class name) and "
                    "`answer` (span QA)")
@@ -198,8 +198,6 @@ def evaluate_cmd(model, data, methods, metric_names, tokenizer, n, out_dir, prot
     with the same settings continues where it stopped (more --methods or a larger --n
     only add what is missing). Prints the table (mean and 95% bootstrap interval) and
     writes OUT/table.csv, OUT/summary.json, OUT/curves.png and OUT/conservation.png."""
-    if not Path(model).exists():
-        raise InputError(f"model not found: {model}")
     if Path(data).is_dir():
         raise InputError(f"--data {data} is a directory; give a CSV, JSON lines or Parquet file with a `text` column")
     if not Path(data).is_file():

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from .console import err, out
-from .options import OUTPUT, PNG, Bounded
+from .options import OUTPUT, PNG, Bounded, model_argument
 
 
 @click.group("heads")
@@ -20,7 +20,7 @@ def heads_cmd():
 
 
 @heads_cmd.command("calibrate")
-@click.argument("model", type=click.Path(path_type=Path))
+@model_argument
 @click.option("--data", "data", required=True, type=click.Path(path_type=Path), metavar="FILE.csv",
               help="CSV with a `text` column (other columns are ignored)")
 @click.option("--n", "n", type=Bounded(int, 1), default=500, show_default=True,

@@ -93,8 +93,23 @@ class TokenOrId(click.ParamType):
 TOKEN_OR_ID = TokenOrId()
 
 
+class ModelPath(click.ParamType):
+    """MODEL: an exported model file (``.onnx``, ``.pt2``), or the folder ``rulegraph export`` wrote
+    (``model.onnx`` + ``tokenizer.json``). Every command reads the file that
+    :func:`rulegraph.loaders.onnx.model_file` names (a missing path, a Hugging Face folder that was
+    not exported: one line saying so), so that a command's inputs, its job's identity and the
+    ``tokenizer.json`` beside the model are those of the same file."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        from ..loaders.onnx import model_file
+        return model_file(Path(value))
+
+
 def model_argument(f):
-    return click.argument("model", type=click.Path(dir_okay=True, path_type=Path))(f)
+    """The ``MODEL`` argument of every command that reads an exported model (:class:`ModelPath`)."""
+    return click.argument("model", type=ModelPath())(f)
 
 
 def rules_option(f):

@@ -39,7 +39,7 @@ from ..methods.sequences import fixed_batch
 from ..passes.base import labels as model_labels
 from ..scale import Engine, engine as make_engine
 from ..scale.data import Example, Row, encode, read_rows
-from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, read_files
+from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, on_workers, read_files
 from ..scale.journal import write_parquet
 from ..scale.listener import Listener
 from ..text import TextEncoder
@@ -106,6 +106,9 @@ class Config:
 
 
 class Evaluation:
+    """An evaluation of ``config`` into the folder ``out``: ``listener`` gets the notes and, unless
+    ``progress=False`` (``rulegraph evaluate -q``), the progress (:class:`~rulegraph.scale.listener.Listener`)."""
+
     def __init__(self, config: Config, out: Path, *, force: bool = False, listener: Listener | None = None,
                  progress: bool = True, engine: Engine | None = None, pairs: str | list[str] | None = None):
         self.config = config
@@ -192,8 +195,8 @@ class Evaluation:
             self.listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
         tasks = self.job.tasks(examples, min(cfg.batch, fixed_batch(graph) or cfg.batch), cfg.batch_tokens,
                                is_causal(graph, examples[0], cfg.device))
-        self.job.run(functools.partial(EvalWorker, cfg), tasks if compute else [], failed_row,
-                     total=len(examples) * len(self.methods), progress=self.listener if self.show_progress else None)
+        self.job.run(functools.partial(EvalWorker, on_workers(cfg)), tasks if compute else [], failed_row,
+                     total=len(examples) * len(self.methods), progress=self.show_progress)
         results = self.job.rows({e.row.index for e in examples} | {r.index for r in bad})
         self.failed = failures(results, list(self.methods))
         for name, f in self.failed.items():

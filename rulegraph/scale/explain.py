@@ -40,7 +40,7 @@ from ..passes.base import labels
 from ..text import TextEncoder
 from .data import Example, Row, encode, read_rows
 from .engines import Engine, engine as make_engine
-from .job import Folder, Job, Worker, contents, digest, is_causal, method_options, read_files
+from .job import Folder, Job, Worker, contents, digest, is_causal, method_options, on_workers, read_files
 from .journal import write_parquet
 from .listener import Listener
 
@@ -110,8 +110,9 @@ class ExplainWorker(Worker):
 
 
 def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None = None, force: bool = False,
-                    listener: Listener | None = None) -> dict[str, Any]:
+                    listener: Listener | None = None, progress: bool = True) -> dict[str, Any]:
     """Explain every record of ``config.data`` with ``config.method``; returns the summary.
+    ``listener`` gets the notes and, unless ``progress=False``, the progress (:class:`~.listener.Listener`).
 
     Everything the user gave is read and checked first (model, method and options, data file,
     labels): a problem there is an error before any file is written."""
@@ -136,21 +137,21 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     rules = config.method if Path(config.method).suffix in (".yaml", ".yml") else None
     job.open(config.identity(), force=force, inputs=read_files(config.model, config.data, config.tokenizer, rules))
     try:
-        return _run(job, config, graph, encoder, rows, examples, truncated, name, engine, out, listener)
+        return _run(job, config, graph, encoder, rows, examples, truncated, name, engine, out, listener, progress)
     finally:
         job.close()
 
 
 def _run(job: Job, config: DatasetConfig, graph, encoder: TextEncoder, rows: list[Row], examples: list[Example],
-         truncated: int, name: str, engine: Engine, out: Path, listener: Listener) -> dict[str, Any]:
+         truncated: int, name: str, engine: Engine, out: Path, listener: Listener, progress: bool) -> dict[str, Any]:
     """The open job's work: the rows the journal lacks, then the table and the summary."""
     job.record(failed(r, name, r.problem) for r in rows if r.problem and (r.index, name) not in job.done)
     if truncated:
         listener.note(f"{truncated} of {len(examples)} texts truncated to {encoder.max_length} tokens")
     causal = bool(examples) and is_causal(graph, examples[0], config.device)
     tasks = job.tasks(examples, min(config.batch, fixed_batch(graph) or config.batch), config.batch_tokens, causal)
-    listener.method(name)
-    seconds = job.run(functools.partial(ExplainWorker, config), tasks, failed, total=len(examples))
+    seconds = job.run(functools.partial(ExplainWorker, on_workers(config)), tasks, failed, total=len(examples),
+                      progress=progress)
     result = job.rows({r.index for r in rows})
     write_parquet(result, Path(out) / TABLE)
     bad = [r for r in result if r.get("error")]

@@ -25,7 +25,7 @@ import functools
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -38,6 +38,7 @@ from ..explanation import Explanation
 from ..interpreter import DTYPES, prepare
 from ..ir import Graph
 from ..loaders import load
+from ..loaders.onnx import model_file
 from ..text import TextEncoder
 from .batches import batches
 from .data import Example, Row
@@ -62,16 +63,27 @@ def digest(path: str | Path) -> str:
 
 
 def contents(model: str, data: str, tokenizer: str | None) -> dict[str, str | None]:
-    """The job's files by content: a folder moved elsewhere resumes, other weights or texts do not."""
-    vocabulary = Path(tokenizer) if tokenizer else Path(model).parent / "tokenizer.json"
+    """The job's files by content: a folder moved elsewhere resumes, other weights or texts do not.
+    ``model``: a model file, or the folder ``rulegraph export`` wrote (:func:`~rulegraph.loaders.onnx.model_file`)."""
+    model = model_file(model)
+    vocabulary = Path(tokenizer) if tokenizer else model.parent / "tokenizer.json"
     return {"model": digest(model), "data": digest(data),
             "tokenizer": digest(vocabulary) if vocabulary.is_file() else None}
 
 
 def read_files(model: str, data: str, tokenizer: str | None, *more: str | None) -> list[str]:
     """The files a job reads (the model, the data, the tokenizer, a rule file…): its outputs never replace them."""
-    vocabulary = tokenizer or str(Path(model).parent / "tokenizer.json")
+    model = model_file(model)
+    vocabulary = tokenizer or str(model.parent / "tokenizer.json")
     return [str(p) for p in (model, data, vocabulary, *more) if p]
+
+
+def on_workers(config: Any) -> Any:
+    """The job's settings (a dataclass with ``model`` and ``tokenizer``) as the workers get them: the
+    files as absolute paths, since a worker of a cluster started elsewhere (``--address``) runs in a
+    folder of its own, where a path relative to the user's folder names nothing."""
+    return replace(config, model=str(Path(config.model).absolute()),
+                   tokenizer=str(Path(config.tokenizer).absolute()) if config.tokenizer else None)
 
 
 def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[str, Any]]:
@@ -284,13 +296,17 @@ class Job:
         return out
 
     def run(self, factory: Callable[[], Worker], tasks: list[Task], failed: Callable[[Row, str, str, Example], dict],
-            total: int, progress: Listener | None = None) -> float:
+            total: int, progress: bool = True) -> float:
         """Run ``tasks`` on the engine, each task's rows to the journal as it finishes (a task that
         could not run: ``failed`` rows); ``total``: the (example, method) pairs of the whole job,
-        for the progress line. Returns the seconds it took."""
-        progress = progress or self.listener
+        for the progress line, which goes to the job's listener in the order
+        :class:`~.listener.Listener` defines (``progress=False``: to none; the notes still do).
+        Returns the seconds it took."""
+        shown = self.listener if progress else Listener()
         done = total - sum(len(task.payload[1]) for task in tasks)
-        progress.start(max(sum(task.cost for task in tasks), 1), f"{done}/{total} explained")
+        shown.start(max(sum(task.cost for task in tasks), 1), f"{done}/{total} explained")
+        if tasks:
+            shown.method(tasks[0].payload[0])
 
         def finished(task: Task, rows: list[dict] | None, error: str | None) -> None:
             nonlocal done
@@ -298,13 +314,13 @@ class Job:
             rows = rows if error is None else [failed(e.row, name, error, e) for e in pending]
             self.record(rows)
             done += len(rows)
-            progress.method(name)
-            progress.advance(task.cost, f"{done}/{total} explained")
+            shown.method(name)
+            shown.advance(task.cost, f"{done}/{total} explained")
         started = time.perf_counter()
         try:
             self.engine.run(factory, tasks, finished)
         finally:
-            progress.stop()
+            shown.stop()
         return time.perf_counter() - started
 
     def rows(self, examples: set[int]) -> list[dict]:

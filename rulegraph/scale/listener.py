@@ -5,7 +5,12 @@ from __future__ import annotations
 
 class Listener:
     """What a running dataset job (explain-dataset, evaluate) reports, to whoever shows it; this one
-    shows nothing. ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes."""
+    shows nothing. ``rulegraph.cli.evaluate`` draws a progress bar and prints the notes.
+
+    The calls come in one order: ``start`` once, then any number of ``method`` and ``advance``,
+    then ``stop`` once (also when the work is interrupted); :meth:`note` may come at any time,
+    before ``start`` and after ``stop`` too. A job that runs again (a resumed evaluation) calls
+    ``start`` … ``stop`` again."""
 
     def note(self, text: str, level: str = "info") -> None:
         """A line for the user; ``level``: ``info`` or ``error``."""
@@ -14,10 +19,10 @@ class Listener:
         """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""
 
     def method(self, name: str) -> None:
-        """The method now running."""
+        """The method now running (after :meth:`start`)."""
 
     def advance(self, tokens: int, pairs: str) -> None:
-        """``tokens`` more explained."""
+        """``tokens`` more explained (after :meth:`start`)."""
 
     def stop(self) -> None:
-        """Work ended (finished or interrupted)."""
+        """Work ended, finished or interrupted (after :meth:`start`)."""

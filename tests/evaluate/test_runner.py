@@ -11,6 +11,7 @@ import pytest
 
 import bow
 import tiny
+from listeners import StrictListener
 from rulegraph.errors import InputError
 from rulegraph.evaluate import metrics as M
 from rulegraph.evaluate import runner
@@ -79,6 +80,36 @@ def test_gi_on_the_linear_model_gives_the_closed_form_aopc(model, data, tmp_path
     assert lines[0] == "method,metric,mean,ci_low,ci_high,n" and len(lines) == 1 + 3 * 3
     doc = json.loads((out / "summary.json").read_text())
     assert doc["n_examples"] == len(TEXTS) and doc["removal"] == "unk" and "machine" in doc
+
+
+def test_the_listener_hears_start_then_each_method_then_stop(model, data, tmp_path):
+    """A run, then a report-only run: each start … stop in the order the Listener defines, every
+    method heard, and the advances adding up to the start's total."""
+    listener = StrictListener()
+    Evaluation(config(model, data), tmp_path / "out", listener=listener).run()
+    (_, total, pairs), = listener.named("start")
+    assert pairs == f"0/{3 * len(TEXTS)} explained"
+    assert sum(a[1] for a in listener.named("advance")) == total
+    assert listener.named("advance")[-1][2] == f"{3 * len(TEXTS)}/{3 * len(TEXTS)} explained"
+    assert {m[1] for m in listener.named("method")} == {"random", "gi", "loo"}
+    Evaluation(config(model, data), tmp_path / "out", listener=listener).run(compute=False)
+    listener.check(runs=2)
+
+
+def test_without_progress_the_listener_hears_notes_only(model, data, tmp_path):
+    """``progress=False`` (``rulegraph evaluate -q``): the notes reach the listener, the progress does not."""
+    listener = StrictListener()
+    Evaluation(config(model, data, min_length=5), tmp_path / "out", listener=listener, progress=False).run()
+    assert listener.state == "new"
+    assert [c[0] for c in listener.calls] == ["note"] and "fewer than 5 tokens" in listener.calls[0][1]
+
+
+def test_the_model_folder_is_the_model_file_it_holds(model, data, tmp_path):
+    """The folder ``rulegraph export`` writes stands for its model.onnx: the same results, one job."""
+    folder = Evaluation(config(model.parent, data, n=3), tmp_path / "out", progress=False).run()
+    again = Evaluation(config(model, data, n=3), tmp_path / "out", progress=False).run()
+    assert len(results(tmp_path / "out")) == 3 * 3
+    assert folder.table == again.table
 
 
 def test_rerun_appends_nothing_and_a_larger_n_only_the_rest(model, data, tmp_path):

@@ -94,7 +94,7 @@ def test_gi_equals_autograd(exported):
 
 def test_the_audit_command_shows_relevance_per_expert(exported, capsys):
     _, path = exported
-    main(["audit", str(path), "-r", "lrp-ah-ln", "-t", "w1 w2 w3"])
+    assert main(["audit", str(path), "-r", "lrp-ah-ln", "-t", "w1 w2 w3"]) == 0      # conserved: nothing flagged
     out = capsys.readouterr().out
     assert "relevance per expert" in out and "expert 3" in out
 

@@ -10,6 +10,7 @@ import pytest
 
 import bow
 import tiny
+from listeners import StrictListener
 from rulegraph.errors import InputError
 from rulegraph.scale import Journal
 from rulegraph.scale.explain import DatasetConfig, explain_dataset
@@ -48,6 +49,42 @@ def test_gi_rows_equal_the_closed_form(model, data, tmp_path):
         assert row["prediction"] == row["target"] and row["error"] is None
         assert row["gap"] == pytest.approx(row["output_value"] - row["relevance_sum"])
     assert [r["example"] for r in rows(tmp_path / "out")] == list(range(len(TEXTS)))
+
+
+def test_the_listener_hears_start_then_progress_then_stop(model, data, tmp_path):
+    """The progress of a run, then of a resumed run with nothing left: each start … stop, in the
+    order the Listener defines (no method before start: the terminal's bar exists from start on)."""
+    listener = StrictListener()
+    config = DatasetConfig(str(model), str(data), "gi", batch=2)
+    explain_dataset(config, tmp_path / "out", listener=listener)
+    (start, total, pairs), = listener.named("start")
+    advances = listener.named("advance")
+    assert pairs == f"0/{len(TEXTS)} explained" and advances[-1][2] == f"{len(TEXTS)}/{len(TEXTS)} explained"
+    assert total == sum(len(r["tokens"]) for r in rows(tmp_path / "out")) == sum(a[1] for a in advances)
+    assert {m[1] for m in listener.named("method")} == {"gi"} and listener.calls[1] == ("method", "gi")
+    explain_dataset(config, tmp_path / "out", listener=listener)
+    listener.check(runs=2)
+    assert listener.calls[-2:] == [("start", 1, f"{len(TEXTS)}/{len(TEXTS)} explained"), ("stop",)]
+
+
+def test_without_progress_the_listener_hears_notes_only(model, tmp_path):
+    """``progress=False`` (``-q``): no start, method, advance or stop reaches the listener; notes do."""
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": " ".join(f"w{i % 90}" for i in range(80))}])
+    listener = StrictListener()
+    explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "out", listener=listener, progress=False)
+    assert listener.state == "new" and listener.calls and all(c[0] == "note" for c in listener.calls)
+
+
+def test_the_model_folder_is_the_model_file_it_holds(model, data, tmp_path):
+    """The folder ``rulegraph export`` writes stands for its model.onnx (tokenizer beside it): the
+    same rows, and the same job (a run given the file resumes one given the folder)."""
+    config = DatasetConfig(str(model.parent), str(data), "gi")
+    explain_dataset(config, tmp_path / "folder")
+    explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "file")
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "explain_seconds"} for r in rs]   # noqa: E731
+    assert drop(rows(tmp_path / "folder")) == drop(rows(tmp_path / "file"))
+    again = explain_dataset(DatasetConfig(str(model), str(data), "gi"), tmp_path / "folder")
+    assert again["explained_now"] == 0
 
 
 def test_target_label_explains_the_labelled_class(model, data, tmp_path):

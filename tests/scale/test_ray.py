@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from listeners import StrictListener
 from rulegraph.errors import InputError
-from rulegraph.scale.listener import Listener
 from rulegraph.evaluate.runner import Config, Evaluation
 from rulegraph.scale import Task, engine
 from rulegraph.scale.explain import DatasetConfig, explain_dataset
@@ -56,13 +56,16 @@ def untimed(rows):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
-class KillOnce(Listener):
-    """Kills one Ray worker (SIGKILL) when the first task's rows arrive: its tasks in flight die with it."""
+class KillOnce(StrictListener):
+    """Kills one Ray worker (SIGKILL) when the first task's rows arrive: its tasks in flight die with it
+    (and holds the job to the listener's call order on Ray as well)."""
 
     def __init__(self, ray_engine):
+        super().__init__()
         self.engine, self.killed = ray_engine, None
 
     def advance(self, tokens, pairs):
+        super().advance(tokens, pairs)
         if self.killed is None:
             self.killed = self.engine.pids[0]
             os.kill(self.killed, signal.SIGKILL)
@@ -76,6 +79,7 @@ def test_explain_dataset_on_ray_equals_local_with_a_worker_killed(corpus, data, 
     listener = KillOnce(on_ray)
     remote = explain_dataset(config, tmp_path / "ray", engine=on_ray, listener=listener)
     assert listener.killed is not None and listener.killed not in on_ray.pids      # killed, and replaced
+    listener.check()
     a = pq.read_table(tmp_path / "local" / "explanations.parquet").to_pylist()
     b = pq.read_table(tmp_path / "ray" / "explanations.parquet").to_pylist()
     assert len(texts) + 1 >= 51 and len(a) == len(texts) + 1
@@ -99,6 +103,7 @@ def test_evaluate_on_ray_equals_local_with_a_worker_killed(corpus, cluster, tmp_
     listener = KillOnce(on_ray)
     remote = Evaluation(config, tmp_path / "ray", listener=listener, engine=on_ray).run()
     assert listener.killed is not None
+    listener.check()
     key = lambda r: (r["example"], r["method"])       # noqa: E731
     assert sorted(map(key, remote.rows)) == sorted({key(r) for r in remote.rows})       # none twice
     assert len(remote.rows) == len(texts) * 3
