@@ -83,3 +83,20 @@ def choices(valid: Iterable[str], given: str | None = None) -> str:
     listed = ", ".join(valid) if len(valid) <= 24 else ", ".join(valid[:24]) + f", … ({len(valid)} in all)"
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     return f"{hint}valid: {listed}"
+
+
+#: optional package (top-level module) → the extra of ``pip install "rulegraph[EXTRA]"`` that brings it
+EXTRAS = {"transformers": "hf", "safetensors": "hf", "ray": "ray", "spacy": "heads", "en_core_web_sm": "heads"}
+
+
+class MissingDependency(RulegraphError):
+    """An optional package a command needs is not installed; the message names the install command."""
+
+    @classmethod
+    def of(cls, exc: ImportError) -> "MissingDependency | None":
+        """The error for ``exc`` where it is an optional package rulegraph names in :data:`EXTRAS`, else None."""
+        top = (getattr(exc, "name", None) or "").split(".")[0]
+        if top not in EXTRAS:
+            return None
+        return cls(f"this needs the optional package {top!r}, which is not installed: "
+                   f"pip install \"rulegraph[{EXTRAS[top]}]\" (in a checkout: make setup, which installs every extra)")

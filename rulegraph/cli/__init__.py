@@ -19,7 +19,7 @@ import warnings
 import click
 from rich.markup import escape
 
-from ..errors import InputError, RulegraphError
+from ..errors import InputError, MissingDependency, RulegraphError
 from .console import err
 
 #: command → (module, function, one-line summary for ``rulegraph --help``), in the order listed
@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a defect: still one line, with a way to see more
         if debug:
             raise
+        missing = MissingDependency.of(exc) if isinstance(exc, ImportError) else None
+        if missing is not None:           # not a defect: an optional package, named with its install command
+            err.print(f"[red]error:[/] {escape(str(missing))}", soft_wrap=True)
+            return 2
         err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
                   "(set RULEGRAPH_DEBUG=1 for the traceback)", soft_wrap=True)
         return 3

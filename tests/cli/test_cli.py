@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 from onnx import TensorProto, helper
@@ -199,3 +201,20 @@ def test_a_rule_set_as_a_method_takes_its_options_as_explain_takes_its_flags(cap
         outputs.append(json.loads(out))
     assert outputs[0]["score"] == "logprob" and outputs[0]["relevance"] == outputs[1]["relevance"]
     assert outputs[2]["options"]["alpha"] == "abs" and outputs[2]["relevance"] == outputs[3]["relevance"]
+
+
+def test_a_missing_optional_package_is_named_with_the_command_that_adds_it(tmp_path):
+    """Without the ``hf`` extra, ``rulegraph export`` says which package is missing and how to add it (exit 2),
+    not an internal error (a child process in which ``transformers`` cannot be imported)."""
+    source = tmp_path / "hf"
+    tiny.build("bert").save_pretrained(source)
+    blocked = ("import sys; sys.modules['transformers'] = None; from rulegraph.cli import main; "
+               f"sys.exit(main(['export', {str(source)!r}, {str(tmp_path / 'out')!r}]))")
+    log = tmp_path / "export.log"
+    with log.open("w") as f:
+        code = subprocess.run([sys.executable, "-c", blocked], stdout=f, stderr=subprocess.STDOUT).returncode
+    text = log.read_text()
+    assert code == 2, text
+    assert "optional package 'transformers'" in text and 'pip install "rulegraph[hf]"' in text, text
+    assert "internal error" not in text and len(text.strip().splitlines()) == 1, text
+    assert not (tmp_path / "out").exists()
