@@ -5,8 +5,8 @@ A rule set (a shipped name, a YAML path, a :class:`~rulegraph.RuleSet`) or any m
 program or a Hugging Face module in memory; inputs as tensors, or text (one, or a list: a padded
 batch) tokenized with the tokenizer beside the model; targets and contrasts as indices, class
 names or token text. The explanation carries the tokens, each token as a reader sees it, and the
-names of the explained outputs. Rule sets run in :func:`rulegraph.passes.apply`, other methods
-in :func:`rulegraph.methods.explain_with`.
+names of the explained outputs. Every method runs in :func:`rulegraph.methods.explain_with`, on
+the graph as its rule set sees it (a baseline's is ``gi``): rule sets by :func:`rulegraph.passes.apply`.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     text (the context).
     """
     method = get(rules)
-    graph = prepared(model, rules)[0] if method.rule_set else load(model)
+    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     declared = {o.name for o in PASS_OPTIONS.get(_pass_name(rules, method), ())}
     encoder = None
     needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
