@@ -74,7 +74,7 @@ def _rules_method(rules: str | RuleSet) -> Method:
         given = {k: v for k, v in options.items() if v is not None}
         return apply(request.graph, request.ruleset, request.inputs, request.target, **kwargs, **given)
     declared = (*RULE_SET_OPTIONS, *PASS_OPTIONS.get(pass_name, ()))
-    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _explained,
+    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _unit,
                   rules=rules if isinstance(rules, RuleSet) else name)
 
 
@@ -88,7 +88,7 @@ def explained(options: dict[str, Any], contrast=None, score: str | None = "logit
             score if score not in (None, "logit") else option_score or "logit")
 
 
-def _explained(options: dict[str, Any]) -> str:
+def _unit(options: dict[str, Any]) -> str:
     """What a rule set's scores are relevance of, under its options."""
     if options.get("contrast"):
         return "relevance of z − z(runner-up)"

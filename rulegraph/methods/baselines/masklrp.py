@@ -27,8 +27,8 @@ import torch
 from ...errors import InputError
 from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
-from ...ops.recycling import recycling
 from ...interpreter import Plan
+from ...ops.recycling import recycling
 from ...passes.base import Pass, forward, pass_of
 from ...passes.relevance import walk
 from ...propagation.masked import masked
