@@ -5,8 +5,8 @@ A rule set (a shipped name, a YAML path, a :class:`~rulegraph.RuleSet`) or any m
 program or a Hugging Face module in memory; inputs as tensors, or text (one, or a list: a padded
 batch) tokenized with the tokenizer beside the model; targets and contrasts as indices, class
 names or token text. The explanation carries the tokens, each token as a reader sees it, and the
-names of the explained outputs. Rule sets run in :func:`rulegraph.passes.apply`, other methods
-in :func:`rulegraph.methods.explain_with`.
+names of the explained outputs. Every method runs in :func:`rulegraph.methods.explain_with`, on
+the graph as its rule set sees it (a baseline's is ``gi``): rule sets by :func:`rulegraph.passes.apply`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from .loaders import load
 from .methods import Method, Vocab, explain_with, get
 from .methods.sequences import batch
 from .objective import Objective, parse as parse_objective
-from .options import PASS_OPTIONS
 from .passes import prepared
 from .passes.base import RUNNER_UP, labels as model_labels
 from .ruleset import RuleSet
@@ -62,8 +61,8 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     text (the context).
     """
     method = get(rules)
-    graph = prepared(model, rules)[0] if method.rule_set else load(model)
-    declared = {o.name for o in PASS_OPTIONS.get(_pass_name(rules, method), ())}
+    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
+    declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
     encoder = None
     needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
     if text is not None or tokenizer is not None or needs_words:
@@ -244,12 +243,6 @@ def _flat(value: Any) -> list:
 
 def _kind(value: Any) -> str:
     return f"{value!r}" if isinstance(value, (int, float, bool)) or value is None else f"a {type(value).__name__}"
-
-
-def _pass_name(rules: Any, method: Method) -> str:
-    if not method.rule_set:
-        return ""
-    return (rules if isinstance(rules, RuleSet) else RuleSet.load(method.name)).pass_name
 
 
 def _has_positions(graph, inputs: dict[str, Any], output: str | None) -> bool:

@@ -49,15 +49,12 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     graph = load_model(model)
     options = {}
     if method:
-        from ..methods import get
+        from ..methods import explained, get
         from .evaluate import parse_options
         m = get(method)
-        given = parse_options(method_option, [m.name]).get(m.name, {})
-        options = m.resolve(given)
-        for name in ("score", "contrast"):     # a rule set's -o score=… / contrast=…: what --score / --contrast set
-            value = options.pop(name, None)
-            if name in given and opts.get(name) in (None, "logit"):
-                opts[name] = value
+        options = m.resolve(parse_options(method_option, [m.name]).get(m.name, {}))
+        if m.rule_set:                         # a rule set's -o score=… / contrast=…, unless --score / --contrast
+            opts["contrast"], opts["score"] = explained(options, opts.get("contrast"), opts.get("score"))
     if steps:
         import warnings
         warnings.warn("--steps is deprecated: give the target prefix with --continuation TEXT (or -i "

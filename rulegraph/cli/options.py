@@ -118,14 +118,25 @@ def rules_option(f):
                         help=f"a shipped rule set ({names}) or a YAML rule file")(f)
 
 
+class MethodOption(click.Option):
+    """``--method``: its help names the baselines, read from their registry when the help is shown (the
+    registry imports torch; loading a command for its ``--help`` does not)."""
+
+    def get_help_record(self, ctx):
+        if "{baselines}" in (self.help or ""):
+            from ..methods import BASELINES
+            self.help = self.help.replace("{baselines}", ", ".join(BASELINES))
+        return super().get_help_record(ctx)
+
+
 def method_options(f):
     """``explain``: a rule set (--rules) or any method (--method: baselines too), with -o options."""
     names = ", ".join(shipped_rule_sets(None))
     for decorator in reversed([
         click.option("--rules", "-r", metavar="NAME|PATH", help=f"a shipped rule set ({names}) or a YAML rule file"),
-        click.option("--method", "-m", metavar="NAME",
+        click.option("--method", "-m", metavar="NAME", cls=MethodOption,
                      help="instead of --rules: any method of `rulegraph methods` — a rule set, or a baseline "
-                          "(random, gs, ig, loo, attention, rollout)"),
+                          "({baselines})"),
         click.option("--option", "-o", "method_option", multiple=True, metavar="KEY=VALUE",
                      help="an option of the --method, e.g. -o steps=50 for ig (repeatable)"),
     ]):

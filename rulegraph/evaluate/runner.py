@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .. import methods as registry
+from .. import methods
 from ..errors import InputError, RulegraphError, choices
 from ..loaders import load
 from ..methods.sequences import fixed_batch
@@ -123,8 +123,8 @@ class Evaluation:
         self.settings = config.all_settings()       # checks every field, naming the valid choices
         self.grid = self.protocol.grid_for(self.settings["aopc_k"], self.settings["aopc_step"])
         if not config.methods:
-            raise InputError(f"no methods given; {choices(registry.names())}")
-        self.methods = {name: registry.get(name) for name in config.methods}
+            raise InputError(f"no methods given; {choices(methods.names())}")
+        self.methods = {name: methods.get(name) for name in config.methods}
         labels = {name.partition("=")[0] for name in self.methods}
         for name in config.options:
             if name not in self.methods and name not in labels:
@@ -140,7 +140,7 @@ class Evaluation:
         """The protocol fields the metrics read (AOPC: grid, score)."""
         return {"grid": self.protocol.grid, "score": self.protocol.score}
 
-    def metrics(self, vocab: registry.Vocab | None = None) -> list[M.Metric]:
+    def metrics(self, vocab: methods.Vocab | None = None) -> list[M.Metric]:
         """The metrics under this evaluation's protocol (``vocab``: the ids the removal uses)."""
         pr = self.protocol
         removal = M.Removal(pr.removal) if vocab is None else \
@@ -158,7 +158,7 @@ class Evaluation:
         torch.manual_seed(cfg.seed)
         graph = load(cfg.model)
         encoder = TextEncoder.for_model(graph, cfg.model, cfg.tokenizer)
-        vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
+        vocab = methods.Vocab.from_tokenizer(encoder.tokenizer)
         labels = model_labels(graph)
         rows = read_rows(Path(cfg.data), labels, cfg.n, classes=self._classes(labels, graph, encoder))
         examples, truncated = encode(rows, encoder)
@@ -174,8 +174,9 @@ class Evaluation:
                 raise InputError(f"metric {metric.name!r} scores span-QA answers: no record of {cfg.data} has an "
                                  "`answer` found in its text; drop it from --metrics, or give answers")
         description = {"protocol": {"name": cfg.protocol, **pr.fields(), "aopc_grid": list(self.grid)}}
-        methods = [m for m in cfg.methods if Path(m).suffix in (".yaml", ".yml")]
-        self.job.open(cfg.identity(), description, self.force, read_files(cfg.model, cfg.data, cfg.tokenizer, *methods))
+        rule_files = [m for m in cfg.methods if Path(m).suffix in (".yaml", ".yml")]
+        self.job.open(cfg.identity(), description, self.force, read_files(cfg.model, cfg.data, cfg.tokenizer,
+                                                                           *rule_files))
         try:
             return self._run(graph, encoder, vocab, rows, examples, truncated, skipped, compute)
         finally:
@@ -250,8 +251,8 @@ class Evaluation:
             enc = encoder.encode("a")
         except RulegraphError:
             return None
-        model = registry.TokenModel(graph, device=self.config.device, dtype=DTYPES[self.config.dtype])
-        tokens = registry.Tokens(tuple(enc.inputs["input_ids"][0].tolist()),
+        model = methods.TokenModel(graph, device=self.config.device, dtype=DTYPES[self.config.dtype])
+        tokens = methods.Tokens(tuple(enc.inputs["input_ids"][0].tolist()),
                                  tuple(enc.inputs["token_type_ids"][0].tolist()))
         return int(model([tokens]).shape[-1])
 
@@ -270,7 +271,7 @@ class EvalWorker(Worker):
         pr = config.resolved()
         removal = M.Removal(pr.removal, self.vocab.replacement(pr.removal), self.vocab.unk, pr.count, pr.min_count)
         self.metrics = M.build(config.metrics, removal, config.all_settings(), {"grid": pr.grid, "score": pr.score})
-        self.model = registry.TokenModel(self.graph, device=config.device, dtype=self.dtype, pad_id=self.vocab.pad,
+        self.model = methods.TokenModel(self.graph, device=config.device, dtype=self.dtype, pad_id=self.vocab.pad,
                                          batch_tokens=config.batch_tokens, runtime=config.runtime,
                                          zeroed=pr.removal == "zero")
         self.warm_model = False
@@ -311,7 +312,7 @@ class EvalWorker(Worker):
         return rows
 
 
-def example_tokens(example: Example) -> registry.Tokens:
+def example_tokens(example: Example) -> methods.Tokens:
     """The example's token sequence (ids and token types), as the metrics perturb it."""
-    return registry.Tokens(tuple(example.encoded.inputs["input_ids"][0].tolist()),
+    return methods.Tokens(tuple(example.encoded.inputs["input_ids"][0].tolist()),
                            tuple(example.encoded.inputs["token_type_ids"][0].tolist()))

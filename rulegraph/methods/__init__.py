@@ -14,12 +14,16 @@ options and declared properties (:class:`~rulegraph.methods.base.Method`: ``addi
     attention  raw attention of one block (default the last), head-averaged row of the
                explained position
     rollout    attention rollout (Abnar & Zuidema 2020)
+    mask-lrp-rollout  Mask-LRP's rollout of masked attention relevance (Song et al. 2024, Eqs. 10–11):
+               masks, row; mask-lrp-random its random-mask control
     lat        layerwise attention tracing (Wu & Ong 2021, Eq. 10): unit relevance traced down
                through the head-averaged attention weights; sums to 1
     gae        generic attention-model explainability (Chefer, Gur & Wolf 2021, Eqs. 5–6)
     layer-saliency  decoded layer saliency (Hou & Castanon 2023, Alg. 1): layer, top_tau, head
 
-Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegraph.Explanation`
+Every method reaches the graph through one prologue (:meth:`Method.prepared`: loaded, canonized
+as its rule set asks, bound once), so a quantized graph reaches each as the float computation it
+stands for. Gradient×Input is the ``gi`` rule set. Every method returns an :class:`~rulegraph.Explanation`
 (``audit`` is ``None`` for baselines)::
 
     from rulegraph.methods import explain_with
@@ -36,7 +40,6 @@ import torch
 from ..errors import InputError, RuleFileError, choices
 from ..explanation import Explanation
 from ..interpreter import as_tensor
-from ..loaders import load
 from ..options import PASS_OPTIONS, RULE_SET_OPTIONS
 from ..passes import apply
 from ..passes.base import check_arguments
@@ -46,7 +49,7 @@ from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
 from .sequences import REMOVALS, TokenModel, Tokens, Vocab, token_input
 
 __all__ = ["BASELINES", "Method", "Option", "RELEVANCE", "Request", "REMOVALS", "TokenModel", "Tokens", "Vocab",
-           "baseline", "explain_with", "get", "methods", "names", "token_input"]
+           "baseline", "explain_with", "explained", "get", "methods", "names", "token_input"]
 
 
 def _rules_method(rules: str | RuleSet) -> Method:
@@ -64,21 +67,28 @@ def _rules_method(rules: str | RuleSet) -> Method:
     def run(request: Request, **options) -> Explanation:
         kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
                       audit=request.audit)
-        contrast = request.contrast if request.contrast is not None else options.pop("contrast", None)
-        score = request.score if request.score != "logit" else options.pop("score", "logit")
-        options.pop("contrast", None), options.pop("score", None)
-        if contrast is not None or score != "logit":
-            kwargs.update(contrast=contrast, score=score)
+        if request.contrast is not None or request.score != "logit":
+            kwargs.update(contrast=request.contrast, score=request.score)
         if request.objective is not None:
             kwargs.update(objective=request.objective)
         given = {k: v for k, v in options.items() if v is not None}
-        return apply(request.graph, rules if isinstance(rules, RuleSet) else RuleSet.load(name), request.inputs,
-                     request.target, **kwargs, **given)
+        return apply(request.graph, request.ruleset, request.inputs, request.target, **kwargs, **given)
     declared = (*RULE_SET_OPTIONS, *PASS_OPTIONS.get(pass_name, ()))
-    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _explained)
+    return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _unit,
+                  rules=rules if isinstance(rules, RuleSet) else name)
 
 
-def _explained(options: dict[str, Any]) -> str:
+def explained(options: dict[str, Any], contrast=None, score: str | None = "logit") -> tuple[Any, str]:
+    """What a rule set explains, settled in this one place: ``contrast`` and ``score`` given to the
+    call (:func:`rulegraph.explain`'s, the command line's ``--contrast`` / ``--score``) where given,
+    else the rule set's options of those names (``-o NAME.score=logprob``), which are taken out of
+    ``options``."""
+    option_contrast, option_score = options.pop("contrast", None), options.pop("score", None)
+    return (contrast if contrast is not None else option_contrast,
+            score if score not in (None, "logit") else option_score or "logit")
+
+
+def _unit(options: dict[str, Any]) -> str:
     """What a rule set's scores are relevance of, under its options."""
     if options.get("contrast"):
         return "relevance of z − z(runner-up)"
@@ -143,12 +153,14 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     if (contrast is not None or target_score != "logit" or objective is not None) and not m.rule_set:
         raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
-    graph = load(model)
+    if m.rule_set:
+        contrast, target_score = explained(resolved, contrast, target_score)
+    graph, ruleset = m.prepared(model)
     if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
         check_arguments(inputs, None, None)             # says what is wrong with them
     feeds = {k: as_tensor(k, v) for k, v in inputs.items()}
     request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
-                      objective)
+                      objective, ruleset)
     e = m.run(request, **resolved)
     e.rules = m.name
     e.extra.setdefault("method", m.name)

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import methods as registry
+from .. import methods
 from ..errors import InputError
 from ..files import write_file
 from ..loaders import load
@@ -121,7 +121,7 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     listener = listener or Listener()
     if config.target not in TARGETS:
         raise InputError(f"unknown target {config.target!r}; valid: {', '.join(TARGETS)}")
-    name = registry.get(config.method).name
+    name = methods.get(config.method).name
     method_options(config.options_by_method(), config.seed)       # unknown or bad options: an error naming the valid ones
     graph = load(config.model)
     encoder = TextEncoder.for_model(graph, config.model, config.tokenizer)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .. import methods as registry
+from .. import methods
 from ..errors import InputError, RulegraphError
 from ..files import FolderLock, refuse_input, refuse_link, write_file
 from ..explanation import Explanation
@@ -90,7 +90,7 @@ def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[
     """Each method's options checked and completed (a seeded method gets the job's ``seed`` unless given one)."""
     out = {}
     for name, given in raw.items():
-        method = registry.get(name)
+        method = methods.get(name)
         options = dict(given)
         if method.seeded and "seed" not in options:
             options["seed"] = seed
@@ -205,9 +205,9 @@ class Worker:
         self.job = job
         self.graph = load(job.model)
         encoder = TextEncoder.for_model(self.graph, job.model, job.tokenizer)
-        self.vocab = registry.Vocab.from_tokenizer(encoder.tokenizer)
+        self.vocab = methods.Vocab.from_tokenizer(encoder.tokenizer)
         self.options = method_options(job.options_by_method(), job.seed)
-        self.methods = {name: registry.get(name) for name in self.options}
+        self.methods = {name: methods.get(name) for name in self.options}
         self.dtype = DTYPES[job.dtype]
         self.warm: set[str] = set()           # methods called once already (untimed)
 
@@ -233,9 +233,9 @@ class Worker:
         call, on one example, is untimed: binding, plans and sessions are prepared there)."""
         method = self.methods[name]
         feeds, special = batch_feeds(self.graph, examples, self.vocab.pad or 0)
-        ids = feeds[registry.token_input(self.graph)]
+        ids = feeds[methods.token_input(self.graph)]
         position = ids.shape[1] - 1 if next_token else None      # one text per task then
-        call = functools.partial(registry.explain_with, self.graph, method, device=self.job.device, dtype=self.dtype,
+        call = functools.partial(methods.explain_with, self.graph, method, device=self.job.device, dtype=self.dtype,
                                  vocab=self.vocab, audit=self.audit and method.rule_set, position=position,
                                  **self.options[name])
         if name not in self.warm:

@@ -127,21 +127,21 @@ def test_rerun_appends_nothing_and_a_larger_n_only_the_rest(model, data, tmp_pat
 def test_an_interrupted_run_continues_where_it_stopped(model, data, tmp_path, monkeypatch):
     out = tmp_path / "out"
     calls = {"n": 0}
-    real = job.registry.explain_with
+    real = job.methods.explain_with
 
     def flaky(*args, **kw):
         calls["n"] += 1
         if calls["n"] == 4:
             raise KeyboardInterrupt
         return real(*args, **kw)
-    monkeypatch.setattr(runner.registry, "explain_with", flaky)
+    monkeypatch.setattr(runner.methods, "explain_with", flaky)
     with pytest.raises(KeyboardInterrupt):
         Evaluation(config(model, data), out, progress=False).run()
     partial = results(out)
     assert 0 < len(partial) < len(TEXTS) * 3
     with (out / runner.RESULTS).open("a") as handle:
         handle.write('{"example": 99, "meth')            # a line cut short by the interruption
-    monkeypatch.setattr(runner.registry, "explain_with", real)
+    monkeypatch.setattr(runner.methods, "explain_with", real)
     Evaluation(config(model, data), out, progress=False).run()
     rows = results(out)
     assert rows[:len(partial)] == partial                # kept, not recomputed

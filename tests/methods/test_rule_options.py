@@ -61,3 +61,13 @@ def test_a_method_under_another_name():
         get("x=lrp-ahx")
     with pytest.raises(InputError, match="contrast, score='logprob' and objective are supported by rule sets"):
         explain_with("unused.onnx", "ig", inputs(), contrast="runner-up")
+
+
+def test_a_labelled_rule_set_takes_the_text_s_words_as_its_own_name_does(bert_onnx):
+    """``LABEL=METHOD`` has its method's options (groups=word reads the words of the text), not a rule set
+    looked up by its label."""
+    labelled = rulegraph.explain(bert_onnx, "dw=decomposition", text="w1 w2 w3", groups="word")
+    plain = rulegraph.explain(bert_onnx, "decomposition", text="w1 w2 w3", groups="word")
+    assert labelled.rules == "dw" and plain.rules == "decomposition"
+    assert labelled.relevance.keys() == plain.relevance.keys()
+    assert all(torch.equal(labelled.relevance[k], plain.relevance[k]) for k in plain.relevance)

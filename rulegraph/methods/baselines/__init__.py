@@ -1,5 +1,7 @@
 """The baseline methods, one per file, run through the same interpreter on the exported graph,
-in batches. Importing this package registers them in :data:`rulegraph.methods.base.BASELINES`
+in batches. Each is handed the graph as its rule set sees it (``gi`` unless ``@baseline(rules=…)``
+names another), canonized (a quantized graph as the float computation it stands for) and bound
+once (:class:`~rulegraph.methods.base.Request`). Importing this package registers them in :data:`rulegraph.methods.base.BASELINES`
 in this order (the order ``rulegraph methods`` lists them):
 
 * ``random``: seeded random scores (the floor).
@@ -7,7 +9,7 @@ in this order (the order ``rulegraph methods`` lists them):
   rule set (its boundary signal is the gradient); IG runs the interpolated embeddings
   through :meth:`Plan.run` ``overrides``, many steps per batch.
 * ``loo`` runs perturbed token sequences through :class:`~rulegraph.methods.sequences.TokenModel`.
-* ``mask-lrp`` and ``mask-lrp-random``: Mask-LRP's rollout of masked attention relevance (Eq. 10–11).
+* ``mask-lrp-rollout`` and ``mask-lrp-random``: Mask-LRP's rollout of masked attention relevance (Eq. 10–11).
 * ``attention`` and ``rollout`` read the attention probabilities: the Softmax outputs
   feeding the attention MatMul, found with the ``ah`` pattern of ``rules/lrp-ah.yaml``;
   ``lat`` traces unit relevance down through them.
@@ -15,7 +17,8 @@ in this order (the order ``rulegraph methods`` lists them):
   probabilities; a block's output, :func:`rulegraph.stream.hidden_states`) from the ``gi`` pass
   (``walk(record_at=...)``).
 
-A new baseline is one file here with ``@baseline(name, description, Option(...), unit=...)``,
+A new baseline is one file here with ``@baseline(name, description, Option(...), unit=...)``
+reading ``req.graph``, ``req.plan`` and ``req.binding`` (never a graph it loads or binds itself),
 added to the import list below, and its test in ``tests/methods/``.
 """
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """What the baselines share: the explanation they return, forwards through the interpreter,
-∂f/∂x at the boundary by the ``gi`` relevance pass, and the positions never perturbed."""
+∂f/∂x at the boundary by the ``gi`` relevance pass, and the positions never perturbed.
+
+Every function here reads the graph, the binding and the plan the :class:`~rulegraph.methods.base.Request`
+holds (the graph as the method's rule set sees it, canonized; bound once): none loads, canonizes or
+binds a graph."""
 from __future__ import annotations
 
 import torch
@@ -7,10 +11,8 @@ import torch
 from ...boundary import BoundaryMap, origins
 from ...errors import RulegraphError
 from ...explanation import Explanation
-from ...interpreter import prepare
 from ...passes.base import labels, position_scores, select
 from ...passes.relevance import walk
-from ...ruleset import RuleSet
 from ..base import Request
 
 Tensor = torch.Tensor
@@ -32,10 +34,10 @@ def explanation(req: Request, out: Tensor, targets: list[int], position: int | N
 
 
 def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, Tensor, list[int], int | None]:
-    plan = prepare(req.graph, req.device, req.dtype)
+    """The forward values ``keep``, the output, the targets and the position, on the request's graph."""
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
-        env = plan.run(req.inputs, keep=keep, overrides=overrides)
+        env = req.plan.run(req.inputs, keep=keep, overrides=overrides)
     out = env[output]
     _, targets, position = select(out, req.target, req.position)
     return env, out, targets, position
@@ -44,10 +46,9 @@ def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, T
 def gi_walk(req: Request, inputs: dict[str, Tensor], target, *, overrides=None, record=frozenset()):
     """The ``gi`` relevance pass without the audit (its relevance at a value ``v`` is
     ``v ⊙ ∂(explained output)/∂v``): the binding, the forward values, the output, the targets,
-    the position, and the walk's :class:`~rulegraph.passes.relevance.Flow` (recording at ``record``)."""
-    binding = RuleSet.load("gi").bind(req.graph)
-    binding.require_complete()
-    plan = prepare(req.graph, req.device, req.dtype)
+    the position, and the walk's :class:`~rulegraph.passes.relevance.Flow` (recording at ``record``).
+    The request's rule set is ``gi`` (the baseline's default)."""
+    binding, plan = gi_binding(req), req.plan
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
         env = plan.run(inputs, keep=binding.needed_values | record, overrides=overrides)
@@ -57,11 +58,20 @@ def gi_walk(req: Request, inputs: dict[str, Tensor], target, *, overrides=None, 
     return binding, env, out, targets, position, flow
 
 
+def gi_binding(req: Request):
+    """The request's binding, refused unless its rule set is ``gi`` (whose relevance is v ⊙ ∂f/∂v)."""
+    if req.ruleset is None or req.ruleset.name != "gi":
+        found = req.ruleset.name if req.ruleset is not None else None
+        raise RulegraphError(f"the gradient baselines read the gi relevance pass; this method declares the rule set "
+                             f"{found!r} (declare rules='gi' in @baseline)")
+    return req.binding
+
+
 def gradients(req: Request, inputs: dict[str, Tensor], targets: list[int], overrides=None):
     """∂(explained output)/∂(each boundary value) by the ``gi`` relevance pass; also returns the
     boundary values, the output and the run's :class:`~rulegraph.boundary.BoundaryMap`."""
     binding, env, out, _, _, flow = gi_walk(req, inputs, targets, overrides=overrides)
-    mapping = origins(binding, prepare(req.graph, req.device, req.dtype), env)
+    mapping = origins(binding, req.plan, env)
     grads = {}
     for v in binding.boundary:
         g = flow.signals.get(v)

@@ -2,18 +2,18 @@
 :meth:`Plan.run` ``overrides``."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
 from ...boundary import origins, walk
 from ...errors import InputError
-from ...interpreter import prepare
 from ...explanation import Explanation
 from ...passes.base import select
-from ...ruleset import RuleSet
 from ..base import Option, Request, baseline
 from ..sequences import fixed_batch, token_input
-from .common import BATCH_TOKENS, by_key, explanation, fixed_chunks, forward, gradients, never_perturbed
+from .common import BATCH_TOKENS, by_key, explanation, fixed_chunks, forward, gi_binding, gradients, never_perturbed
 
 Tensor = torch.Tensor
 
@@ -28,11 +28,10 @@ Tensor = torch.Tensor
 def integrated_gradients(req: Request, steps: int, baseline: str) -> Explanation:
     if steps < 1:
         raise InputError("option ig.steps must be at least 1")
-    rules = RuleSet.load("gi")
-    binding = rules.bind(req.graph)
+    binding = gi_binding(req)
     values = list(binding.boundary)        # graph order: the explanation's keys must not follow hash order
     env, out, targets, position = forward(req, frozenset(values) | walk(req.graph).path_values())
-    mapping = origins(binding, prepare(req.graph, req.device, req.dtype), env)
+    mapping = origins(binding, req.plan, env)
     crossed = [v for v in values if not mapping.batch_first(v)]
     if crossed:
         raise InputError(f"ig interpolates the boundary values batch item by batch item, but {crossed[0]!r} does not "
@@ -81,5 +80,5 @@ def _ig_baseline(req: Request, x: dict[str, Tensor], kind: str) -> dict[str, Ten
     key = token_input(req.graph)
     ids = req.inputs[key]
     replaced = torch.where(never_perturbed(req, ids).to(ids.device), ids, torch.full_like(ids, token))
-    env, _, _, _ = forward(Request(**{**req.__dict__, "inputs": {**req.inputs, key: replaced}}), frozenset(x))
+    env, _, _, _ = forward(replace(req, inputs={**req.inputs, key: replaced}), frozenset(x))
     return {v: env[v] for v in x}

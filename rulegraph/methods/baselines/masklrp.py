@@ -9,7 +9,8 @@ positional and syntactic heads, the block renormalised; :mod:`rulegraph.propagat
     R(x)  = Ā^(1) · Ā^(2) · … · Ā^(B)                                                        (Eq. 11)
 
 ``∇A^(b)`` is the gradient of the explained logit with respect to the attention probabilities of
-block ``b`` (total derivative, through every later block; one autograd pass per block), and
+block ``b`` (total derivative, through every later block; read as ∇A ⊙ A, the ``gi`` relevance pass's
+relevance at A, as for ``gae``), and
 ``R^(n_b)`` the relevance of the attention map: the AH share of each edge ``q → k`` of the masked
 head relevance ``R'`` at the value product ``O = A V``, ``R_A[h, q, k] = Σ_d A_qk V_kd R'_qd / O_qd``
 (its sum over ``k`` and ``d`` is ``R'``). As in the paper's numbering the block nearest the output
@@ -26,12 +27,13 @@ import torch
 from ...errors import InputError
 from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
-from ...interpreter import prepare
-from ...passes import apply
-from ...passes.base import select
+from ...interpreter import Plan
+from ...ops.recycling import recycling
+from ...passes.base import Pass, forward, pass_of
+from ...passes.relevance import walk
 from ...propagation.masked import masked
 from ...propagation.numerics import divide
-from ...ruleset import RuleSet, shipped_rule_sets
+from ...ruleset import Binding, RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
 from .attention import query_rows
@@ -67,48 +69,47 @@ def random_masks(masks: HeadMasks, blocks, seed: int) -> HeadMasks:
     return HeadMasks({b: tuple(t) for b, t in out.items()}, f"random({masks.source}, seed={seed})")
 
 
-def attention_gradients(req: Request, blocks, targets: list[int]) -> list[Tensor]:
-    """∂(explained output)/∂A^(b) for each block: one autograd pass per block, with that block's
-    probabilities as a leaf (later blocks are recomputed from it, so the gradient is total)."""
-    plan = prepare(req.graph, req.device, req.dtype)
-    output = req.output or req.graph.outputs[0]
-    with torch.no_grad():
-        env = plan.run(req.inputs, keep=frozenset(b.probs for b in blocks))
-    grads = []
-    for b in blocks:
-        leaf = env[b.probs].detach().clone().requires_grad_(True)
-        with torch.enable_grad():
-            out = plan.run(req.inputs, keep=frozenset(), overrides={b.probs: leaf})[output]
-            seed, _, _ = select(out.detach(), targets, req.position)
-            (g,) = torch.autograd.grad((out * seed).sum(), leaf)
-        grads.append(g.detach())
-    return grads
+def _keeping(extra: frozenset[str]) -> type[Pass]:
+    """A prologue keeping, besides every value its rule set's walk reads, the values ``extra`` (none spilled)."""
+    class Keeping(Pass):
+        @classmethod
+        def keeps(cls, binding: Binding, plan: Plan) -> frozenset[str]:
+            return binding.needed_values | extra
+    return Keeping
 
 
 def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
+    """The rollout of Eq. 10–11 from one forward, the prologue (:func:`rulegraph.passes.base.forward`) on the
+    request's graph, and two walks over its values: the ``gi`` pass's, whose relevance at the attention map A
+    fed to block b's value product is ∇A ⊙ A with ∇A the total derivative (as for ``gae``; through a quantized
+    graph's rounding as the straight-through gradient, the rounding held constant), then the ``mask-lrp``
+    pass's, the masked head relevance R' at the product. ∇A ⊙ R_A = (∇A ⊙ A) ⊙ Σ_d V_kd R'_qd / O_qd."""
     blocks = find_heads(req.graph)
     if not blocks:
         raise InputError("mask-lrp needs attention blocks (a Softmax feeding the value product); none found")
     rules = rule_set(masks)
+    binding, gi = req.bind(rules), req.bind(RuleSet.load("gi"))
     nodes = [req.graph.node(b.product) for b in blocks]
-    e = apply(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
-                device=req.device, dtype=req.dtype, audit=req.audit, record=[n.outputs[0] for n in nodes])
-    binding = rules.bind(req.graph)
-    plan = prepare(req.graph, req.device, req.dtype)
-    keep = frozenset(v for n in nodes for v in (n.inputs[0], n.inputs[1], n.outputs[0]))
-    with torch.no_grad():
-        env = plan.run(req.inputs, keep=keep)
-    grads = attention_gradients(req, blocks, e.target)
+    maps = frozenset(n.inputs[0] for n in nodes)
+    with recycling():
+        start = forward(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+                        device=req.device, dtype=req.dtype, chosen=_keeping(gi.needed_values))
+        held = {v: start.values[v] for n in nodes for v in (n.inputs[1], n.outputs[0])}
+        with torch.no_grad():
+            weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps).recorded
+        e = pass_of(rules)().run(start, audit=req.audit, record=[n.outputs[0] for n in nodes])
     rollout = None
-    for b, node, grad in zip(blocks, nodes, grads):
+    for b, node in zip(blocks, nodes):
         if node.outputs[0] not in e.recorded:
             raise InputError(f"no relevance reached the value product {b.product!r} of block {b.block}")
-        a, v, o = env[node.inputs[0]], env[node.inputs[1]], env[node.outputs[0]]
+        v, o = held[node.inputs[1]], held[node.outputs[0]]
+        if node.inputs[0] not in weighted:
+            raise InputError(f"no gradient reached the attention map {node.inputs[0]!r} of block {b.block}")
+        grad_a = weighted[node.inputs[0]]                                                # ∇A ⊙ A
         rule = binding.assignments[node.name].rule                                       # the head mask
         kept = masked(e.recorded[node.outputs[0]].to(o), rule.types(node, b.heads))     # R', masked
         s = divide(kept, o)                                                             # R' / O
-        r_attention = a * torch.einsum("bhkd,bhqd->bhqk", v, s)                          # Σ_d A_qk V_kd R'_qd / O_qd
-        cam = (grad * r_attention).mean(1).clamp(min=0)                                  # Eq. 10 (heads averaged, ⁺)
+        cam = (grad_a * torch.einsum("bhkd,bhqd->bhqk", v, s)).mean(1).clamp(min=0)     # Eq. 10 (heads averaged, ⁺)
         cam = cam + torch.eye(cam.shape[-1], dtype=cam.dtype, device=cam.device)
         rollout = cam if rollout is None else cam @ rollout                              # Eq. 11
     rows = query_rows(req, row, rollout.shape[0], rollout.shape[1], e.position)
@@ -128,7 +129,7 @@ def _masks(path: str) -> HeadMasks | None:
           "identity, rolled out over the blocks; the row of the explained position",
           Option("masks", str, "", "mask file of `rulegraph heads calibrate` (empty: every head kept)"),
           Option("row", int, 0, "query position read: 0 = [CLS]; negative counts back from the last real token"),
-          unit="rolled-out attention relevance")
+          unit="rolled-out attention relevance", rules="mask-lrp")
 def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
     return mask_lrp(req, _masks(masks), row)
 
@@ -138,7 +139,7 @@ def mask_lrp_method(req: Request, masks: str, row: int) -> Explanation:
           Option("masks", str, "", "mask file whose mask rate (and type counts) the random mask keeps"),
           Option("seed", int, 0, "seed of the shuffle"),
           Option("row", int, 0, "query position read, as for mask-lrp-rollout"),
-          unit="rolled-out attention relevance")
+          unit="rolled-out attention relevance", rules="mask-lrp")
 def mask_lrp_random(req: Request, masks: str, seed: int, row: int) -> Explanation:
     if not masks:
         raise InputError("mask-lrp-random needs -o mask-lrp-random.masks=FILE (its mask rate is kept)")
