@@ -25,7 +25,7 @@ import tiny
 from rulegraph.errors import RulegraphError
 from rulegraph.heads import mask_text
 from rulegraph.methods import BASELINES, explain_with, explained, names
-from rulegraph.quantization import QUANTIZED_OPS
+from rulegraph.canonize.quantization import QUANTIZED_OPS
 
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
 #: every weight matrix and embedding table multiplied by this (standard deviation 0.02 → 0.16)
