@@ -18,8 +18,8 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
-from .ir import Graph
 from .facts import output_kind
+from .ir import Graph
 from .loaders import load
 from .loaders.metadata import export_info, labels as model_labels
 from .methods import Method, Vocab, explain_with, get
