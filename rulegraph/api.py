@@ -18,7 +18,7 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
-from .facts import output_kind
+from .facts import has_positions, output_kind
 from .ir import Graph
 from .loaders import load
 from .loaders.metadata import export_info, labels as model_labels
@@ -246,5 +246,6 @@ def _pass_name(rules: Any, method: Method) -> str:
 
 
 def _has_positions(graph, inputs: dict[str, Any], output: str | None) -> bool:
-    """Whether the explained output has a positions axis (its kind, probed on the first item if not yet known)."""
-    return output_kind(graph, output, {k: v[:1] for k, v in inputs.items()}).positions
+    """Whether the explained output has a positions axis (:func:`rulegraph.facts.has_positions`: as the export
+    states it, else its kind, probed on the first item if not yet known)."""
+    return has_positions(graph, output, lambda: {k: v[:1] for k, v in inputs.items()})

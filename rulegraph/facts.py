@@ -7,7 +7,7 @@ ids become the model's inputs (:func:`token_feeds`). Each is computed once per g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -101,6 +101,26 @@ def is_mask(info: ValueInfo) -> bool:
     return not info.is_float and "mask" in info.name
 
 
+#: the rank of the outputs of each head ``rulegraph export`` writes (``rulegraph.task``): ``[batch, classes]``,
+#: span QA's ``[batch, positions]``, a language model's ``[batch, positions, vocab]``
+TASK_RANKS = {"sequence-classification": 2, "image-classification": 2, "question-answering": 2, "causal-lm": 3,
+              "seq2seq-lm": 3}
+#: one item of inputs, or a function making them (called only when a probe runs)
+Feeds = Mapping[str, Tensor] | Callable[[], Mapping[str, Tensor]]
+
+
+def has_positions(graph: Graph, output: str | None = None, feeds: Feeds | None = None, plan=None) -> bool:
+    """Whether ``output`` (default the first) is ``[batch, positions, scores]`` (a language model's): as the
+    export's task states it (:data:`TASK_RANKS`, for the outputs the export names), else as its probed kind
+    says (:func:`output_kind`)."""
+    from .loaders.metadata import export_info
+    info = export_info(graph)
+    rank = TASK_RANKS.get(info.task or "")
+    if rank is not None and (output or graph.outputs[0]) in (info.outputs or graph.outputs[:1]):
+        return rank == 3
+    return output_kind(graph, output, feeds, plan).positions
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """What one output scores, from the shape a probe forward gave it (:func:`output_kind`).
@@ -145,15 +165,16 @@ def probe_output(graph: Graph, feeds: Mapping[str, Tensor], output: str | None =
     return out
 
 
-def output_kind(graph: Graph, output: str | None = None, feeds: Mapping[str, Tensor] | None = None,
+def output_kind(graph: Graph, output: str | None = None, feeds: Feeds | None = None,
                 plan=None) -> OutputKind | None:
     """The kind of ``output`` (default the first), probed once per graph (``graph.cache.outputs``): on
-    ``feeds`` (one item of real inputs, run by ``plan``: a forward that fails is the caller's error), else
-    on a small dummy input (:func:`rulegraph.heads.dummy_inputs`, 7 tokens: ``None`` when that cannot run)."""
+    ``feeds`` (one item of real inputs, or a function making them, run by ``plan``: a forward that fails
+    is the caller's error), else on a small dummy input (:func:`rulegraph.heads.dummy_inputs`, 7 tokens:
+    ``None`` when that cannot run)."""
     output = output or graph.outputs[0]
     if output not in graph.cache.outputs or (graph.cache.outputs[output] is None and feeds is not None):
         if feeds is not None:
-            probe_output(graph, feeds, output, plan)
+            probe_output(graph, feeds() if callable(feeds) else feeds, output, plan)
         else:
             from .heads import dummy_inputs
             try:

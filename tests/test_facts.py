@@ -103,3 +103,18 @@ def test_a_language_model_output_kind(causal_lm):
     kind = output_kind(graph, feeds=tiny.token_inputs(("input_ids", "attention_mask"), length=6))
     assert kind.positions and kind.vocabulary_scores and kind.shape == (1, 6, module.config.vocab_size)
     assert output_kind(graph) is kind
+
+
+def test_an_export_stating_its_task_needs_no_probe(causal_lm, monkeypatch):
+    """``rulegraph export`` records the task: a language model's logits have positions, without a forward."""
+    _, path = causal_lm
+    graph = rulegraph.load(path)
+    assert graph.metadata["rulegraph.task"] == "causal-lm"
+    monkeypatch.setattr(facts, "probe_output", lambda *a, **k: pytest.fail("probed"))
+    assert facts.has_positions(graph)
+    from rulegraph.scale.job import is_causal
+    assert is_causal(graph, None)                 # no example read either
+    unstated = rulegraph.load(path)
+    del unstated.metadata["rulegraph.task"]
+    with pytest.raises(pytest.fail.Exception, match="probed"):
+        facts.has_positions(unstated, feeds=lambda: tiny.token_inputs(("input_ids", "attention_mask")))

@@ -35,7 +35,7 @@ from .. import methods as registry
 from ..errors import InputError, RulegraphError
 from ..files import FolderLock, refuse_input, refuse_link, write_file
 from ..explanation import Explanation
-from ..facts import output_kind
+from ..facts import has_positions
 from ..interpreter import DTYPES, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -90,7 +90,7 @@ def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[
 def is_causal(graph: Graph, example: Example, device: str = "cpu") -> bool:
     """Whether the model's (first) output has a positions axis, ``[batch, positions, vocabulary]``:
     a causal LM, explained at each text's last token, for the next token it predicts there."""
-    return output_kind(graph, None, batch_feeds(graph, [example], 0)[0], prepare(graph, device, torch.float32)).positions
+    return has_positions(graph, None, lambda: batch_feeds(graph, [example], 0)[0], prepare(graph, device, torch.float32))
 
 
 class Folder:
