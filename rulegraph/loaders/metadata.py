@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ModelError
@@ -147,7 +147,6 @@ KEYS: tuple[Key, ...] = (
 )
 #: :class:`ExportInfo` field (``labels``) → its :class:`Key` (``rulegraph.labels``)
 KEY: dict[str, Key] = {key.field: key for key in KEYS}
-assert [k.field for k in KEYS] == [f.name for f in fields(ExportInfo)], "one key per ExportInfo field"
 
 
 def parse(metadata: dict[str, str], where: str = "the model") -> ExportInfo:
