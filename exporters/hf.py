@@ -26,13 +26,14 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from ..errors import ExportError, InputError
+from ..loaders.metadata import ExportInfo
 from ..registry import Registry
 from ._common import dynamic_axes
 from .check import verify
 from .external import EXTERNAL_DATA_THRESHOLD
 from .moe import use_dense_experts
 from .to_fx import FX_METADATA, export_fx
-from .to_onnx import CHECK_KEY, check_exporter_options, export_onnx, refuse_overwrite
+from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
 #: Attention implementations :func:`load_hf` accepts. ``eager`` gives explicit Softmax and MatMul nodes.
 ATTENTIONS = ("eager", "sdpa")
@@ -47,17 +48,6 @@ MODEL_FILE = "model.onnx"
 FX_FILE = "model.pt2"
 TOKENIZER_FILE = "tokenizer.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"
-#: Metadata keys written by :func:`export_hf`.
-LABELS_KEY = "rulegraph.labels"
-MAX_LENGTH_KEY = "rulegraph.max_length"
-MODEL_TYPE_KEY = "rulegraph.model_type"
-SOURCE_KEY = "rulegraph.source"
-TASK_KEY = "rulegraph.task"
-IMAGE_SIZE_KEY = "rulegraph.image_size"
-IMAGE_MEAN_KEY = "rulegraph.image_mean"
-IMAGE_STD_KEY = "rulegraph.image_std"
-DECODER_START_KEY = "rulegraph.decoder_start_token_id"
-EOS_KEY = "rulegraph.eos_token_id"
 
 
 @dataclass(frozen=True)
@@ -103,16 +93,12 @@ class HFInfo:
     encoder_decoder: bool = False
 
     def metadata(self) -> dict[str, str]:
-        """The ONNX ``metadata_props`` entries describing this model."""
-        props = {MODEL_TYPE_KEY: self.model_type, SOURCE_KEY: self.source, TASK_KEY: self.task}
-        if self.labels:
-            props[LABELS_KEY] = json.dumps(list(self.labels))
-        optional = {MAX_LENGTH_KEY: self.max_length, IMAGE_SIZE_KEY: self.image_size,
-                    IMAGE_MEAN_KEY: self.image_mean, IMAGE_STD_KEY: self.image_std,
-                    DECODER_START_KEY: self.decoder_start, EOS_KEY: self.eos_token_id}
-        props.update({k: str(v) if isinstance(v, int) else json.dumps(list(v))
-                      for k, v in optional.items() if v is not None})
-        return props
+        """The ONNX ``metadata_props`` entries describing this model (the keys of
+        :data:`rulegraph.loaders.metadata.KEYS`, as :class:`~rulegraph.loaders.metadata.ExportInfo` writes them)."""
+        return ExportInfo(model_type=self.model_type, source=self.source, task=self.task,
+                          labels=self.labels or None, max_length=self.max_length, image_size=self.image_size,
+                          image_mean=self.image_mean, image_std=self.image_std,
+                          decoder_start_token_id=self.decoder_start, eos_token_id=self.eos_token_id).metadata()
 
     @property
     def _eos_rows(self) -> bool:
@@ -523,8 +509,8 @@ def save_hf_fx(
                           f"{verdict.summary}; nothing was written")
     del module
     out_dir.mkdir(parents=True, exist_ok=True)
-    metadata = {**info.metadata(), "rulegraph.exporter": "torch.export", "rulegraph.outputs": json.dumps(list(info.outputs)),
-                CHECK_KEY: f"torch.export: {verdict.summary}"}
+    metadata = {**info.metadata(), **ExportInfo(exporter="torch.export", outputs=info.outputs,
+                                                 export_check=f"torch.export: {verdict.summary}").metadata()}
     from ..files import replacing
     with replacing(model_path, FX_FILE) as staged:
         torch.export.save(program, str(staged), extra_files={FX_METADATA: json.dumps(metadata)})

@@ -22,6 +22,7 @@ from ._common import (
 from .check import verify
 from .external import EXTERNAL_DATA_THRESHOLD, data_file, finalize
 from ..errors import ExportError
+from ..loaders.metadata import KEY
 from ..registry import Registry
 
 #: The exporters :func:`export_onnx` can use, by name: torch's TorchScript tracer and its torch.export-based
@@ -29,12 +30,9 @@ from ..registry import Registry
 EXPORTERS: Registry = Registry("exporter")
 #: The lowest opset accepted (the first with a LayerNormalization op).
 MIN_OPSET = 17
-#: Metadata key under which :func:`export_onnx` records the exporter used.
-EXPORTER_KEY = "rulegraph.exporter"
-#: Metadata key of the export check's result (which exporter, at which sizes, how close)
-CHECK_KEY = "rulegraph.export_check"
-#: Metadata key of the longest sequence the model takes (the check's sizes stay within it)
-MAX_LENGTH_KEY = "rulegraph.max_length"
+#: Metadata keys (:data:`rulegraph.loaders.metadata.KEYS`): the exporter used, the export check's result (which
+#: exporter, at which sizes, how close), the longest sequence the model takes (the check's sizes stay within it)
+EXPORTER_KEY, CHECK_KEY, MAX_LENGTH_KEY = (KEY[k].name for k in ("exporter", "export_check", "max_length"))
 
 
 #: The highest opset each exporter writes (torch 2.x: the TorchScript exporter stops at 20).

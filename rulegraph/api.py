@@ -16,15 +16,17 @@ from typing import Any, Sequence
 
 import torch
 
-from .errors import InputError, RulegraphError
+from .errors import InputError
 from .explanation import Explanation
+from .facts import has_positions, output_kind
 from .ir import Graph
 from .loaders import load
+from .loaders.metadata import export_info, labels as model_labels
 from .methods import Method, Vocab, explain_with, get
 from .methods.sequences import batch
 from .objective import Objective, parse as parse_objective
 from .passes import prepared
-from .passes.base import RUNNER_UP, labels as model_labels
+from .passes.base import RUNNER_UP
 from .ruleset import RuleSet
 from .text import Encoded, TextEncoder
 
@@ -171,7 +173,7 @@ def _encoder(model: Any, graph: Any, tokenizer: Any, required: bool = True) -> T
     # fifth of an explanation at 94 tokens); the encoder is not handed out, so nothing changes it
     beside = TextEncoder.beside(path)
     stat = beside.stat()
-    key = (str(beside.resolve()), stat.st_mtime_ns, stat.st_size, graph.metadata.get("rulegraph.max_length"))
+    key = (str(beside.resolve()), stat.st_mtime_ns, stat.st_size, export_info(graph).max_length)
     if key not in _ENCODERS:
         while len(_ENCODERS) >= 8:
             _ENCODERS.pop(next(iter(_ENCODERS)))
@@ -214,27 +216,18 @@ def _indices(given: Any, what: str, names: list[str] | None, encoder: TextEncode
 
 def _refuse_text_for_indices(graph: Graph, output: str | None, worded: dict[str, str], names: list[str] | None) -> None:
     """A token's text names a token id: refuse it where the explained output is not indexed by the
-    vocabulary (a classifier's classes, a span-QA output's positions), found by one forward on a small
-    dummy input (nothing is refused when that forward cannot run)."""
-    from .heads import dummy_inputs
-    from .interpreter import prepare
+    vocabulary (a classifier's classes, a span-QA output's positions), as the output's kind says
+    (:func:`rulegraph.facts.output_kind`; nothing is refused when its probe cannot run)."""
     output = output or graph.outputs[0]
-    feeds = dummy_inputs(graph, length=7)
-    try:
-        plan = prepare(graph)
-        with torch.no_grad():
-            out = plan.run(feeds, keep=frozenset({output}))[output]       # any value of the graph
-    except (RulegraphError, KeyError):
-        return
-    vocabulary = max((rows for rows, _ in plan.limits.ids.values()), default=None)    # the largest table
-    if out.dim() >= 2 and out.shape[-1] == vocabulary:
+    kind = output_kind(graph, output)
+    if kind is None or kind.vocabulary_scores:
         return
     what, text = next(iter(worded.items()))
-    positions = out.dim() == 2 and any(f.dim() == 2 and f.shape[1] == out.shape[-1] for f in feeds.values())
-    valid = "a position index" if positions else f"a class index (0…{out.shape[-1] - 1})"
+    classes = kind.shape[-1]
+    valid = "a position index" if kind.position_scores else f"a class index (0…{classes - 1})"
     valid += f" or a label ({', '.join(names)})" if names else ""
     raise InputError(f"{what} {text!r} is text, but output {output!r} is not indexed by the vocabulary (it scores "
-                     f"{'positions' if positions else f'{out.shape[-1]} classes'}); give {valid}")
+                     f"{'positions' if kind.position_scores else f'{classes} classes'}); give {valid}")
 
 
 def _flat(value: Any) -> list:
@@ -246,10 +239,6 @@ def _kind(value: Any) -> str:
 
 
 def _has_positions(graph, inputs: dict[str, Any], output: str | None) -> bool:
-    """Whether the explained output has a positions axis (one forward on the first item)."""
-    from .interpreter import prepare
-    plan = prepare(graph, "cpu", torch.float32)
-    first = {k: v[:1] for k, v in inputs.items()}
-    with torch.no_grad():
-        output = output or graph.outputs[0]
-        return plan.run(first, keep=frozenset({output}))[output].dim() == 3
+    """Whether the explained output has a positions axis (:func:`rulegraph.facts.has_positions`: as the export
+    states it, else its kind, probed on the first item if not yet known)."""
+    return has_positions(graph, output, lambda: {k: v[:1] for k, v in inputs.items()})

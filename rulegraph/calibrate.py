@@ -34,7 +34,7 @@ import torch
 
 from .errors import InputError
 from .files import save_figure
-from .heads import AttentionBlock, find_heads
+from .heads import AttentionBlock, find_heads, unkeyed
 from .interpreter import prepare
 
 RELATIONS = ("nsubj", "dobj", "amod", "advmod")
@@ -115,6 +115,9 @@ def calibrate(graph, encoder, texts: Iterable[str], *, parser=None, syntax: str 
     blocks = find_heads(graph)
     if not blocks:
         raise InputError("no attention blocks found in the model (a Softmax feeding a MatMul with the values)")
+    why = next(filter(None, (unkeyed(graph, graph.node(b.product)) for b in blocks)), None)
+    if why is not None:
+        raise InputError(f"a head mask is keyed by block number, as the head-mask rule reads it: {why}")
     plan = prepare(graph, "cpu", torch.float32)
     keep = frozenset(b.probs for b in blocks)
     pos_counts = [torch.zeros(b.heads, 2 * 4096 + 1, dtype=torch.long) for b in blocks]   # offset + 4096

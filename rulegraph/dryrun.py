@@ -23,6 +23,8 @@ import torch
 
 from .errors import RulegraphError
 from .ir import Graph
+from .facts import is_mask, item_shape
+from .loaders.metadata import export_info
 from .ops import unsupported
 
 #: the lengths of the made-up token inputs (two, so an export fixed to its traced length shows)
@@ -171,14 +173,13 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     side = _spatial(graph, length)
     for info in graph.inputs:
         image = info.is_float and info.shape is not None and len(info.shape) == 4
-        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else side if image else length)
-                for i, d in enumerate(info.shape or (None, None))]
+        dims = item_shape(info, side if image else length)
         if info.is_float:
             feeds[info.name] = torch.randn(dims, generator=g)
         elif text is not None and info.name in text and (len(dims) < 2 or isinstance(info.shape[1], str)
                                                           or info.shape[1] is None):
             feeds[info.name] = text[info.name].to(info.dtype)
-        elif "mask" in info.name:
+        elif is_mask(info):
             feeds[info.name] = torch.ones(dims, dtype=info.dtype)
         elif "type" in info.name or info.dtype == torch.bool:
             feeds[info.name] = torch.zeros(dims, dtype=info.dtype)
@@ -189,12 +190,12 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
                 dims).to(info.dtype)
     if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
         feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
-    eos = graph.metadata.get("rulegraph.eos_token_id", "")
-    classifier = graph.metadata.get("rulegraph.task") == "sequence-classification"
-    if text is None and classifier and eos.isdigit() and "input_ids" in feeds:   # an encoder–decoder classifier's rows end in eos
+    info = export_info(graph)
+    eos, classifier = info.eos_token_id, info.task == "sequence-classification"
+    if text is None and classifier and eos is not None and "input_ids" in feeds:   # an encoder–decoder classifier's rows end in eos
         ids = feeds["input_ids"]
-        ids = ids.masked_fill(ids == int(eos), 5 if int(eos) != 5 else 6)
-        ids[..., -1] = int(eos)
+        ids = ids.masked_fill(ids == eos, 5 if eos != 5 else 6)
+        ids[..., -1] = eos
         feeds["input_ids"] = ids
     return feeds
 

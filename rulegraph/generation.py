@@ -38,6 +38,8 @@ import torch
 
 from .errors import InputError, ModelError
 from .explanation import Explanation
+from .facts import probe_output, token_feeds
+from .loaders.metadata import KEY, export_info
 from .ruleset import RuleSet
 
 Tensor = torch.Tensor
@@ -45,7 +47,7 @@ Tensor = torch.Tensor
 #: the decoder-side input of an encoder–decoder export
 PREFIX = "decoder_input_ids"
 #: export metadata: an encoder–decoder's decoder start token (rulegraph.exporters.hf)
-DECODER_START = "rulegraph.decoder_start_token_id"
+DECODER_START = KEY["decoder_start_token_id"].name
 
 
 @dataclass
@@ -180,9 +182,7 @@ class _Layout:
         """The graph's inputs for ``sequence``, ``copies`` times (all-ones masks, zero token types)."""
         seq = torch.tensor([sequence] * copies, dtype=torch.int64)
         ids = torch.tensor([self.source] * copies, dtype=torch.int64) if self.encoder_decoder else seq
-        fill = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
-                PREFIX: seq}
-        return {i.name: fill[i.name] for i in self.graph.inputs}
+        return token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
 
     def rows(self, e: Explanation, item: int, position: int) -> list[float]:
         """Row scores of batch item ``item`` explained at ``position``: the rows that step sees."""
@@ -377,9 +377,9 @@ EOS_TOKENS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "<eos>",
 
 def _eos(graph, encoder) -> int | None:
     """The end-of-sequence token: the export's ``rulegraph.eos_token_id``, else the tokenizer's."""
-    raw = graph.metadata.get("rulegraph.eos_token_id")
-    if raw is not None and raw.strip().isdigit():
-        return int(raw)
+    recorded = export_info(graph).eos_token_id
+    if recorded is not None:
+        return recorded
     if encoder is None:
         return None
     return next((i for i in (encoder.tokenizer.token_to_id(t) for t in EOS_TOKENS) if i is not None), None)
@@ -387,14 +387,11 @@ def _eos(graph, encoder) -> int | None:
 
 def _start(graph) -> list[int]:
     """The decoder start token an encoder–decoder export recorded."""
-    raw = graph.metadata.get(DECODER_START)
-    if raw is None:
+    start = export_info(graph).decoder_start_token_id
+    if start is None:
         raise ModelError(f"the export does not record its decoder start token ({DECODER_START}): export it again "
                          f"with `rulegraph export`, or give inputs={{{PREFIX!r}: [[start, …]]}}")
-    try:
-        return [int(raw)]
-    except ValueError:
-        raise ModelError(f"the export's {DECODER_START} is not a token id: {raw[:40]!r}") from None
+    return [start]
 
 
 #: the most positions generated for a model whose export states no length limit (no rulegraph.max_length,
@@ -407,7 +404,7 @@ def _check_language_model(plan, layout: _Layout, context: list[int], n: int, giv
     """Refuse, before any work, a model that is not a (causal) language model, a sequence longer than
     the model takes, or a token outside its vocabulary."""
     output = layout.output
-    probe = plan.run(layout.feeds([context[0]] * 2))[output]
+    probe = probe_output(layout.graph, layout.feeds([context[0]] * 2), output, plan)
     if probe.dim() != 3 or probe.shape[1] != 2:
         raise InputError(f"generation needs a language model whose output {output!r} is [batch, positions, vocab]; "
                          f"this model's is {list(probe.shape)} for 2 tokens (a classifier?)")

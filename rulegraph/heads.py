@@ -9,9 +9,11 @@ key, d_head]`` — :data:`rulegraph.patterns.PROBABILITIES`, the pattern of the 
 BERT-, RoBERTa-, DistilBERT- and GPT-2-style models from the TorchScript and dynamo ONNX
 exporters and from ``torch.export``.
 
-Blocks are numbered like the audit's layers: the value product's layer in
-:attr:`Graph.layers` (``block i`` from the exporter's scope or the node's name), and in graph
-order where a graph names no blocks.
+Blocks are numbered like the audit's layers: :meth:`Graph.block_of` the value product (``block i``
+from the exporter's scope or the node's name), and in graph order where a graph names no blocks or
+two blocks share a number (:func:`block_numbers`). A head mask is keyed by that number only where
+the graph names its blocks (:func:`unkeyed`): ``rulegraph heads calibrate`` and the ``head-mask``
+rule refuse the same graphs.
 
 **The head count** is read from the shapes, not from a config: the graph is run once on a
 small dummy input (:func:`dummy_inputs`, 1 × 5 tokens) and the head count is dimension 1 of
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import InputError
-from .ir import Graph, Node, block_index
+from .ir import Graph, Node
 from .ops import declaring
 from .patterns import PROBABILITIES
 
@@ -57,27 +59,45 @@ def attention_nodes(graph: Graph) -> list[tuple[Node, Node]]:
     return found
 
 
-def block_of(graph: Graph, node: Node) -> int | None:
-    """The block number of ``node``: from :attr:`Graph.layers`, else its scope or name."""
-    layer = graph.layers.get(node.name, "")
-    if layer.startswith("block "):
-        return int(layer.split()[1])
-    b = block_index(node.scope) if node.scope else None
-    return b if b is not None else block_index(node.name)
+def block_numbers(graph: Graph) -> dict[str, int]:
+    """Each attention block's value product → its block number: :meth:`Graph.block_of` the product,
+    where every product has one and no two share it, else graph order (computed once per graph)."""
+    if graph.cache.products is None:
+        products = [p for _, p in attention_nodes(graph)]
+        numbers = [graph.block_of(p) for p in products]
+        if None in numbers or len(set(numbers)) != len(numbers):     # unnumbered or shared numbers: graph order
+            numbers = list(range(len(products)))
+        graph.cache.products = {p.name: b for p, b in zip(products, numbers)}
+    return graph.cache.products
+
+
+def unkeyed(graph: Graph, node: Node) -> str | None:
+    """Why the head masks of ``node``'s block cannot be keyed by a block number (``None``: they can):
+    a mask file names each block by the number :meth:`Graph.block_of` its value product, which
+    ``rulegraph heads calibrate`` writes and the ``head-mask`` rule reads; a graph that numbers its
+    attention blocks otherwise (no number, or two blocks sharing one) is refused by both alike."""
+    own = graph.block_of(node)
+    if own is None:
+        return f"the value product {node.name!r} has no block number in its scope or name"
+    products = block_numbers(graph)
+    shared = [p for p in products if p != node.name and graph.block_of(graph.node(p)) == own]
+    if node.name in products and shared:
+        return (f"the value product {node.name!r} shares block number {own} with another attention block "
+                f"({shared[0]!r}: their scopes and names do not tell them apart)")
+    return None
 
 
 def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
     """A small input for each graph input: ``1 × length`` token ids (0), masks of ones; float
     inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise)."""
+    from .facts import is_mask, item_shape
     feeds = {}
     for info in graph.inputs:
-        dims = [d if isinstance(d, int) and d > 0 else (1 if i == 0 else length)
-                for i, d in enumerate(info.shape or (None, None))]
+        dims = item_shape(info, length)
         if info.is_float:
             feeds[info.name] = torch.zeros(dims)
         else:
-            fill = 1 if "mask" in info.name else 0
-            feeds[info.name] = torch.full(dims, fill, dtype=torch.long)
+            feeds[info.name] = torch.full(dims, 1 if is_mask(info) else 0, dtype=torch.long)
     return feeds
 
 
@@ -97,17 +117,14 @@ def find_heads(graph: Graph, inputs: dict[str, torch.Tensor] | None = None) -> l
     keep = frozenset(v for s, p in pairs for v in (s.outputs[0], p.outputs[0]))
     with torch.no_grad():
         env = plan.run(inputs if inputs is not None else dummy_inputs(graph), keep=keep)
-    blocks = []
-    for order, (softmax, product) in enumerate(pairs):
+    blocks, numbers = [], block_numbers(graph)
+    for softmax, product in pairs:
         probs, out = env[softmax.outputs[0]], env[product.outputs[0]]
         if probs.dim() != 4 or out.dim() != 4 or out.shape[1] != probs.shape[1]:
             raise InputError(f"attention at {product.name!r}: probabilities {tuple(probs.shape)} and product "
                              f"{tuple(out.shape)}; expected [batch, heads, query, key] and [batch, heads, query, d]")
-        b = block_of(graph, product)
-        blocks.append(AttentionBlock(order if b is None else b, int(probs.shape[1]), softmax.name, product.name,
+        blocks.append(AttentionBlock(numbers[product.name], int(probs.shape[1]), softmax.name, product.name,
                                      product.inputs[0]))
-    if len({b.block for b in blocks}) != len(blocks):     # unnumbered or shared numbers: graph order
-        blocks = [AttentionBlock(i, b.heads, b.softmax, b.product, b.probs) for i, b in enumerate(blocks)]
     blocks.sort(key=lambda b: b.block)
     if inputs is None:
         graph.cache.heads = blocks

@@ -27,19 +27,12 @@ def preprocessing(metadata: dict[str, str], *, size: int | None = None, resize: 
                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> dict:
     """:func:`load_image`'s arguments: what is given, else what the export recorded (``rulegraph export``
     writes ``rulegraph.image_size`` ``[C, H, W]`` and its image processor's ``rulegraph.image_mean`` /
-    ``rulegraph.image_std``; the image is then resized straight to the model's size), else ImageNet's."""
-    import json
+    ``rulegraph.image_std``; the image is then resized straight to the model's size), else ImageNet's.
+    The keys are read as :func:`rulegraph.loaders.metadata.parse` reads them (a bad one is a :class:`ModelError`)."""
+    from .loaders.metadata import parse
 
-    def recorded(key: str):
-        try:
-            value = json.loads(metadata[key]) if key in metadata else None
-        except json.JSONDecodeError:
-            raise InputError(f"the export's {key} is not JSON: {metadata[key]!r}") from None
-        if value is not None and not (isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)):
-            raise InputError(f"the export's {key} must be a list of numbers, got {metadata[key]!r}")
-        return value
-
-    shape = recorded("rulegraph.image_size")
+    info = parse(metadata)
+    shape = list(info.image_size) if info.image_size is not None else None
     if size is None and shape is not None:
         if len(shape) != 3 or shape[1] != shape[2]:
             raise InputError(f"the export takes {shape} images; give a square --size for the crop")
@@ -47,8 +40,8 @@ def preprocessing(metadata: dict[str, str], *, size: int | None = None, resize: 
         resize = size if resize is None else resize
     size = size or DEFAULT_SIZE
     return dict(size=size, resize=resize or DEFAULT_RESIZE,
-                mean=tuple(mean or recorded("rulegraph.image_mean") or IMAGENET_MEAN),
-                std=tuple(std or recorded("rulegraph.image_std") or IMAGENET_STD))
+                mean=tuple(mean or info.image_mean or IMAGENET_MEAN),
+                std=tuple(std or info.image_std or IMAGENET_STD))
 
 
 def load_image(path: str | Path, *, size: int = 224, resize: int | None = 256,

@@ -509,9 +509,9 @@ class InputLimits:
                 if lk.source not in ids or rows < ids[lk.source][0]:
                     ids[lk.source] = (rows, lk.table)
         positions = None
-        limit = graph.metadata.get("rulegraph.max_length", "")
-        if limit.isdigit():
-            positions = (int(limit), "the export's rulegraph.max_length")
+        from .loaders.metadata import export_info
+        if export_info(graph).max_length is not None:
+            positions = (export_info(graph).max_length, "the export's rulegraph.max_length")
         else:
             for node in graph.nodes:
                 table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""

@@ -57,6 +57,10 @@ class GraphCache:
     boundary: Any = None                                 # boundary.Walk: the embedding lookups and their index paths
     folded: dict = field(default_factory=dict)           # constant values computed from initializers (boundary.constant_value)
     dependent: dict | None = None                        # values depending on a lookup's input (boundary.dependent)
+    products: dict | None = None                         # attention value product → its block number (heads)
+    roles: Any = None                                    # facts.Roles: the inputs' roles and the token table
+    outputs: dict = field(default_factory=dict)          # output → facts.OutputKind (None: the probe could not run)
+    info: tuple | None = None                            # (the rulegraph.* entries, loaders.metadata.ExportInfo of them)
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,10 @@ class Graph:
                 known.update(v for v in n.outputs if v)
         return frozenset(known)
 
+    def block_of(self, node: Node) -> int | None:
+        """The transformer block number of ``node`` (see :func:`block_of`)."""
+        return block_of(node)
+
     @cached_property
     def layers(self) -> dict[str, str]:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
@@ -191,6 +199,14 @@ def block_index(label: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def block_of(node: Node) -> int | None:
+    """The transformer block number of ``node``: the one its scope carries, else its name (``None``: neither
+    does). The one definition: the audit's layers, rule files' ``per_layer: {blocks: …}``, the attention
+    blocks of :mod:`rulegraph.heads` and the head masks keyed by them all read it."""
+    b = block_index(node.scope) if node.scope else None
+    return b if b is not None else block_index(node.name)
+
+
 def layer_names(graph: Graph) -> dict[str, str]:
     """Group nodes into ``embeddings`` / ``block i`` / ``head`` from the export's scopes and names.
 
@@ -201,9 +217,7 @@ def layer_names(graph: Graph) -> dict[str, str]:
     """
     numbered: dict[str, int] = {}
     for n in graph.nodes:
-        b = block_index(n.scope) if n.scope else None
-        if b is None:
-            b = block_index(n.name)
+        b = block_of(n)
         if b is not None:
             numbered[n.name] = b
     if not numbered:

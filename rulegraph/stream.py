@@ -2,7 +2,6 @@
 Face's ``output_hidden_states`` lists), read off the graph's layers and its token lookup."""
 from __future__ import annotations
 
-from .boundary import constant_value, lookups
 from .errors import ModelError
 from .ir import Graph, Node
 from .ops import find
@@ -21,10 +20,11 @@ def hidden_states(graph: Graph) -> list[str]:
     LayerNorm; ``h_0`` is the embeddings' LayerNorm output (BERT) or the sum of token and
     position embeddings (GPT-2).
     """
-    tables = [(lk.node, lk.source) for lk in lookups(graph)]
-    if not tables:
+    from .facts import roles
+    table = roles(graph).table
+    if table is None:
         raise ModelError("the model has no embedding lookup (a Gather of a float table by an integer input)")
-    token = max(tables, key=lambda t: constant_value(graph, t[0].inputs[0]).shape[0])[0]
+    token = table.node
     layers = graph.layers
     reached = set(token.outputs)
     readers: dict[str, set[str]] = {}

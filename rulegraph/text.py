@@ -68,8 +68,8 @@ class TextEncoder:
             tokenizer = cls.beside(model_path)
             if tokenizer is None:
                 raise InputError(f"--text needs --tokenizer PATH; no tokenizer.json next to {model_path}")
-        limit = graph.metadata.get("rulegraph.max_length")
-        return cls(tokenizer, int(limit) if limit and limit.isdigit() else None)
+        from .loaders.metadata import export_info
+        return cls(tokenizer, export_info(graph).max_length)
 
     @staticmethod
     def beside(model_path: str | Path) -> Path | None:
@@ -149,16 +149,15 @@ class TextEncoder:
         return enc.ids[0]
 
     def fill(self, graph: Graph, encoded: Encoded, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The graph's inputs: the user's ``--input`` values, else what the text provides."""
-        feeds = {}
-        for info in graph.inputs:
-            if info.name in extra:
-                feeds[info.name] = extra[info.name]
-            elif info.name in encoded.inputs:
-                feeds[info.name] = encoded.inputs[info.name]
-            else:
-                raise InputError(f"the model's input {info.name!r} cannot be filled from text; "
-                                 f"give it with --input {info.name}=…")
+        """The graph's inputs: the user's ``--input`` values, else what the text provides
+        (:func:`rulegraph.facts.token_feeds`)."""
+        from .facts import token_feeds
+        given = encoded.inputs
+        feeds = token_feeds(graph, given["input_ids"], mask=given["attention_mask"], types=given["token_type_ids"],
+                            given=extra)
+        for name in graph.input_names:
+            if name not in feeds:
+                raise InputError(f"the model's input {name!r} cannot be filled from text; give it with --input {name}=…")
         return feeds
 
 

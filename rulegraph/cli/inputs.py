@@ -15,6 +15,7 @@ from .. import files
 from ..api import explain
 from ..errors import InputError
 from ..explanation import Explanation
+from ..facts import roles, token_feeds
 from ..ir import Graph
 from ..loaders import load
 from .console import err
@@ -86,10 +87,9 @@ def requests_of(graph: Graph, texts, raw_inputs, question: str | None = None) ->
         return [{"text": t, "inputs": extra or None} for t in texts]
     if not extra:
         raise InputError("give --text \"…\" (with a tokenizer) or --input NAME=… for each model input")
-    if "attention_mask" in (i.name for i in graph.inputs) and "attention_mask" not in extra and "input_ids" in extra:
-        extra["attention_mask"] = torch.ones_like(extra["input_ids"])
-    if "token_type_ids" in (i.name for i in graph.inputs) and "token_type_ids" not in extra and "input_ids" in extra:
-        extra["token_type_ids"] = torch.zeros_like(extra["input_ids"])
+    ids = extra.get(roles(graph).ids)
+    if ids is not None:             # a mask of ones and zero token types where not given
+        extra = {**extra, **token_feeds(graph, ids, given=extra)}
     return [{"inputs": extra}]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ModelError
 from ..exporters.to_fx import FX_METADATA
 from ..ir import Graph, Node
+from .metadata import KEY, ExportInfo
 
 #: Hugging Face modules captured so far: module → (its weights' versions, the graph)
 _CAPTURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -72,7 +73,7 @@ def _load_hf_module(module) -> Graph:
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"cannot capture the {type(module).__name__} with torch.export: "
                          f"{str(exc).splitlines()[0]}; export it with `rulegraph export` and explain the file") from None
-    metadata = {**info.metadata(), "rulegraph.outputs": json.dumps(list(info.outputs))}
+    metadata = {**info.metadata(), **ExportInfo(outputs=info.outputs).metadata()}
     graph = load_fx(program)
     graph.source = f"hf:{info.source}"
     graph = _with_metadata(graph, json.dumps(metadata), Path(info.source))
@@ -117,7 +118,7 @@ def _with_metadata(graph: Graph, text: str | bytes, path: Path) -> Graph:
     (``rulegraph.outputs``: a JSON list; an ``Identity`` node gives each its name)."""
     try:
         metadata = json.loads(text)
-        names = json.loads(metadata.get("rulegraph.outputs", "[]"))
+        names = json.loads(metadata.get(KEY["outputs"].name, "[]"))
     except (json.JSONDecodeError, AttributeError, TypeError):
         raise ModelError(f"{path}: its {FX_METADATA} is not valid JSON metadata") from None
     nodes, outputs = list(graph.nodes), list(graph.outputs)

@@ -11,37 +11,12 @@ from typing import Sequence
 import torch
 
 from ..errors import InputError
+from ..facts import roles, token_feeds, token_input  # noqa: F401  (token_input re-exported)
 from ..interpreter import prepare
 from ..ir import Graph, Node
 from ..tokens import RUNTIMES, REMOVALS, ZERO, Tokens, Vocab  # noqa: F401  (re-exported)
 
 Tensor = torch.Tensor
-
-
-def _token_lookup(graph: Graph) -> tuple[Node, str] | None:
-    """The token-embedding lookup (the embedding Gather with the largest table) and its integer input."""
-    from ..ruleset import Boundary
-    best, rows = None, -1
-    for value, key in Boundary("embeddings").values(graph).items():
-        node = graph.producer.get(value)
-        if node is None or node.op != "Gather":
-            continue
-        table = graph.constants.get(node.inputs[0])
-        if table is not None and table.shape[0] > rows:
-            best, rows = (node, key), table.shape[0]
-    return best
-
-
-def token_input(graph: Graph) -> str:
-    """The integer input holding the token ids: the one feeding the largest embedding table."""
-    found = _token_lookup(graph)
-    best = found[1] if found else None
-    if best is None:
-        ints = [i.name for i in graph.inputs if not i.is_float]
-        if not ints:
-            raise InputError("the model has no integer (token id) input")
-        best = "input_ids" if "input_ids" in ints else ints[0]
-    return best
 
 
 def batch(graph: Graph, encoded: Sequence, pad: int) -> tuple[dict[str, Tensor], Tensor]:
@@ -50,7 +25,6 @@ def batch(graph: Graph, encoded: Sequence, pad: int) -> tuple[dict[str, Tensor],
     graph has them), and the ``[batch, tokens]`` mask of positions never perturbed (special tokens
     and padding)."""
     width = max(len(e.tokens) for e in encoded)
-    names = [i.name for i in graph.inputs]
     ids = torch.full((len(encoded), width), pad, dtype=torch.int64)
     mask = torch.zeros((len(encoded), width), dtype=torch.int64)
     types = torch.zeros((len(encoded), width), dtype=torch.int64)
@@ -61,12 +35,8 @@ def batch(graph: Graph, encoded: Sequence, pad: int) -> tuple[dict[str, Tensor],
         mask[b, :n] = 1
         types[b, :n] = e.inputs["token_type_ids"][0]
         special[b, :n] = torch.tensor(e.special)
-    feeds = {token_input(graph): ids}
-    if "attention_mask" in names:
-        feeds["attention_mask"] = mask
-    if "token_type_ids" in names:
-        feeds["token_type_ids"] = types
-    return feeds, special
+    token_input(graph)              # a model without a token id input is refused
+    return token_feeds(graph, ids, mask=mask, types=types), special
 
 
 def _onnx_file(graph: Graph) -> str | None:
@@ -115,12 +85,13 @@ def fixed_batch(graph: Graph) -> int | None:
 
 
 def zero_embedding_lookup(graph: Graph) -> Node:
-    """The token-embedding Gather a ``zero`` removal overrides (see :class:`TokenModel`)."""
-    found = _token_lookup(graph)
-    if found is None:
+    """The token-embedding Gather a ``zero`` removal overrides (see :class:`TokenModel`): the token table's
+    lookup (:attr:`rulegraph.facts.Roles.table`), where it is a Gather of a float table."""
+    found = roles(graph).table
+    if found is None or found.node.op != "Gather" or found.node.inputs[0] not in graph.constants:
         raise InputError("removal 'zero' needs a token-embedding lookup (a Gather of a constant table by the token "
                          "ids); the model has none")
-    return found[0]
+    return found.node
 
 
 class TokenModel:
@@ -153,8 +124,7 @@ class TokenModel:
         self.session = _onnxruntime_session(graph) if self.runtime == "onnxruntime" else None
         self.ids = token_input(graph)
         names = [i.name for i in graph.inputs]
-        self.mask = "attention_mask" if "attention_mask" in names else None
-        self.types = "token_type_ids" if "token_type_ids" in names else None
+        self.mask, self.types = roles(graph).mask, roles(graph).types
         other = [n for n in names if n not in (self.ids, self.mask, self.types)]
         if other:
             raise InputError(f"cannot feed the model's input(s) {', '.join(other)} from token sequences")
@@ -207,12 +177,7 @@ class TokenModel:
             mask[row, :len(s)] = 1
             if s.types is not None:
                 types[row, :len(s)] = torch.tensor(s.types, dtype=torch.int64)
-        feeds = {self.ids: ids}
-        if self.mask:
-            feeds[self.mask] = mask
-        if self.types:
-            feeds[self.types] = types
-        return feeds
+        return token_feeds(self.graph, ids, mask=mask, types=types)
 
     def __call__(self, seqs: Sequence[Tokens]) -> Tensor:
         import time

@@ -40,7 +40,6 @@ Beyond one logit (:func:`select`, ``contrast=`` and ``score=``):
 """
 from __future__ import annotations
 
-import json
 import numbers
 import warnings
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from ..canonize.final_softmax import final_node, only, with_batch_axis
 from ..ops import lookup, unsupported
 from ..ops.recycling import recycling
 from ..loaders import load
+from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
 from ..ruleset import Binding, RuleSet
 
@@ -469,19 +469,3 @@ def position_scores(r: Tensor) -> Tensor:
     if r.dim() == 4:
         return r.sum(1)
     return r
-
-
-def labels(graph: Graph) -> list[str] | None:
-    """The class labels an export recorded in its metadata (``rulegraph.labels``, a JSON list of
-    strings), if any; metadata that is not such a list is an error naming the model."""
-    raw = graph.metadata.get("rulegraph.labels")
-    if not raw:
-        return None
-    try:
-        found = json.loads(raw)
-    except json.JSONDecodeError:
-        found = None
-    if not isinstance(found, list) or not all(isinstance(x, str) for x in found) or len(set(found)) != len(found):
-        raise ModelError(f"{graph.source or graph.name}: the metadata rulegraph.labels must be a JSON list of distinct "
-                         f"class names, got {raw[:80]!r}")
-    return found

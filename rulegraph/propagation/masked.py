@@ -23,7 +23,9 @@ Choices, stated:
   Song et al. 2024, Sec. 5.4).
 
 The rule applies to the probabilities × values product (like ``ah``, whose relevance it then
-hands on to the values); the block number is the node's ``block i`` from its scope or name.
+hands on to the values); the block number is the node's ``block i`` from its scope or name
+(:meth:`Graph.block_of`), as ``rulegraph heads calibrate`` keys the masks it writes; a graph whose
+attention blocks are not told apart by such numbers is refused by both (:func:`rulegraph.heads.unkeyed`).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import RuleMatchError, RulegraphError
-from ..ir import block_index
+from ..ir import block_of
 from .base import relevance_rule, param
 from .gradient import AttentionHead, _gradient_contributions
 from .numerics import divide
@@ -87,6 +89,12 @@ class HeadMask(AttentionHead):
         except RulegraphError as exc:     # the rule-file parser reports it at the params' line
             raise ValueError(re.sub(r"^<inline>:\d+: ", "inline masks: ", str(exc))) from None
 
+    def check_graph(self, graph, node) -> str | None:
+        """A mask is keyed by block number: refused, as ``rulegraph heads calibrate`` refuses, where the graph
+        does not tell its attention blocks apart by number (:func:`rulegraph.heads.unkeyed`)."""
+        from ..heads import unkeyed
+        return None if self._masks is None else unkeyed(graph, node)
+
     def propagate(self, site):
         carried = self.carries(site.node, site.spec, site.tainted)
         out = site.outputs[0]
@@ -100,8 +108,7 @@ class HeadMask(AttentionHead):
         """The head types of ``node``'s block (``None``: every head kept)."""
         if self._masks is None:
             return None
-        block = block_index(node.scope) if node.scope else None
-        block = block if block is not None else block_index(node.name)
+        block = block_of(node)
         if block is None:
             raise RuleMatchError(f"head-mask at {node.name!r}: no block number in its scope or name")
         return self._masks.of(block, heads)

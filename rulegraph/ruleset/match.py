@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 
 from ..boundary import lookups, unreached
 from ..errors import RuleMatchError
-from ..ir import Graph, Node, block_index
+from ..ir import Graph, Node, block_of
 from ..ops import lookup
 from ..patterns import Pattern
 from ..propagation import Rule
@@ -31,8 +31,7 @@ class Override:
 
     def matches(self, node: Node) -> bool:
         if self.blocks is not None:
-            b = block_index(node.scope) if node.scope else None
-            b = block_index(node.name) if b is None else b
+            b = block_of(node)
             if b is None or b not in self.blocks:
                 return False
         if self.names and not any(fnmatchcase(node.name, g) for g in self.names):

@@ -35,6 +35,7 @@ from .. import methods
 from ..errors import InputError, RulegraphError
 from ..files import FolderLock, refuse_input, refuse_link, write_file
 from ..explanation import Explanation
+from ..facts import has_positions
 from ..interpreter import DTYPES, prepare
 from ..ir import Graph
 from ..loaders import load
@@ -101,9 +102,7 @@ def method_options(raw: dict[str, dict[str, Any]], seed: int) -> dict[str, dict[
 def is_causal(graph: Graph, example: Example, device: str = "cpu") -> bool:
     """Whether the model's (first) output has a positions axis, ``[batch, positions, vocabulary]``:
     a causal LM, explained at each text's last token, for the next token it predicts there."""
-    feeds, _ = batch_feeds(graph, [example], 0)
-    with torch.no_grad():
-        return prepare(graph, device, torch.float32).run(feeds, keep=frozenset())[graph.outputs[0]].dim() == 3
+    return has_positions(graph, None, lambda: batch_feeds(graph, [example], 0)[0], prepare(graph, device, torch.float32))
 
 
 class Folder:
