@@ -33,7 +33,7 @@ from .text import Encoded, TextEncoder
 __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 
-def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | None = None,
+def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] | None = None,
             target: int | str | Sequence[int | str] | None = None, *, text: str | Sequence[str] | None = None,
             question: str | None = None, tokenizer: Any = None, output: str | None = None,
             position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -42,7 +42,7 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     """Explain ``model``'s output for ``inputs`` (or ``text``) with a rule set or any method.
 
     ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes (a Hugging
-    Face module too). ``rules``: a rule set (a :class:`~rulegraph.RuleSet`, a shipped name, a
+    Face module too). ``method``: a rule set (a :class:`~rulegraph.RuleSet`, a shipped name, a
     YAML path) or any method of ``rulegraph methods`` (``"ig"``, ``"loo"``…). ``target``: the
     class index, the class name (its label), or for a language model the text of one token
     (``" Paris"``); one for all items or one per item; default the argmax. ``output``: which graph
@@ -62,7 +62,7 @@ def explain(model: Any, rules: RuleSet | Method | str, inputs: dict[str, Any] | 
     the tokens (``e.tokens``, ``e.texts``). For span QA, ``question="…"`` is encoded before each
     text (the context).
     """
-    method = get(rules)
+    method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
     graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
     encoder = None

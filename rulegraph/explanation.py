@@ -26,7 +26,7 @@ class Explanation:
     output_value: list[float]            # the explained scalar per batch item
     relevance: dict[str, Tensor]         # boundary key (input name) → per-position scores
     boundary: dict[str, Tensor]          # boundary key → full relevance tensor (e.g. batch × tokens × hidden)
-    rules: str
+    method: str                          # the rule set or method that made the scores (its name)
     audit: Audit | None = None
     tokens: list[list[str]] | None = None       # per item, the tokens as the tokenizer names them
     texts: list[list[str]] | None = None        # per item, each token as a reader sees it
@@ -56,7 +56,7 @@ class Explanation:
         from .render.colour import explained_name, token_texts
         key = next(iter(self.relevance))
         scores = self.scores(key)
-        lines = [f"Explanation({self.rules}: {explained_name(self)} = {self.output_value[0]:.6g}"
+        lines = [f"Explanation({self.method}: {explained_name(self)} = {self.output_value[0]:.6g}"
                  + (f", item 1 of {self.batch_size}" if self.batch_size > 1 else "") + ")"]
         if self.boundary[key].dim() == 4:           # an image: its size and where its relevance is, not every pixel
             lines.append(_image_line(key, self.boundary[key][0]))
@@ -117,7 +117,7 @@ class Explanation:
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {
-            "rules": self.rules,
+            "method": self.method,
             "output": self.output,
             "target": self.target if self.batch_size > 1 else self.target[0],
             "output_value": self.output_value if self.batch_size > 1 else self.output_value[0],

@@ -96,7 +96,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             from ..image import preprocessing
             pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
             figure = image_figure(e.boundary[images[0]], requests[0].get("inputs", {}).get(images[0]), mean=pre["mean"],
-                                  std=pre["std"], title=f"{e.rules}: {e.output}[{e.name(e.target[0])}]")
+                                  std=pre["std"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
         else:
             figure = explanation_figure(e)
         save(figure, png_path)

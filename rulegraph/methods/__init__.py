@@ -162,7 +162,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
                       objective, ruleset)
     e = m.run(request, **resolved)
-    e.rules = m.name
+    e.method = m.name
     e.extra.setdefault("method", m.name)
     shown = {o.name: resolved[o.name] for o in m.options     # not the API's inputs (word ids…), nor what
              if o.cli and o not in RULE_SET_OPTIONS}              # e.contrast / e.extra record already

@@ -103,7 +103,7 @@ class Forward:
         e = Explanation(
             output=self.output, output_tensor=self.out.detach().cpu(), target=self.targets, position=self.position,
             output_value=self.explained.tolist(), relevance=relevance, boundary=boundary,
-            rules=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
+            method=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
         describe(e, self.out, self.contrast, self.score, self.objective)
         if self.final is not None:
             e.extra["final"] = dict(self.final)

@@ -123,7 +123,7 @@ def verdict(e) -> str:
              f"value (residual {abs(c.relative_error):.1e} of it)"]
     if abs(c.breaks) > 1e-3 * size:
         ops = sorted({n.op for n in e.audit.expected})
-        parts.append(f"the breaks ({c.breaks:+.3g}) are by design: the rules of `{e.rules}` at "
+        parts.append(f"the breaks ({c.breaks:+.3g}) are by design: the rules of `{e.method}` at "
                      f"{len(e.audit.expected)} node(s) ({', '.join(ops)}) do not conserve")
     if abs(c.absorbed) > 1e-3 * size:
         parts.append(f"absorbed ({c.absorbed:+.3g}) went to biases, position embeddings, LayerNorm β and ε, "

@@ -58,7 +58,7 @@ def explanation_figure(e, item: int = 0, ax=None):
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=9)
     ax.set_ylabel("relevance")
-    ax.set_title(f"{e.rules}: {explained_name(e, item)} = {e.output_value[item]:.4g}", fontsize=10)
+    ax.set_title(f"{e.method}: {explained_name(e, item)} = {e.output_value[item]:.4g}", fontsize=10)
     return fig
 
 

@@ -136,7 +136,7 @@ def _item(e, item: int, heading: str) -> str:
     scale = colour_scale(scores, special)
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
-                 f"with <code>{html.escape(e.rules)}</code>; scores from <code>{html.escape(key)}</code> "
+                 f"with <code>{html.escape(e.method)}</code>; scores from <code>{html.escape(key)}</code> "
                  f"(Σ {sum(scores):+.4g})</p>")
     images = [k for k, v in e.boundary.items() if v.dim() == 4]
     if images:          # an image: the picture, its relevance over it and beside it

@@ -57,7 +57,7 @@ def test_outputs_are_not_overwritten_silently(capsys, bert_onnx, tmp_path):
     assert_one_line_error(code, err, "exists; pass --force")
     assert path.read_text() == "precious"
     code, _, err = run(capsys, "explain", bert_onnx, "-r", "gi", "-t", "w1", "--json", path, "--force")
-    assert code == 0 and json.loads(path.read_text())["rules"] == "gi"
+    assert code == 0 and json.loads(path.read_text())["method"] == "gi"
 
 
 def test_html_page_is_self_contained(capsys, bert_onnx, tmp_path):

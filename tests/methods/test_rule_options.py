@@ -68,6 +68,6 @@ def test_a_labelled_rule_set_takes_the_text_s_words_as_its_own_name_does(bert_on
     looked up by its label."""
     labelled = rulegraph.explain(bert_onnx, "dw=decomposition", text="w1 w2 w3", groups="word")
     plain = rulegraph.explain(bert_onnx, "decomposition", text="w1 w2 w3", groups="word")
-    assert labelled.rules == "dw" and plain.rules == "decomposition"
+    assert labelled.method == "dw" and plain.method == "decomposition"
     assert labelled.relevance.keys() == plain.relevance.keys()
     assert all(torch.equal(labelled.relevance[k], plain.relevance[k]) for k in plain.relevance)

@@ -30,7 +30,7 @@ def explanation(req: Request, out: Tensor, targets: list[int], position: int | N
         output=req.output or req.graph.outputs[0], output_tensor=out.detach().cpu(), target=targets,
         position=position, output_value=explained.double().tolist(),
         relevance=relevance if relevance is not None else {k: position_scores(v) for k, v in boundary.items()},
-        boundary=boundary, rules="", audit=None, labels=labels(req.graph), extra=dict(extra))
+        boundary=boundary, method="", audit=None, labels=labels(req.graph), extra=dict(extra))
 
 
 def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, Tensor, list[int], int | None]:
