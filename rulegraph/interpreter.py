@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -36,22 +35,13 @@ from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .limits import check_tensor, tensor_budget
 from .options import DTYPE_NAMES
-from .ops import OpSpec, lookup, recycling
+from .lifetimes import Lifetimes, Needs, donor, give, large, broadcast_out, spilled
+from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
 
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
-#: how many cheap ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`): attention's
-#: scale, mask, softmax and casts after its scores (five in a Llama export)
-RECOMPUTE_DEPTH = 6
-#: the smallest value (bytes) the forward frees because a pass computes it again (:meth:`Plan.recomputable`,
-#: :meth:`Plan.spillable`): below it, holding the value costs little memory, while computing it again
-#: costs a fresh allocation and the op (8–12% of a 128-token AttnLRP explanation of a 6-layer BERT)
-SPILL_FROM = 1 << 20
-#: the smallest input (bytes) an elementwise op writes its output into (:func:`_donor`): below it a fresh
-#: tensor comes from the allocator's free lists, cheaper than the checks (glibc's default mmap threshold)
-DONATE_FROM = 1 << 17
 #: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
@@ -111,62 +101,6 @@ class Step:
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
-def _spilled(env: dict[str, Any], step: Step, name: str) -> bool:
-    """Whether the forward frees value ``name``, which ``step`` just made and a pass can compute again: where
-    it has at least :data:`SPILL_FROM` bytes and, made by a product of two activations
-    (:attr:`~rulegraph.ops.OpSpec.outgrows`), more elements than its value inputs together."""
-    out = env[name]
-    if not isinstance(out, Tensor) or out.numel() * out.element_size() < SPILL_FROM:
-        return False
-    return not step.spec.outgrows or out.numel() > sum(
-        env[v].numel() for v in step.node.inputs if v and isinstance(env.get(v), Tensor))
-
-
-def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ...]) -> Tensor | None:
-    """An input of ``step`` whose memory its output can take, of those at ``positions`` (inputs no later
-    step reads, :meth:`Plan._free_schedule`): one of at least :data:`DONATE_FROM` bytes that can hold the
-    output (:func:`_fits`) and that nothing else holds — no other name, view or caller, nor autograd
-    (:func:`_sole_owner`). It is taken out of ``env``; writing into it runs the op's own kernel
-    (:attr:`~rulegraph.ops.OpSpec.into`), so the output has the same bits, without allocating (a fresh
-    large tensor costs page faults, more than the op)."""
-    if len(args) > 2 or torch.is_grad_enabled() and \
-            any(isinstance(a, Tensor) and a.requires_grad for a in args):   # autograd records this op
-        return None
-    for i in positions:     # (no local name for args[i]: _sole_owner counts its references)
-        if _large(args[i]) and _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
-            return env.pop(step.node.inputs[i])
-    return None
-
-
-def _large(t: Any) -> bool:
-    """Whether ``t`` is a tensor of at least :data:`DONATE_FROM` bytes."""
-    return isinstance(t, Tensor) and t.numel() * t.element_size() >= DONATE_FROM
-
-
-def _fits(args: list, i: int) -> bool:
-    """Whether ``args[i]`` can hold the result of an elementwise op of ``args``: a floating tensor, not a
-    view, and the other operand broadcasts to its shape without enlarging it and keeps its dtype (plain
-    Python for the shapes: it runs before every such op)."""
-    t = args[i]
-    if not isinstance(t, Tensor) or not t.is_floating_point() or t._is_view():
-        return False
-    if len(args) == 1:
-        return True
-    other = args[1 - i]
-    return isinstance(other, Tensor) and other.dim() <= t.dim() and \
-        all(a == b or a == 1 for a, b in zip(reversed(other.shape), reversed(t.shape))) and \
-        torch.result_type(t, other) == t.dtype
-
-
-def _sole_owner(args: list, i: int, env: dict[str, Any], name: str) -> bool:
-    """Whether ``args[i]`` is referenced only by ``env[name]`` and ``args`` (and :func:`sys.getrefcount`'s
-    argument), and its storage by no other tensor."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    return count is not None and env.get(name) is args[i] and \
-        sys.getrefcount(args[i]) == 2 + sum(a is args[i] for a in args) and \
-        count(args[i].untyped_storage()._cdata) == 2
-
-
 def stages(graph: Graph) -> dict[str, Stage]:
     """The stage of every value: CONST, SHAPE or VALUE (see the module docstring)."""
     stage: dict[str, Stage] = {name: Stage.CONST for name in graph.constants}
@@ -204,7 +138,8 @@ class Plan:
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
         self.limits = InputLimits.of(graph, self.stage)
-        self._schedules: dict[tuple, Any] = {}     # free schedules and recomputable sets, by what they depend on
+        self.lifetimes = Lifetimes(frozenset(v for v, k in self.stage.items() if k == Stage.VALUE), self.value_steps,
+                                   frozenset(graph.input_names), frozenset(graph.outputs))
         self._skipping: dict[tuple, list[Step]] = {}
 
     @functools.cached_property
@@ -245,10 +180,10 @@ class Plan:
                  donors: tuple[int, ...] = ()) -> None:
         """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
         ``donors``: the positions of inputs no later step reads, whose memory the step may write its output
-        into (:func:`_donor`)."""
+        into (:func:`~rulegraph.lifetimes.donor`)."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
-        donor = _donor(step, args, env, donors) if donors else None
+        into = donor(step, args, env, donors) if donors else None
         for i, k in zip(step.static, step.static_stages):
             key = (node.index, i)
             if key in statics:
@@ -266,12 +201,12 @@ class Plan:
                 count = 0
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
-        if donor is None and step.spec.into is not None and \
-                recycling.large(count if count >= 0 else args[0].numel(), self._itemsize):
+        if into is None and step.spec.into is not None and \
+                large(count if count >= 0 else args[0].numel(), self._itemsize):
             # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
-            donor = recycling.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
+            into = broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:
-            out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
+            out = step.spec.forward(*args, **step.attrs) if into is None else step.spec.into(*args, out=into)
         except Exception as exc:  # an op failing on these inputs: name the node
             shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
@@ -289,8 +224,9 @@ class Plan:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs; an elementwise op writes its output into an input that dies there,
-        :func:`_donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`, :meth:`spillable`) are
-        freed too where they are large (:func:`_spilled`); a pass computes them again (:meth:`recompute`).
+        :func:`~rulegraph.lifetimes.donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`,
+        :meth:`spillable`) are freed too where they are large (:func:`~rulegraph.lifetimes.spilled`); a pass
+        computes them again (:meth:`recompute`).
 
         ``overrides`` maps value names to tensors used in place of what the graph would
         compute (e.g. embedding vectors replaced by interpolations, for integrated
@@ -354,93 +290,24 @@ class Plan:
                 self._execute(step, env, statics, budget)
             return
         held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
-        for step, (dead, made, donors) in zip(steps, self._free_schedule(steps, keep, spill)):
+        for step, life in zip(steps, self.lifetimes.schedule(steps, keep, spill)):
+            donors = life.donors
             if donors and held:
                 donors = tuple(i for i in donors if step.node.inputs[i] not in held)
             self._execute(step, env, statics, budget, donors)
-            if made:
-                held.update(v for v in made if not _spilled(env, step, v))
-            for v in dead:
+            if life.made:
+                held.update(v for v in life.made if not spilled(env, step, v))
+            for v in life.dead:
                 if v not in held:
-                    recycling.give(env.pop(v, None))        # a donor (:func:`_donor`) is gone already
-
-    def _free_schedule(self, steps: list[Step], keep: frozenset[str], spill: frozenset[str]
-                       ) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]]:
-        """Per step, the value-dependent values no later step reads and ``keep`` does not hold (or holds
-        in ``spill``: freed unless kept when made), the values of ``spill`` the step makes, and, for an op
-        that can write into an input (:attr:`~rulegraph.ops.OpSpec.into`), the positions of its inputs
-        among the first (:func:`_donor`)."""
-        key = (id(steps), keep, spill)
-        if key not in self._schedules:
-            last: dict[str, int] = {}
-            for i, step in enumerate(steps):
-                for v in (*step.node.inputs, *step.node.outputs):
-                    if v and self.stage.get(v) == Stage.VALUE:
-                        last[v] = i
-            spare = (set(keep) - spill) | set(self.graph.outputs) | set(self.graph.input_names)
-            dead: list[list[str]] = [[] for _ in steps]
-            for v, i in last.items():
-                if v not in spare:
-                    dead[i].append(v)
-            self._schedules[key] = [
-                (tuple(d), tuple(v for v in s.node.outputs if v in spill),
-                 tuple(i for i, v in enumerate(s.node.inputs) if v in d and v not in s.node.outputs)
-                 if s.spec.into is not None else ())
-                for d, s in zip(dead, steps)]
-        return self._schedules[key]
+                    give(env.pop(v, None))        # a donor (:func:`~rulegraph.lifetimes.donor`) is gone already
 
     def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
-        """The values of ``keep`` a pass may recompute when they outgrow their inputs: each the output of
-        an :attr:`~rulegraph.ops.OpSpec.outgrows` op (a product of two activations: attention scores)
-        named in ``producers`` (nodes whose own inputs the pass reads later than the value), from two or
-        more value inputs, all in ``keep`` (a product with a weight matrix is not one; ``keep`` here counts
-        what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward
-        frees such a value where it is large and has more elements than those inputs together (:meth:`run`'s
-        ``spill``, :func:`_spilled`): Q·Kᵀ at L × L from Q and K at L × d is freed, P·V at L × d is kept. The
-        recomputation runs the same kernel on the same tensors, so it equals the forward's value bit for bit."""
-        key = ("spillable", keep, producers, spare)
-        if key not in self._schedules:
-            found = set()
-            for step in self.value_steps:
-                node = step.node
-                if not step.spec.outgrows or node.name not in producers or len(node.outputs) != 1:
-                    continue
-                out = node.outputs[0]
-                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
-                if out in keep and out not in spare and len(ins) > 1 and all(v in keep for v in ins):
-                    found.add(out)
-            self._schedules[key] = frozenset(found)
-        return self._schedules[key]
+        """:meth:`Lifetimes.spillable <rulegraph.lifetimes.Lifetimes.spillable>` of this plan."""
+        return self.lifetimes.spillable(Needs(keep, producers, spare))
 
-    def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str],
-                     depth: int = RECOMPUTE_DEPTH) -> frozenset[str]:
-        """The values of ``keep`` a pass can recompute instead of keeping them through the forward:
-        each the output of a :attr:`~rulegraph.ops.OpSpec.cheap` op (Add, Sub, Mul, Div: correctly rounded
-        IEEE operations; Softmax, Cast, Where: the same kernel on the same tensor; so the recomputed
-        tensor equals the forward's bit for bit) named in ``producers`` (nodes whose own inputs the pass
-        reads later than the value, so they are still there), from inputs kept or themselves
-        recomputable, at most ``depth`` ops deep; never a value of ``spare``. An attention's probabilities
-        are one: the scale, mask, softmax and cast after its scores are recomputed from them, and the
-        scores from the queries and keys where they outgrew them (:meth:`spillable`). The forward frees
-        them where they are large (:meth:`run`'s ``spill``, :func:`_spilled`)."""
-        key = ("recomputable", keep, producers, spare, depth)
-        if key not in self._schedules:
-            levels: dict[str, int] = {}
-            for step in self.value_steps:
-                node = step.node
-                if not step.spec.cheap or node.name not in producers or len(node.outputs) != 1:
-                    continue
-                out = node.outputs[0]
-                if out not in keep or out in spare or out in self.graph.input_names:
-                    continue
-                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
-                if not all(v in keep for v in ins):
-                    continue
-                level = 1 + max((levels.get(v, 0) for v in ins), default=0)
-                if level <= depth:
-                    levels[out] = level
-            self._schedules[key] = frozenset(levels)
-        return self._schedules[key]
+    def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
+        """:meth:`Lifetimes.recomputable <rulegraph.lifetimes.Lifetimes.recomputable>` of this plan."""
+        return self.lifetimes.recomputable(Needs(keep, producers, spare))
 
     def recompute(self, env: "Values", name: str) -> Tensor:
         """The value ``name``, computed again by its producer from ``env`` (its inputs first, where they

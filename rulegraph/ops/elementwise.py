@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import recycling
+from .. import lifetimes
 from .spec import always, at_most_one, broadcast_size, only, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -50,10 +50,10 @@ def _mul_vjp(grads, inputs, outputs, wants, **_):
 
 def _times(g: Tensor, x: Tensor) -> Tensor:
     """``g * x``, into a large tensor the explanation has finished with where ``g`` is one of that size
-    (:mod:`.recycling`)."""
-    if not recycling.large(g.numel(), g.element_size()) or not isinstance(x, Tensor):
+    (:mod:`rulegraph.lifetimes`)."""
+    if not lifetimes.large(g.numel(), g.element_size()) or not isinstance(x, Tensor):
         return g * x
-    return torch.mul(g, x, **recycling.broadcast_out(g, x))
+    return torch.mul(g, x, **lifetimes.broadcast_out(g, x))
 
 
 @op("Mul", affine=at_most_one(0, 1), arithmetic=True, vjp=_mul_vjp, size=broadcast_size, into=torch.mul)

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import recycling
+from .. import lifetimes
 from .spec import at_most_one, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -72,10 +72,10 @@ def _matmul_size(args, attrs) -> int:
 
 def product(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b``, written into a large tensor the explanation has finished with where there is one of its
-    size (:mod:`.recycling`: the same kernel, without the page faults of a fresh one)."""
+    size (:mod:`rulegraph.lifetimes`: the same kernel, without the page faults of a fresh one)."""
     if a.dim() < 2 or b.dim() < 2:
         return torch.matmul(a, b)
-    return torch.matmul(a, b, **recycling.out(_matmul_shape(a.shape, b.shape), a, b))
+    return torch.matmul(a, b, **lifetimes.out(_matmul_shape(a.shape, b.shape), a, b))
 
 
 @op("MatMul", affine=at_most_one(0, 1), vjp=_matmul_vjp, size=_matmul_size, outgrows=True)

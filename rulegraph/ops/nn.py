@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import recycling
+from .. import lifetimes
 from .spec import op, unbroadcast
 
 Tensor = torch.Tensor
@@ -28,7 +28,7 @@ def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
     # s ⊙ (g − Σ g ⊙ s) by torch's fused kernel, the one autograd runs for softmax. It is private API,
     # kept because it is 1.6–3× faster than the plain expression on attention maps
     # (benchmarks/softmax_backward.py, results/softmax_backward.md); tests/ops check it against autograd.
-    buffer = recycling.out(s.shape, g, s).get("out")
+    buffer = lifetimes.out(s.shape, g, s).get("out")
     gx = torch._softmax_backward_data(g, s, ax % s.dim(), s.dtype) if buffer is None else \
         torch.ops.aten._softmax_backward_data.out(g, s, ax % s.dim(), s.dtype, grad_input=buffer)
     return [gx if shape is None else gx.reshape(shape)]
@@ -37,7 +37,7 @@ def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
 @op("Softmax", vjp=_softmax_vjp, cheap=True)
 def softmax(x, *, axis=-1, coerce_2d=0):
     y, ax, shape = _softmax_axis(x, axis, coerce_2d)
-    y = torch.softmax(y, dim=ax, **recycling.out(y.shape, y))
+    y = torch.softmax(y, dim=ax, **lifetimes.out(y.shape, y))
     return y if shape is None else y.reshape(shape)
 
 

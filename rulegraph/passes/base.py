@@ -49,7 +49,7 @@ from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
-from ..ops.recycling import recycling
+from ..lifetimes import recycling
 from ..loaders import load
 from ..registry import Registry
 from ..ruleset import Binding, RuleSet

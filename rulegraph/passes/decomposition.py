@@ -21,7 +21,6 @@ reports the largest error per node and per layer (``graph.layers``).
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -32,6 +31,7 @@ from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError, RuleMatchError
 from ..explanation import Explanation
 from ..interpreter import Values
+from ..lifetimes import deaths, sole_owner
 from ..propagation.components import ComponentSite, GroupSums, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
@@ -164,13 +164,8 @@ def linear_in_groups(rules: dict) -> bool:
 def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep, linearized) -> Components:
     binding, plan, env = forward.binding, forward.plan, forward.values
     graph = binding.graph
-    wanted = set(graph.outputs)
-    last: dict[str, int] = {}
-    for i, node in enumerate(binding.reached):
-        for v, c in zip(node.inputs, binding.carried.get(node.name, ())):
-            if c:
-                wanted.add(v)
-                last[v] = i
+    reads = [[v for v, c in zip(node.inputs, binding.carried.get(node.name, ())) if c] for node in binding.reached]
+    wanted = set(graph.outputs).union(*reads)
     parts: dict[str, Parts] = {}
     leaves: dict[str, Tensor] = {}
     for v in binding.boundary:
@@ -191,7 +186,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
     errors: dict[str, tuple[Tensor, Tensor]] = {}
     sums = GroupSums()          # Σ_g D_g per group tensor, for the audit and the activations
     stranded: list[str] = []
-    spare = set(graph.outputs) if not keep else None
+    dead = None if keep else deaths(reads, set(graph.outputs))     # components no later node reads
     for i, node in enumerate(binding.reached):
         assignment = binding.assignments.get(node.name)
         if assignment is None:
@@ -210,7 +205,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
         # inputs whose components no later node reads and nothing keeps: dropped after this node, and
         # written into by its rule where nothing else holds them
-        dying = tuple(v for v in node.inputs if spare is not None and last.get(v) == i and v not in spare)
+        dying = dead[i] if dead is not None else ()
         owned = [p is not None and not linearized and v in dying and _sole_holder(p)
                  for v, p in zip(node.inputs, in_parts)]
         site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
@@ -235,9 +230,7 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
 def _sole_holder(parts: Parts) -> bool:
     """Whether ``parts`` alone holds its groups tensor: no other value's components (a rule that hands the
     groups on unchanged shares them) and no view of its memory."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    return count is not None and sys.getrefcount(parts.groups) == 2 and \
-        count(parts.groups.untyped_storage()._cdata) == 2
+    return sole_owner(parts.groups, 1, view=True)        # the attribute
 
 
 @dataclass

@@ -26,7 +26,7 @@ from ..errors import InputError, NumericalError
 from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
-from ..ops import recycling
+from ..lifetimes import Release, WalkCache, deaths, give
 from ..ops.linalg import nonzero_rows
 from ..ir import Node
 from ..propagation import RULES, Rule
@@ -226,8 +226,8 @@ class _Visit:
 
 def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     """The reached nodes in walk order (reverse topological), prepared once per binding and plan."""
-    cache = binding.walks
-    if id(plan) not in cache or cache[id(plan)][0] is not plan:
+    cache = WalkCache.of(binding.walks, plan)
+    if cache.visits is None:
         graph = binding.graph
         visits = []
         for node in reversed(binding.reached):
@@ -238,24 +238,17 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
                 node, step if a else None, a.rule if a else None, a.where if a else "", tainted,
                 bool(a and step and a.rule.conserves(node, step.spec, tainted)),
                 [None if v in binding.boundary else _producer(graph, v) for v in node.inputs]))
-        cache[id(plan)] = (plan, visits)
-    return cache[id(plan)][1]
+        cache.visits = visits
+    return cache.visits
 
 
-def releases(visits: list[_Visit], spare: frozenset[str]) -> tuple[frozenset[str], list[tuple[str, ...]]]:
+def releases(visits: list[_Visit], spare: frozenset[str]) -> Release:
     """The values some visit reads (as an input or output of its node), and per visit those no later
     visit reads and ``spare`` does not hold: :func:`walk` drops them from ``env`` after that visit, so
     a value's memory is freed once its last reader has run (relevance held in signal form keeps its
     own reference to the value until it is multiplied out); the values no visit reads go first."""
-    last: dict[str, int] = {}
-    for i, visit in enumerate(visits):
-        for v in (*visit.node.inputs, *visit.node.outputs):
-            last[v] = i
-    dead: list[list[str]] = [[] for _ in visits]
-    for v, i in last.items():
-        if v and v not in spare:
-            dead[i].append(v)
-    return frozenset(last) | spare, [tuple(d) for d in dead]
+    reads = [(*visit.node.inputs, *visit.node.outputs) for visit in visits]
+    return Release(frozenset(v for names in reads for v in names) | spare, deaths(reads, spare))
 
 
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
@@ -288,10 +281,10 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
     schedule = None
     if release is not None:
         spare = frozenset(binding.boundary) | record_at | release | {output}
-        key = (id(plan), spare)
-        if key not in binding.walks or binding.walks[key][0] is not plan:
-            binding.walks[key] = (plan, releases(visits, spare))
-        read, schedule = binding.walks[key][1]
+        cache = WalkCache.of(binding.walks, plan)
+        if spare not in cache.releases:
+            cache.releases[spare] = releases(visits, spare)
+        read, schedule = cache.releases[spare].read, cache.releases[spare].dead
         for v in [v for v in env if v not in read and v not in plan.constants]:
             del env[v]
     arriving: list[Incoming | None] = []
@@ -299,11 +292,11 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         site = inputs = contributions = None    # the last node's: they would hold its tensors
         for a in arriving:                      # its relevance, handed on (or summed) by now
             if a is not None and a is not start:        # (the flow keeps the seed)
-                recycling.give(a.drop())
+                give(a.drop())
         if schedule is not None and i:
             for v in schedule[i - 1]:
                 if v not in plan.constants:
-                    recycling.give(env.pop(v, None))
+                    give(env.pop(v, None))
         node = visit.node
         arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
@@ -479,12 +472,11 @@ class RelevancePass(Pass):
         and casts: :meth:`~rulegraph.interpreter.Plan.recomputable`) and the products of two activations
         that outgrew their inputs (its scores: :meth:`~rulegraph.interpreter.Plan.spillable`); the
         boundary, the outputs, the lookups' index values and the experts' routing weights are kept."""
-        key = ("spills", id(plan))
-        if key not in binding.walks or binding.walks[key][0] is not plan:
+        cache = WalkCache.of(binding.walks, plan)
+        if cache.spills is None:
             needed, reached, spare = binding.needed_values, frozenset(n.name for n in binding.reached), _spare(binding)
-            binding.walks[key] = (plan, plan.recomputable(needed, reached, spare) |
-                                  plan.spillable(needed, reached, spare))
-        return binding.walks[key][1]
+            cache.spills = plan.recomputable(needed, reached, spare) | plan.spillable(needed, reached, spare)
+        return cache.spills
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rulegraph import RuleSet, interpreter
+from rulegraph import RuleSet, interpreter, lifetimes
 from rulegraph.boundary import walk as boundary_walk
 from rulegraph.interpreter import Stage
 from rulegraph.passes.base import Pass, forward, prepared
@@ -26,7 +26,7 @@ RULE_SETS = ["attnlrp", "gi", "lrp-ah-ln", "cp-lrp"]
 @pytest.fixture
 def spill_all(monkeypatch):
     """Every value the walk can compute again counts as large."""
-    monkeypatch.setattr(interpreter, "SPILL_FROM", 0)
+    monkeypatch.setattr(lifetimes, "SPILL_FROM", 0)
 
 
 def _inputs(length: int = 12):
@@ -82,12 +82,12 @@ def test_small_values_are_kept_rather_than_computed_again(causal_lm, rules, monk
     RelevancePass().run(start, audit=True)
     assert calls == []
 
-    monkeypatch.setattr(interpreter, "SPILL_FROM", 40 * 40 * 4 * 2)       # above a hidden state, below a head's scores
+    monkeypatch.setattr(lifetimes, "SPILL_FROM", 40 * 40 * 4 * 2)       # above a hidden state, below a head's scores
     start = _start(path, rules, RelevancePass, length=40)
     freed = spilled - _forward_values(start)
-    assert freed and all(start.plan.recompute(start.values, v).numel() * 4 >= interpreter.SPILL_FROM
+    assert freed and all(start.plan.recompute(start.values, v).numel() * 4 >= lifetimes.SPILL_FROM
                          for v in sorted(freed))
-    assert all(start.values[v].numel() * 4 < interpreter.SPILL_FROM for v in spilled - freed)
+    assert all(start.values[v].numel() * 4 < lifetimes.SPILL_FROM for v in spilled - freed)
     RelevancePass().run(start, audit=True)
     assert calls
 
@@ -133,7 +133,7 @@ def test_attention_scores_are_recomputed_once_they_outgrow_queries_and_keys(caus
 def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype, length, spill_from, monkeypatch):
     _, path = causal_lm
     if spill_from is not None:
-        monkeypatch.setattr(interpreter, "SPILL_FROM", spill_from)
+        monkeypatch.setattr(lifetimes, "SPILL_FROM", spill_from)
     whole = _start(path, rules, Pass, dtype, length)          # every value kept, none released
     full = finish(walk(whole.binding, whole.plan, whole.values, whole.output, whole.seed, audit=True))
     lean = _start(path, rules, RelevancePass, dtype, length)

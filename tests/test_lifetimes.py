@@ -1,4 +1,4 @@
-"""Recycling large tensors within an explanation (rulegraph.ops.recycling): only a tensor nothing else
+"""Value lifetimes (rulegraph.lifetimes). Recycling large tensors within an explanation: only a tensor nothing else
 holds is kept, it comes back as a new tensor on the same memory, and an explanation that recycles every
 tensor it can has the same bits as one that recycles none."""
 from __future__ import annotations
@@ -11,8 +11,7 @@ import torch
 
 import rulegraph
 import tiny
-from rulegraph import interpreter
-from rulegraph.ops import recycling
+from rulegraph import lifetimes
 
 F64 = torch.float64
 
@@ -20,68 +19,68 @@ F64 = torch.float64
 @pytest.fixture
 def small(monkeypatch):
     """Every tensor counts as large."""
-    monkeypatch.setattr(recycling, "RECYCLE_FROM", 1)
+    monkeypatch.setattr(lifetimes, "RECYCLE_FROM", 1)
 
 
 def test_a_tensor_nothing_else_holds_comes_back_on_its_memory_as_a_new_tensor(small):
-    with recycling.recycling() as r:
+    with lifetimes.recycling() as r:
         t = torch.randn(4, 6)
         address, old = t.data_ptr(), weakref.ref(t)
         held = {"t": t}
         del t
-        recycling.give(held.pop("t"))
+        lifetimes.give(held.pop("t"))
         assert r.given == 1 and r.held == 4 * 6 * 4
-        got = recycling.out((3, 8), torch.zeros(3, 8))["out"]
+        got = lifetimes.out((3, 8), torch.zeros(3, 8))["out"]
         assert got.data_ptr() == address and got.shape == (3, 8) and got.is_contiguous() and not got._is_view()
         gc.collect()
         assert old() is None         # the tensor it was given is gone: a sum memoized by it is not read again
         assert r.taken == 1 and r.held == 0
-        assert recycling.out((3, 8), torch.zeros(3, 8)) == {}      # nothing left of that size
+        assert lifetimes.out((3, 8), torch.zeros(3, 8)) == {}      # nothing left of that size
 
 
 def test_a_tensor_held_elsewhere_is_not_kept(small):
-    with recycling.recycling() as r:
+    with lifetimes.recycling() as r:
         t = torch.randn(4, 6)
-        recycling.give(t)                          # the caller's name holds it too
+        lifetimes.give(t)                          # the caller's name holds it too
         view = t[1:]
         held = {"t": t}
         del t
-        recycling.give(held.pop("t"))             # a view holds its memory
+        lifetimes.give(held.pop("t"))             # a view holds its memory
         assert view.shape == (3, 6)
         base = torch.randn(4, 6)
-        recycling.give(base[:2])                   # a view itself
-        recycling.give(torch.randn(4, 6).mT)       # not contiguous
-        recycling.give(torch.randn(4, 6, requires_grad=True))
-        recycling.give([1, 2])
-        recycling.give(torch.empty(4, 6, device="meta"))      # not on the CPU (a GPU's allocator caches)
+        lifetimes.give(base[:2])                   # a view itself
+        lifetimes.give(torch.randn(4, 6).mT)       # not contiguous
+        lifetimes.give(torch.randn(4, 6, requires_grad=True))
+        lifetimes.give([1, 2])
+        lifetimes.give(torch.empty(4, 6, device="meta"))      # not on the CPU (a GPU's allocator caches)
         assert r.given == 0
 
 
 def test_only_a_few_tensors_per_size_and_a_bounded_total_are_kept(small, monkeypatch):
-    with recycling.recycling() as r:
-        for _ in range(recycling.HELD + 2):
-            recycling.give(torch.randn(5))
-        assert r.given == recycling.HELD
-        monkeypatch.setattr(recycling, "HELD_BYTES", r.held + 10)
-        recycling.give(torch.randn(100))
-        assert r.given == recycling.HELD
+    with lifetimes.recycling() as r:
+        for _ in range(lifetimes.HELD + 2):
+            lifetimes.give(torch.randn(5))
+        assert r.given == lifetimes.HELD
+        monkeypatch.setattr(lifetimes, "HELD_BYTES", r.held + 10)
+        lifetimes.give(torch.randn(100))
+        assert r.given == lifetimes.HELD
 
 
 def test_outside_an_explanation_nothing_is_kept(small):
-    recycling.give(torch.randn(4))
-    assert recycling.out((4,), torch.zeros(4)) == {}
-    with recycling.recycling() as outer, recycling.recycling() as inner:
+    lifetimes.give(torch.randn(4))
+    assert lifetimes.out((4,), torch.zeros(4)) == {}
+    with lifetimes.recycling() as outer, lifetimes.recycling() as inner:
         assert inner is outer
 
 
 def test_no_kept_tensor_for_autograd_or_mixed_dtypes(small):
-    with recycling.recycling():
+    with lifetimes.recycling():
         for _ in range(2):
-            recycling.give(torch.randn(4))
-        assert recycling.out((4,), torch.zeros(4, requires_grad=True)) == {}
-        assert recycling.out((4,), torch.zeros(4), torch.zeros(4, dtype=F64)) == {}
-        assert recycling.out((4,), torch.zeros(4, dtype=torch.int64)) == {}
-        assert "out" in recycling.out((4,), torch.zeros(4))
+            lifetimes.give(torch.randn(4))
+        assert lifetimes.out((4,), torch.zeros(4, requires_grad=True)) == {}
+        assert lifetimes.out((4,), torch.zeros(4), torch.zeros(4, dtype=F64)) == {}
+        assert lifetimes.out((4,), torch.zeros(4, dtype=torch.int64)) == {}
+        assert "out" in lifetimes.out((4,), torch.zeros(4))
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
@@ -99,12 +98,12 @@ def _same_bits_recycled(monkeypatch, graph, rules, feeds, **kw):
         return [*(r for _, r in sorted(e.relevance.items())), torch.tensor(
             [x for n in a.nodes for x in (n.relevance_in, n.relevance_out, n.absorbed, n.breaks)], dtype=F64)]
 
-    monkeypatch.setattr(recycling, "RECYCLE_FROM", 1 << 62)
+    monkeypatch.setattr(lifetimes, "RECYCLE_FROM", 1 << 62)
     plain = run()
-    monkeypatch.setattr(recycling, "RECYCLE_FROM", 1)
+    monkeypatch.setattr(lifetimes, "RECYCLE_FROM", 1)
     made = []
-    init = recycling.Recycler.__init__
-    monkeypatch.setattr(recycling.Recycler, "__init__", lambda self: (init(self), made.append(self))[0])
+    init = lifetimes.Recycler.__init__
+    monkeypatch.setattr(lifetimes.Recycler, "__init__", lambda self: (init(self), made.append(self))[0])
     recycled = run()
     assert made and made[0].taken > 0
     assert all(torch.equal(p, r) for p, r in zip(plain, recycled, strict=True))
@@ -118,7 +117,7 @@ def test_recycling_every_tensor_changes_no_bit(language_model, rules, dtype, spi
     explanation that keeps none; and it did keep some (the test can fail). With ``SPILL_FROM`` at 0 the
     values the walk computes again are written into kept tensors too."""
     if spill_from is not None:
-        monkeypatch.setattr(interpreter, "SPILL_FROM", spill_from)
+        monkeypatch.setattr(lifetimes, "SPILL_FROM", spill_from)
     feeds = tiny.token_inputs(("input_ids", "attention_mask"), length=12)
     _same_bits_recycled(monkeypatch, rulegraph.load(language_model), rules, feeds, dtype=dtype)
 
