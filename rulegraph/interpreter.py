@@ -22,7 +22,6 @@ every value by name, and the static arguments (shapes, axes) it handed to the op
 from __future__ import annotations
 
 import functools
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -30,12 +29,11 @@ from typing import Any
 
 import torch
 
-from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
-from .limits import check_tensor, tensor_budget
+from .limits import InputLimits, check_tensor, tensor_budget
 from .options import DTYPE_NAMES
-from .lifetimes import Lifetimes, Needs, donor, give, large, broadcast_out, spilled
+from .lifetimes import Lifetimes, Recycler, StepLife, Walker, donor, large, spilled
 from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
 
@@ -47,7 +45,6 @@ SHAPE_CACHE_SIZE = 32
 FINITE_CHECK_LIMIT = 1 << 24
 #: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-_POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
 def as_tensor(name: str, value: Any) -> Tensor:
@@ -101,6 +98,29 @@ class Step:
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
+class ForwardWalk(Walker):
+    """The forward as a :class:`~rulegraph.lifetimes.Walker`: each step runs (writing into a dying input
+    where it can, :func:`~rulegraph.lifetimes.donor`), then what dies there is freed, less the values of
+    ``spill`` held because they are small (:func:`~rulegraph.lifetimes.spilled`)."""
+
+    def __init__(self, plan: "Plan", env: dict[str, Any], statics: dict, recycler: Recycler | None):
+        super().__init__(env, recycler)
+        self.plan, self.statics = plan, statics
+        self.budget = tensor_budget()
+        self.held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
+
+    def visit(self, step: Step, life: StepLife | None) -> None:
+        donors = life.donors if life is not None else ()
+        if donors and self.held:
+            donors = tuple(i for i in donors if step.node.inputs[i] not in self.held)
+        self.plan._execute(step, self.env, self.statics, self.budget, donors, self.recycler)
+        if life is not None and life.made:
+            self.held.update(v for v in life.made if not spilled(self.env, step, v))
+
+    def free(self, names: tuple[str, ...], recycle: bool) -> None:
+        super().free(tuple(v for v in names if v not in self.held) if self.held else names, recycle)
+
+
 def stages(graph: Graph) -> dict[str, Stage]:
     """The stage of every value: CONST, SHAPE or VALUE (see the module docstring)."""
     stage: dict[str, Stage] = {name: Stage.CONST for name in graph.constants}
@@ -137,7 +157,7 @@ class Plan:
         self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
-        self.limits = InputLimits.of(graph, self.stage)
+        self.limits = InputLimits.of(graph, frozenset(v for v, k in self.stage.items() if k == Stage.SHAPE))
         self.lifetimes = Lifetimes(frozenset(v for v, k in self.stage.items() if k == Stage.VALUE), self.value_steps,
                                    frozenset(graph.input_names), frozenset(graph.outputs))
         self._skipping: dict[tuple, list[Step]] = {}
@@ -177,10 +197,10 @@ class Plan:
 
     # -- running ---------------------------------------------------------------------------
     def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None,
-                 donors: tuple[int, ...] = ()) -> None:
+                 donors: tuple[int, ...] = (), recycler: Recycler | None = None) -> None:
         """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
         ``donors``: the positions of inputs no later step reads, whose memory the step may write its output
-        into (:func:`~rulegraph.lifetimes.donor`)."""
+        into (:func:`~rulegraph.lifetimes.donor`); ``recycler``: where a large output may be written, else."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
         into = donor(step, args, env, donors) if donors else None
@@ -201,12 +221,17 @@ class Plan:
                 count = 0
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
-        if into is None and step.spec.into is not None and \
+        if into is None and recycler is not None and step.spec.into is not None and \
                 large(count if count >= 0 else args[0].numel(), self._itemsize):
             # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
-            into = broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
+            into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:
-            out = step.spec.forward(*args, **step.attrs) if into is None else step.spec.into(*args, out=into)
+            if into is not None:
+                out = step.spec.into(*args, out=into)
+            elif recycler is not None and step.spec.recycles:
+                out = step.spec.forward(*args, recycler=recycler, **step.attrs)
+            else:
+                out = step.spec.forward(*args, **step.attrs)
         except Exception as exc:  # an op failing on these inputs: name the node
             shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
@@ -220,13 +245,14 @@ class Plan:
                 env[name] = value
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
-            overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset()) -> Values:
+            overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset(),
+            recycler: Recycler | None = None) -> Values:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs; an elementwise op writes its output into an input that dies there,
         :func:`~rulegraph.lifetimes.donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`,
         :meth:`spillable`) are freed too where they are large (:func:`~rulegraph.lifetimes.spilled`); a pass
-        computes them again (:meth:`recompute`).
+        computes them again (:meth:`recompute`). ``recycler``: the explanation's, where it keeps large tensors.
 
         ``overrides`` maps value names to tensors used in place of what the graph would
         compute (e.g. embedding vectors replaced by interpolations, for integrated
@@ -246,11 +272,11 @@ class Plan:
             self._shape_cache.move_to_end(signature)
             shape_values, statics = cached
             env.update(shape_values)
-            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep, spill)
+            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep, spill, recycler)
             env.statics = statics
             return env
         statics: dict = {}
-        self._run_steps(self._without(self.steps, skipped), env, statics, keep, spill)
+        self._run_steps(self._without(self.steps, skipped), env, statics, keep, spill, recycler)
         shape_values = {v: env[v] for s in self.steps if s.stage == Stage.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         env.statics = statics
@@ -283,40 +309,19 @@ class Plan:
         return self._skipping[key]
 
     def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None,
-                   spill: frozenset[str] = frozenset()) -> None:
-        budget = tensor_budget()
-        if keep is None:
-            for step in steps:
-                self._execute(step, env, statics, budget)
-            return
-        held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
-        for step, life in zip(steps, self.lifetimes.schedule(steps, keep, spill)):
-            donors = life.donors
-            if donors and held:
-                donors = tuple(i for i in donors if step.node.inputs[i] not in held)
-            self._execute(step, env, statics, budget, donors)
-            if life.made:
-                held.update(v for v in life.made if not spilled(env, step, v))
-            for v in life.dead:
-                if v not in held:
-                    give(env.pop(v, None))        # a donor (:func:`~rulegraph.lifetimes.donor`) is gone already
+                   spill: frozenset[str], recycler: Recycler | None) -> None:
+        lives = self.lifetimes.schedule(steps, keep, spill) if keep is not None else None
+        ForwardWalk(self, env, statics, recycler).run(steps, lives)
 
-    def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
-        """:meth:`Lifetimes.spillable <rulegraph.lifetimes.Lifetimes.spillable>` of this plan."""
-        return self.lifetimes.spillable(Needs(keep, producers, spare))
-
-    def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
-        """:meth:`Lifetimes.recomputable <rulegraph.lifetimes.Lifetimes.recomputable>` of this plan."""
-        return self.lifetimes.recomputable(Needs(keep, producers, spare))
-
-    def recompute(self, env: "Values", name: str) -> Tensor:
+    def recompute(self, env: "Values", name: str, recycler: Recycler | None = None) -> Tensor:
         """The value ``name``, computed again by its producer from ``env`` (its inputs first, where they
-        are missing too) and put back in ``env``; see :meth:`recomputable`."""
+        are missing too) and put back in ``env``; see :meth:`Lifetimes.recomputable
+        <rulegraph.lifetimes.Lifetimes.recomputable>`."""
         node = self.graph.producer[name]
         for v in node.inputs:
             if v and v not in env:
-                self.recompute(env, v)
-        self._execute(self.step_by_name[node.name], env, env.statics)
+                self.recompute(env, v, recycler)
+        self._execute(self.step_by_name[node.name], env, env.statics, recycler=recycler)
         return env[name]
 
     def feeds(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
@@ -355,65 +360,6 @@ class Plan:
 
     def outputs(self, env: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: env[name] for name in self.graph.outputs}
-
-
-@dataclass
-class InputLimits:
-    """What the inputs' values and sizes may be, read off the graph once: token ids index an
-    embedding table where a lookup reads the ids themselves, not a hash of them (``ids``: input →
-    (rows, table)); the sequence length is bounded by the export's ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
-    by values that depend only on the input shapes)."""
-
-    ids: dict[str, tuple[int, str]]
-    positions: tuple[int, str] | None
-
-    @classmethod
-    def of(cls, graph: Graph, stage: dict[str, Stage]) -> "InputLimits":
-        ids: dict[str, tuple[int, str]] = {}
-        for lk in lookups(graph):          # ids moved, not computed: the table's rows bound them
-            if lk.bounds_ids:
-                rows = int(constant_value(graph, lk.table).shape[0])
-                if lk.source not in ids or rows < ids[lk.source][0]:
-                    ids[lk.source] = (rows, lk.table)
-        positions = None
-        limit = graph.metadata.get("rulegraph.max_length", "")
-        if limit.isdigit():
-            positions = (int(limit), "the export's rulegraph.max_length")
-        else:
-            for node in graph.nodes:
-                table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""
-                if table in graph.constants and graph.constants[table].is_floating_point() \
-                        and stage.get(node.inputs[1]) == Stage.SHAPE and _POSITION_TABLE.search(table):
-                    rows = int(graph.constants[table].shape[0])
-                    if positions is None or rows < positions[0]:
-                        positions = (rows, f"the position table {table!r}")
-        return cls(ids, positions)
-
-    def check(self, feeds: dict[str, Tensor], infos: dict) -> None:
-        """Refuse ids outside their embedding table, sequences longer than the position table, and
-        inputs that disagree on a dimension they share by name (``batch``, ``sequence``…)."""
-        seen: dict[str, tuple[str, int]] = {}
-        for name, value in feeds.items():
-            shape = infos[name].shape or ()
-            for d, symbol in enumerate(shape):
-                if isinstance(symbol, str) and d < value.dim():
-                    first = seen.setdefault(symbol, (name, value.shape[d]))
-                    if first[1] != value.shape[d]:
-                        raise InputError(f"input {name} has {value.shape[d]} along {symbol!r} (dim {d}) but "
-                                         f"{first[0]} has {first[1]}; they must agree (shape {tuple(value.shape)})")
-        for name, (rows, table) in self.ids.items():
-            ids = feeds[name]
-            if ids.numel() == 0:
-                raise InputError(f"input {name} is empty")
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0:
-                raise InputError(f"input {name} holds the id {low}; token ids are ≥ 0")
-            if high >= rows:
-                raise InputError(f"input {name} holds the id {high}, outside the vocabulary: the embedding table "
-                                 f"{table!r} has {rows} rows (ids 0…{rows - 1})")
-            if self.positions is not None and ids.dim() >= 2 and ids.shape[1] > self.positions[0]:
-                raise InputError(f"input {name} has {ids.shape[1]} positions; the model takes at most "
-                                 f"{self.positions[0]} ({self.positions[1]})")
 
 
 @functools.lru_cache(maxsize=None)

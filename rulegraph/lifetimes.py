@@ -15,10 +15,8 @@ One module decides how long every tensor of an explanation lives, for the forwar
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import torch
 
@@ -43,15 +41,15 @@ RECOMPUTE_DEPTH = 6
 
 
 # -- ownership ---------------------------------------------------------------------------------------
-def sole_owner(t: Tensor, references: int, *, view: bool = False) -> bool:
+def sole_owner(t: Tensor, references: int) -> bool:
     """Whether nothing holds ``t`` but the ``references`` its caller counts (its names, list entries,
-    dict values, attributes), and nothing its memory but ``t``: no view of it, no other tensor on its
-    storage, and (unless ``view``) no base tensor it is a view of. The one place rulegraph counts
-    references (:func:`sys.getrefcount`, torch's storage use count): memory that passes this test can be
-    written into without any other holder seeing it change."""
+    dict values, attributes), and nothing its memory but ``t``: it is no view (a view holds its base),
+    has no view, and no other tensor lies on its storage. The one place rulegraph counts references
+    (:func:`sys.getrefcount`, torch's storage use count): memory that passes this test can be written
+    into without any other holder seeing it change."""
     count = getattr(torch._C, "_storage_Use_Count", None)
     # the references, this function's argument and getrefcount's; the storage: t and untyped_storage()'s
-    return count is not None and (view or not t._is_view()) and sys.getrefcount(t) == references + 2 and \
+    return count is not None and not t._is_view() and sys.getrefcount(t) == references + 2 and \
         count(t.untyped_storage()._cdata) == 2
 
 
@@ -191,6 +189,36 @@ class Lifetimes:
         return self._recomputable[key]
 
 
+class Walker:
+    """One loop over a walk's steps that owns its values' lifetimes: :meth:`run` visits each step in order
+    (:meth:`visit`, which the forward and each pass override, as torch.fx's ``Interpreter.run`` calls
+    ``run_node``), then frees the values that die there (:meth:`free`: out of ``env``, to ``recycler`` while
+    steps remain to take them)."""
+
+    def __init__(self, env: dict[str, Any], recycler: Recycler | None = None):
+        self.env = env
+        self.recycler = recycler
+
+    def run(self, steps: list, lives: list[StepLife] | None) -> None:
+        """Visit ``steps`` with their :class:`StepLife` (``None``: every value is kept)."""
+        last = len(steps) - 1
+        for i, step in enumerate(steps):
+            life = lives[i] if lives is not None else None
+            self.visit(step, life)
+            self.free(life.dead if life is not None else (), recycle=i < last)
+
+    def visit(self, step, life: StepLife | None) -> None:
+        raise NotImplementedError
+
+    def free(self, names: tuple[str, ...], recycle: bool) -> None:
+        env, recycler = self.env, self.recycler if recycle else None
+        for v in names:
+            if recycler is not None:
+                recycler.give(env.pop(v, None))
+            else:
+                env.pop(v, None)
+
+
 def spilled(env: dict[str, Any], step, name: str) -> bool:
     """Whether the forward frees value ``name``, which ``step`` just made and a pass can compute again: where
     it has at least :data:`SPILL_FROM` bytes and, made by a product of two activations
@@ -241,9 +269,6 @@ def _fits(args: list, i: int) -> bool:
 
 
 # -- recycling ------------------------------------------------------------------------------------------
-_active: ContextVar["Recycler | None"] = ContextVar("rulegraph_recycler", default=None)
-
-
 def large(numel: int, itemsize: int) -> bool:
     """Whether a tensor of ``numel`` elements of ``itemsize`` bytes is one a :class:`Recycler` keeps."""
     return numel * itemsize >= RECYCLE_FROM
@@ -255,19 +280,28 @@ class Recycler:
     A fresh large tensor costs page faults: the kernel maps and zeroes each page at its first touch, which
     takes about as long as the op that fills it (an attention map of 12 × 1,024 × 1,024 floats: 21 ms of
     a 32 ms Add). A relevance walk makes such tensors over and over, one layer after another: the
-    attention scores, probabilities and their signals. The forward and the walk hand the tensors they drop
-    to the recycler (:func:`give`), and the ops that make large tensors write into one of them (:func:`out`,
-    ``out=``): the same kernel, so the same bits. Only a tensor nothing else holds is kept
-    (:func:`sole_owner`), at most :data:`HELD` per size and :data:`HELD_BYTES` in all, and only during the
-    explanation; only on the CPU (on a GPU, torch's caching allocator already hands freed memory out again).
-    Dropped tensors are kept by size and handed out again whole (a tensor of the same number of elements)."""
+    attention scores, probabilities and their signals. One recycler lives for one explanation
+    (:func:`rulegraph.passes.base.apply` makes it); the walkers hand it the tensors they drop (:meth:`give`)
+    and hand it to the ops that make large tensors (their ``recycler`` argument,
+    :attr:`~rulegraph.ops.OpSpec.recycles`), which write into one of them (:meth:`out`, ``out=``): the same
+    kernel, so the same bits. Only a tensor nothing else holds is kept (:func:`sole_owner`), at most
+    :data:`HELD` per size and :data:`HELD_BYTES` in all, and only on the CPU (on a GPU, torch's caching
+    allocator already hands freed memory out again); it is handed out again whole, as a new tensor of the
+    same number of elements."""
 
     def __init__(self) -> None:
         self._free: dict[tuple, list[Tensor]] = {}
         self.held = 0           # bytes
         self.given = self.taken = 0
 
-    def give(self, t: Tensor) -> None:
+    def give(self, t: object) -> None:
+        """Keep ``t`` for reuse if it is a large tensor that nothing else holds. The argument must be the only
+        reference the caller has: ``give(values.pop(name))``, ``give(incoming.drop())``."""
+        if not isinstance(t, Tensor) or t.device.type != "cpu" or not large(t.numel(), t.element_size()):
+            return
+        if t.requires_grad or not t.is_contiguous() or t.storage_offset() or \
+                t.untyped_storage().nbytes() != t.numel() * t.element_size() or not sole_owner(t, 1):
+            return          # (sole_owner's 1: this method's argument)
         key = (t.numel(), t.dtype, t.device)
         size = t.numel() * t.element_size()
         kept = self._free.setdefault(key, [])
@@ -276,81 +310,43 @@ class Recycler:
             self.held += size
             self.given += 1
 
-    def take(self, shape: tuple[int, ...], numel: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
-        kept = self._free.get((numel, dtype, device))
+    def out(self, shape: tuple[int, ...] | torch.Size, *operands: Tensor) -> dict[str, Tensor]:
+        """``{"out": t}`` with a kept tensor of ``shape`` for an op of ``operands`` (one floating dtype and
+        device, none recorded by autograd), or ``{}``: the op then allocates as usual."""
+        first = operands[0]
+        numel = 1
+        for n in shape:
+            numel *= n
+        if not large(numel, first.element_size()) or not first.is_floating_point():
+            return {}
+        if any(o.dtype != first.dtype or o.device != first.device or transformed(o) for o in operands) or \
+                torch.is_grad_enabled() and any(o.requires_grad for o in operands):
+            return {}
+        kept = self._free.get((numel, first.dtype, first.device))
         if not kept:
-            return None
+            return {}
         storage = kept.pop().untyped_storage()
         self.held -= storage.nbytes()
         self.taken += 1
         # a new tensor on the old storage: the old one is gone, so a sum memoized while it lived (keyed by
         # its memory, held by a weak reference: the relevance ledger, the group sums) is not read again
-        return torch.empty(0, dtype=dtype, device=device).set_(storage, 0, shape)
+        return {"out": torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, 0, tuple(shape))}
 
-
-@contextmanager
-def recycling() -> Iterator[Recycler]:
-    """Recycle large tensors within the block (nested blocks share the outer one's)."""
-    outer = _active.get()
-    if outer is not None:
-        yield outer
-        return
-    recycler = Recycler()
-    token = _active.set(recycler)
-    try:
-        yield recycler
-    finally:
-        _active.reset(token)
-
-
-def give(t: object) -> None:
-    """Keep ``t`` for reuse if it is a large tensor that nothing else holds. The argument must be the only
-    reference the caller has: ``give(values.pop(name))``, ``give(incoming.drop())``."""
-    recycler = _active.get()
-    if recycler is None or not isinstance(t, Tensor) or t.device.type != "cpu" or \
-            not large(t.numel(), t.element_size()):
-        return
-    if t.requires_grad or not t.is_contiguous() or t.storage_offset() or \
-            t.untyped_storage().nbytes() != t.numel() * t.element_size():
-        return
-    if sole_owner(t, 1):        # this function's argument
-        recycler.give(t)
-
-
-def out(shape: tuple[int, ...] | torch.Size, *operands: Tensor) -> dict[str, Tensor]:
-    """``{"out": t}`` with a kept tensor of ``shape`` for an op of ``operands`` (one floating dtype and
-    device, none recorded by autograd), or ``{}``: the op then allocates as usual."""
-    recycler = _active.get()
-    if recycler is None:
-        return {}
-    first = operands[0]
-    numel = 1
-    for n in shape:
-        numel *= n
-    if not large(numel, first.element_size()) or not first.is_floating_point():
-        return {}
-    if any(o.dtype != first.dtype or o.device != first.device or transformed(o) for o in operands) or \
-            torch.is_grad_enabled() and any(o.requires_grad for o in operands):
-        return {}
-    t = recycler.take(tuple(shape), numel, first.dtype, first.device)
-    return {} if t is None else {"out": t}
-
-
-def broadcast_out(*operands: Tensor) -> dict[str, Tensor]:
-    """:func:`out` for an elementwise op of ``operands``: their broadcast shape."""
-    if _active.get() is None or not operands:
-        return {}
-    return out(torch.broadcast_shapes(*(o.shape for o in operands)), *operands)
+    def broadcast_out(self, *operands: Tensor) -> dict[str, Tensor]:
+        """:meth:`out` for an elementwise op of ``operands``: their broadcast shape."""
+        if not operands:
+            return {}
+        return self.out(torch.broadcast_shapes(*(o.shape for o in operands)), *operands)
 
 
 # -- what a walk prepares once per binding and plan --------------------------------------------------------
 @dataclass(frozen=True)
 class Release:
     """A walk's schedule for freeing the forward's values: ``read``, what some step reads or the walk spares
-    (the rest is freed before the walk starts); ``dead``, per step, what is freed after it (:func:`deaths`)."""
+    (the rest is freed before the walk starts); ``lives``, per step, what is freed after it (:func:`deaths`)."""
 
     read: frozenset[str]
-    dead: list[tuple[str, ...]]
+    lives: list[StepLife]
 
 
 @dataclass

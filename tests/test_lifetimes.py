@@ -22,65 +22,130 @@ def small(monkeypatch):
     monkeypatch.setattr(lifetimes, "RECYCLE_FROM", 1)
 
 
+def test_the_ownership_test_counts_every_holder():
+    """A tensor is owned when the references its caller counts are all there are, and no other tensor
+    shares its memory: another name, a list entry, a view of it, or its being a view all count.
+    (Each answer is taken outside ``assert``, whose rewriting holds the arguments.)"""
+    owned = lifetimes.sole_owner
+    held = {"t": torch.randn(4, 6)}
+    alone, miscounted = owned(held["t"], 1), owned(held["t"], 2)      # the dict's entry; one not there
+    assert alone and not miscounted
+    other = held["t"]
+    named = owned(held["t"], 1)
+    del other
+    args = [held["t"], held["t"]]
+    listed = owned(held["t"], 3)                                       # the dict's and the list's two
+    del args
+    view = held["t"][1:]
+    viewed = owned(held["t"], 1)
+    del view
+    held["v"] = torch.randn(4, 6)[1:]                                 # a view (it holds its base)
+    as_view = owned(held["v"], 1)
+    assert not named and listed and not viewed and not as_view
+
+
+def test_each_value_dies_after_its_last_reader():
+    reads = [("a", "b"), ("b", "c"), ("c", ""), ("a",)]
+    assert lifetimes.deaths(reads, {"c"}) == [(), ("b",), (), ("a",)]        # "c" spared, "" no value
+    assert lifetimes.deaths([], set()) == []
+
+
+def test_the_walker_visits_in_order_and_frees_what_dies(small):
+    """The one loop: each step is visited, then the values that die there leave ``env``; the recycler is
+    given them while steps remain (after the last no op would take them)."""
+    class Log(lifetimes.Walker):
+        def visit(self, step, life):
+            seen.append((step, sorted(self.env)))
+
+    seen = []
+    env = {"a": torch.randn(3), "b": torch.randn(3), "c": torch.randn(3)}
+    recycler = lifetimes.Recycler()
+    lives = [lifetimes.StepLife(dead, (), ()) for dead in (("a",), (), ("b", "c"))]
+    Log(env, recycler).run(["x", "y", "z"], lives)
+    assert seen == [("x", ["a", "b", "c"]), ("y", ["b", "c"]), ("z", ["b", "c"])] and env == {}
+    assert recycler.given == 1                     # "a"; "b" and "c" died at the last step
+    Log(env := {"a": torch.randn(3)}).run(["x"], None)
+    assert list(env) == ["a"]                      # no schedule: every value kept
+
+
 def test_a_tensor_nothing_else_holds_comes_back_on_its_memory_as_a_new_tensor(small):
-    with lifetimes.recycling() as r:
-        t = torch.randn(4, 6)
-        address, old = t.data_ptr(), weakref.ref(t)
-        held = {"t": t}
-        del t
-        lifetimes.give(held.pop("t"))
-        assert r.given == 1 and r.held == 4 * 6 * 4
-        got = lifetimes.out((3, 8), torch.zeros(3, 8))["out"]
-        assert got.data_ptr() == address and got.shape == (3, 8) and got.is_contiguous() and not got._is_view()
-        gc.collect()
-        assert old() is None         # the tensor it was given is gone: a sum memoized by it is not read again
-        assert r.taken == 1 and r.held == 0
-        assert lifetimes.out((3, 8), torch.zeros(3, 8)) == {}      # nothing left of that size
+    r = lifetimes.Recycler()
+    t = torch.randn(4, 6)
+    address, old = t.data_ptr(), weakref.ref(t)
+    held = {"t": t}
+    del t
+    r.give(held.pop("t"))
+    assert r.given == 1 and r.held == 4 * 6 * 4
+    got = r.out((3, 8), torch.zeros(3, 8))["out"]
+    assert got.data_ptr() == address and got.shape == (3, 8) and got.is_contiguous() and not got._is_view()
+    gc.collect()
+    assert old() is None         # the tensor it was given is gone: a sum memoized by it is not read again
+    assert r.taken == 1 and r.held == 0
+    assert r.out((3, 8), torch.zeros(3, 8)) == {}      # nothing left of that size
 
 
 def test_a_tensor_held_elsewhere_is_not_kept(small):
-    with lifetimes.recycling() as r:
-        t = torch.randn(4, 6)
-        lifetimes.give(t)                          # the caller's name holds it too
-        view = t[1:]
-        held = {"t": t}
-        del t
-        lifetimes.give(held.pop("t"))             # a view holds its memory
-        assert view.shape == (3, 6)
-        base = torch.randn(4, 6)
-        lifetimes.give(base[:2])                   # a view itself
-        lifetimes.give(torch.randn(4, 6).mT)       # not contiguous
-        lifetimes.give(torch.randn(4, 6, requires_grad=True))
-        lifetimes.give([1, 2])
-        lifetimes.give(torch.empty(4, 6, device="meta"))      # not on the CPU (a GPU's allocator caches)
-        assert r.given == 0
+    r = lifetimes.Recycler()
+    t = torch.randn(4, 6)
+    r.give(t)                          # the caller's name holds it too
+    view = t[1:]
+    held = {"t": t}
+    del t
+    r.give(held.pop("t"))             # a view holds its memory
+    assert view.shape == (3, 6)
+    base = torch.randn(4, 6)
+    r.give(base[:2])                   # a view itself
+    r.give(torch.randn(4, 6).mT)       # not contiguous
+    r.give(torch.randn(4, 6, requires_grad=True))
+    r.give([1, 2])
+    r.give(torch.empty(4, 6, device="meta"))      # not on the CPU (a GPU's allocator caches)
+    assert r.given == 0
 
 
 def test_only_a_few_tensors_per_size_and_a_bounded_total_are_kept(small, monkeypatch):
-    with lifetimes.recycling() as r:
-        for _ in range(lifetimes.HELD + 2):
-            lifetimes.give(torch.randn(5))
-        assert r.given == lifetimes.HELD
-        monkeypatch.setattr(lifetimes, "HELD_BYTES", r.held + 10)
-        lifetimes.give(torch.randn(100))
-        assert r.given == lifetimes.HELD
+    r = lifetimes.Recycler()
+    for _ in range(lifetimes.HELD + 2):
+        r.give(torch.randn(5))
+    assert r.given == lifetimes.HELD
+    monkeypatch.setattr(lifetimes, "HELD_BYTES", r.held + 10)
+    r.give(torch.randn(100))
+    assert r.given == lifetimes.HELD
 
 
-def test_outside_an_explanation_nothing_is_kept(small):
-    lifetimes.give(torch.randn(4))
-    assert lifetimes.out((4,), torch.zeros(4)) == {}
-    with lifetimes.recycling() as outer, lifetimes.recycling() as inner:
-        assert inner is outer
+def test_an_op_writes_into_a_kept_tensor_only_when_handed_the_recycler(small):
+    """No hidden state: the same op allocates as usual without a recycler, and writes into the kept
+    tensor when one is handed to it (MatMul's forward, Mul's and Softmax's VJPs)."""
+    from rulegraph.ops import REGISTRY, vjp
+    r = lifetimes.Recycler()
+    a, b = torch.randn(4, 3), torch.randn(3, 5)
+    expected = a @ b
+    held = {"t": torch.randn(4, 5)}
+    kept = held["t"].data_ptr()
+    r.give(held.pop("t"))
+    matmul = REGISTRY[("", "MatMul")]
+    assert matmul.recycles and not REGISTRY[("", "Mul")].recycles and "recycler" not in matmul.defaults
+    assert torch.equal(matmul.forward(a, b), expected) and r.taken == 0
+    got = matmul.forward(a, b, recycler=r)
+    assert r.taken == 1 and got.data_ptr() == kept and torch.equal(got, expected)
+    for op, inputs in (("Mul", [torch.randn(4, 5), torch.randn(4, 5)]), ("Softmax", [torch.randn(4, 5)])):
+        spec = REGISTRY[("", op)]
+        outputs = [spec.forward(*inputs)]
+        g = [torch.randn(4, 5)]
+        plain = vjp(spec, g, inputs, outputs, [True] * len(inputs), {})
+        r.give(torch.randn(4, 5))
+        taken = r.taken
+        again = vjp(spec, g, inputs, outputs, [True] * len(inputs), {}, r)
+        assert spec.vjp_recycles and r.taken == taken + 1 and torch.equal(again[0], plain[0]), op
 
 
 def test_no_kept_tensor_for_autograd_or_mixed_dtypes(small):
-    with lifetimes.recycling():
-        for _ in range(2):
-            lifetimes.give(torch.randn(4))
-        assert lifetimes.out((4,), torch.zeros(4, requires_grad=True)) == {}
-        assert lifetimes.out((4,), torch.zeros(4), torch.zeros(4, dtype=F64)) == {}
-        assert lifetimes.out((4,), torch.zeros(4, dtype=torch.int64)) == {}
-        assert "out" in lifetimes.out((4,), torch.zeros(4))
+    r = lifetimes.Recycler()
+    for _ in range(2):
+        r.give(torch.randn(4))
+    assert r.out((4,), torch.zeros(4, requires_grad=True)) == {}
+    assert r.out((4,), torch.zeros(4), torch.zeros(4, dtype=F64)) == {}
+    assert r.out((4,), torch.zeros(4, dtype=torch.int64)) == {}
+    assert "out" in r.out((4,), torch.zeros(4))
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])

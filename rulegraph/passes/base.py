@@ -49,7 +49,7 @@ from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
-from ..lifetimes import recycling
+from ..lifetimes import Recycler
 from ..loaders import load
 from ..registry import Registry
 from ..ruleset import Binding, RuleSet
@@ -74,6 +74,7 @@ class Forward:
     score: str = "logit"                # "logit" or "logprob" (see the module docstring)
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
     mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
+    recycler: Recycler | None = None    # the explanation's, where the forward and the walk keep large tensors
 
     @property
     def out(self) -> Tensor:
@@ -180,16 +181,15 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
-    with recycling():
-        start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                        contrast=contrast, score=score, objective=objective, chosen=chosen)
-        return chosen().run(start, audit=audit, **options)
+    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                    contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler())
+    return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
-            chosen: type[Pass] = Pass) -> Forward:
+            chosen: type[Pass] = Pass, recycler: Recycler | None = None) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says."""
@@ -207,7 +207,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         raise InputError(f"output {output!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(binding.boundary.values())))})")
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
+    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan), recycler=recycler)
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
@@ -220,7 +220,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     contrasts = None if contrast is None else runner_up(_picked(values[output], position), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping)
+                   mapping, recycler)
 
 
 def rule_failed(apply, site, node, where: str):
