@@ -118,7 +118,13 @@ class ForwardWalk(Walker):
             self.held.update(v for v in life.made if not spilled(self.env, step, v))
 
     def free(self, names: tuple[str, ...], recycle: bool) -> None:
-        super().free(tuple(v for v in names if v not in self.held) if self.held else names, recycle)
+        env, held, recycler = self.env, self.held, self.recycler if recycle else None
+        for v in names:
+            if v not in held:           # (a donor, :func:`~rulegraph.lifetimes.donor`, is gone already)
+                if recycler is not None:
+                    recycler.give(env.pop(v, None))
+                else:
+                    env.pop(v, None)
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -223,7 +229,7 @@ class Plan:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
         if into is None and recycler is not None and step.spec.into is not None and \
                 large(count if count >= 0 else args[0].numel(), self._itemsize):
-            # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
+            # (no size declared: one input, of the output's size); a tensor the recycler kept, where there is one
             into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:
             if into is not None:
@@ -250,8 +256,8 @@ class Plan:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs; an elementwise op writes its output into an input that dies there,
-        :func:`~rulegraph.lifetimes.donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`,
-        :meth:`spillable`) are freed too where they are large (:func:`~rulegraph.lifetimes.spilled`); a pass
+        :func:`~rulegraph.lifetimes.donor`). Of ``keep``, the values of ``spill`` (:meth:`Lifetimes.recomputable
+        <rulegraph.lifetimes.Lifetimes.recomputable>`, :meth:`~rulegraph.lifetimes.Lifetimes.spillable`) are freed too where they are large (:func:`~rulegraph.lifetimes.spilled`); a pass
         computes them again (:meth:`recompute`). ``recycler``: the explanation's, where it keeps large tensors.
 
         ``overrides`` maps value names to tensors used in place of what the graph would

@@ -208,6 +208,7 @@ class Walker:
             self.free(life.dead if life is not None else (), recycle=i < last)
 
     def visit(self, step, life: StepLife | None) -> None:
+        """What a walk does at one step (``life``: what dies there, or ``None``)."""
         raise NotImplementedError
 
     def free(self, names: tuple[str, ...], recycle: bool) -> None:

@@ -206,15 +206,12 @@ class DecompositionWalk(Walker):
 
     def __init__(self, forward: Forward, rules: dict, parts: dict[str, Parts], wanted: set[str], audit: bool,
                  linearized: bool):
-        super().__init__(parts)
+        super().__init__(parts)         # no recycler: components are dropped, not kept for reuse
         self.binding, self.plan, self.values = forward.binding, forward.plan, forward.values
         self.rules, self.wanted, self.audit, self.linearized = rules, wanted, audit, linearized
         self.errors: dict[str, tuple[Tensor, Tensor]] = {}
         self.sums = GroupSums()          # Σ_g D_g per group tensor, for the audit and the activations
         self.stranded: list[str] = []
-
-    def free(self, names: tuple[str, ...], recycle: bool) -> None:
-        super().free(names, recycle=False)           # components are no recyclable tensors
 
     def visit(self, node: Node, life: StepLife | None) -> None:
         parts, env = self.env, self.values
