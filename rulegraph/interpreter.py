@@ -103,6 +103,8 @@ class ForwardWalk(Walker):
     where it can, :func:`~rulegraph.lifetimes.donor`), then what dies there is freed, less the values of
     ``spill`` held because they are small (:func:`~rulegraph.lifetimes.spilled`)."""
 
+    final = False
+
     def __init__(self, plan: "Plan", env: dict[str, Any], statics: dict, recycler: Recycler | None):
         super().__init__(env, recycler)
         self.plan, self.statics = plan, statics

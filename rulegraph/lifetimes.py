@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 import torch
 
@@ -193,7 +193,11 @@ class Walker:
     """One loop over a walk's steps that owns its values' lifetimes: :meth:`run` visits each step in order
     (:meth:`visit`, which the forward and each pass override, as torch.fx's ``Interpreter.run`` calls
     ``run_node``), then frees the values that die there (:meth:`free`: out of ``env``, to ``recycler`` while
-    steps remain to take them)."""
+    ops remain to take them)."""
+
+    #: whether no op of the explanation runs after this walk: what dies at its last step is then freed, not
+    #: kept for reuse (the forward is not final: the pass's walk takes what it drops)
+    final: ClassVar[bool] = True
 
     def __init__(self, env: dict[str, Any], recycler: Recycler | None = None):
         self.env = env
@@ -201,7 +205,7 @@ class Walker:
 
     def run(self, steps: list, lives: list[StepLife] | None) -> None:
         """Visit ``steps`` with their :class:`StepLife` (``None``: every value is kept)."""
-        last = len(steps) - 1
+        last = len(steps) - 1 if self.final else len(steps)
         for i, step in enumerate(steps):
             life = lives[i] if lives is not None else None
             self.visit(step, life)

@@ -184,7 +184,7 @@ def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
 @pytest.fixture
 def donating(monkeypatch):
     """Every dying input a candidate, however small (the chain's values are 80 bytes)."""
-    from rulegraph import interpreter, lifetimes
+    from rulegraph import lifetimes
     monkeypatch.setattr(lifetimes, "DONATE_FROM", 0)
 
 
