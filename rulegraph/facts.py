@@ -101,6 +101,19 @@ def is_mask(info: ValueInfo) -> bool:
     return not info.is_float and "mask" in info.name
 
 
+def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
+    """A small input for each graph input: ``1 × length`` token ids (0), masks of ones; float
+    inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise)."""
+    feeds = {}
+    for info in graph.inputs:
+        dims = item_shape(info, length)
+        if info.is_float:
+            feeds[info.name] = torch.zeros(dims)
+        else:
+            feeds[info.name] = torch.full(dims, 1 if is_mask(info) else 0, dtype=torch.long)
+    return feeds
+
+
 #: the rank of the outputs of each head ``rulegraph export`` writes (``rulegraph.task``): ``[batch, classes]``,
 #: span QA's ``[batch, positions]``, a language model's ``[batch, positions, vocab]``
 TASK_RANKS = {"sequence-classification": 2, "image-classification": 2, "question-answering": 2, "causal-lm": 3,
@@ -169,14 +182,13 @@ def output_kind(graph: Graph, output: str | None = None, feeds: Feeds | None = N
                 plan=None) -> OutputKind | None:
     """The kind of ``output`` (default the first), probed once per graph (``graph.cache.outputs``): on
     ``feeds`` (one item of real inputs, or a function making them, run by ``plan``: a forward that fails
-    is the caller's error), else on a small dummy input (:func:`rulegraph.heads.dummy_inputs`, 7 tokens:
+    is the caller's error), else on a small dummy input (:func:`dummy_inputs`, 7 tokens:
     ``None`` when that cannot run)."""
     output = output or graph.outputs[0]
     if output not in graph.cache.outputs or (graph.cache.outputs[output] is None and feeds is not None):
         if feeds is not None:
             probe_output(graph, feeds() if callable(feeds) else feeds, output, plan)
         else:
-            from .heads import dummy_inputs
             try:
                 probe_output(graph, dummy_inputs(graph, length=7), output)
             except (RulegraphError, KeyError):

@@ -16,7 +16,7 @@ the graph names its blocks (:func:`unkeyed`): ``rulegraph heads calibrate`` and 
 rule refuse the same graphs.
 
 **The head count** is read from the shapes, not from a config: the graph is run once on a
-small dummy input (:func:`dummy_inputs`, 1 × 5 tokens) and the head count is dimension 1 of
+small dummy input (:func:`rulegraph.facts.dummy_inputs`, 1 × 5 tokens) and the head count is dimension 1 of
 the Softmax output, checked against dimension 1 of the value product's output. The
 Reshape / Transpose that split the hidden size before the product often take their target
 shape from computed values (dynamic axes), so reading a constant there would not always
@@ -30,6 +30,7 @@ import torch
 
 from .errors import InputError
 from .ir import Graph, Node
+from .facts import dummy_inputs
 from .ops import declaring
 from .patterns import PROBABILITIES
 
@@ -87,24 +88,10 @@ def unkeyed(graph: Graph, node: Node) -> str | None:
     return None
 
 
-def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
-    """A small input for each graph input: ``1 × length`` token ids (0), masks of ones; float
-    inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise)."""
-    from .facts import is_mask, item_shape
-    feeds = {}
-    for info in graph.inputs:
-        dims = item_shape(info, length)
-        if info.is_float:
-            feeds[info.name] = torch.zeros(dims)
-        else:
-            feeds[info.name] = torch.full(dims, 1 if is_mask(info) else 0, dtype=torch.long)
-    return feeds
-
-
 def find_heads(graph: Graph, inputs: dict[str, torch.Tensor] | None = None) -> list[AttentionBlock]:
     """Every attention block of ``graph`` with its head count, in block order (see the module doc).
 
-    ``inputs``: what to run for the shapes (default :func:`dummy_inputs`). Raises
+    ``inputs``: what to run for the shapes (default :func:`rulegraph.facts.dummy_inputs`). Raises
     :class:`InputError` where a probabilities tensor is not ``[batch, heads, query, key]``.
     """
     from .interpreter import prepare

@@ -22,8 +22,6 @@ every value by name, and the static arguments (shapes, axes) it handed to the op
 from __future__ import annotations
 
 import functools
-import re
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import IntEnum
@@ -31,33 +29,22 @@ from typing import Any
 
 import torch
 
-from .boundary import constant_value, lookups
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
-from .limits import check_tensor, tensor_budget
+from .limits import InputLimits, check_tensor, tensor_budget
 from .options import DTYPE_NAMES
-from .ops import OpSpec, lookup, recycling
+from .lifetimes import Lifetimes, Recycler, StepLife, Walker, donor, large, spilled
+from .ops import OpSpec, lookup
 from .ops.sequence import TensorSequence
 
 Tensor = torch.Tensor
 
 SHAPE_CACHE_SIZE = 32
-#: how many cheap ops deep a value is recomputed rather than kept (:meth:`Plan.recomputable`): attention's
-#: scale, mask, softmax and casts after its scores (five in a Llama export)
-RECOMPUTE_DEPTH = 6
-#: the smallest value (bytes) the forward frees because a pass computes it again (:meth:`Plan.recomputable`,
-#: :meth:`Plan.spillable`): below it, holding the value costs little memory, while computing it again
-#: costs a fresh allocation and the op (8–12% of a 128-token AttnLRP explanation of a 6-layer BERT)
-SPILL_FROM = 1 << 20
-#: the smallest input (bytes) an elementwise op writes its output into (:func:`_donor`): below it a fresh
-#: tensor comes from the allocator's free lists, cheaper than the checks (glibc's default mmap threshold)
-DONATE_FROM = 1 << 17
 #: the largest constant (elements) :attr:`Plan.has_infinite_constants` reads: masks and position tables
 #: are below it, a language model's embedding table and LM head above
 FINITE_CHECK_LIMIT = 1 << 24
 #: the precisions a plan computes in (bfloat16 and float16 where the device supports them)
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-_POSITION_TABLE = re.compile(r"position|wpe|pos_emb", re.IGNORECASE)
 
 
 def as_tensor(name: str, value: Any) -> Tensor:
@@ -111,60 +98,35 @@ class Step:
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
-def _spilled(env: dict[str, Any], step: Step, name: str) -> bool:
-    """Whether the forward frees value ``name``, which ``step`` just made and a pass can compute again: where
-    it has at least :data:`SPILL_FROM` bytes and, made by a product of two activations
-    (:attr:`~rulegraph.ops.OpSpec.outgrows`), more elements than its value inputs together."""
-    out = env[name]
-    if not isinstance(out, Tensor) or out.numel() * out.element_size() < SPILL_FROM:
-        return False
-    return not step.spec.outgrows or out.numel() > sum(
-        env[v].numel() for v in step.node.inputs if v and isinstance(env.get(v), Tensor))
+class ForwardWalk(Walker):
+    """The forward as a :class:`~rulegraph.lifetimes.Walker`: each step runs (writing into a dying input
+    where it can, :func:`~rulegraph.lifetimes.donor`), then what dies there is freed, less the values of
+    ``spill`` held because they are small (:func:`~rulegraph.lifetimes.spilled`)."""
 
+    final = False
 
-def _donor(step: Step, args: list, env: dict[str, Any], positions: tuple[int, ...]) -> Tensor | None:
-    """An input of ``step`` whose memory its output can take, of those at ``positions`` (inputs no later
-    step reads, :meth:`Plan._free_schedule`): one of at least :data:`DONATE_FROM` bytes that can hold the
-    output (:func:`_fits`) and that nothing else holds — no other name, view or caller, nor autograd
-    (:func:`_sole_owner`). It is taken out of ``env``; writing into it runs the op's own kernel
-    (:attr:`~rulegraph.ops.OpSpec.into`), so the output has the same bits, without allocating (a fresh
-    large tensor costs page faults, more than the op)."""
-    if len(args) > 2 or torch.is_grad_enabled() and \
-            any(isinstance(a, Tensor) and a.requires_grad for a in args):   # autograd records this op
-        return None
-    for i in positions:     # (no local name for args[i]: _sole_owner counts its references)
-        if _large(args[i]) and _fits(args, i) and _sole_owner(args, i, env, step.node.inputs[i]):
-            return env.pop(step.node.inputs[i])
-    return None
+    def __init__(self, plan: "Plan", env: dict[str, Any], statics: dict, recycler: Recycler | None):
+        super().__init__(env, recycler)
+        self.plan, self.statics = plan, statics
+        self.budget = tensor_budget()
+        self.held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
 
+    def visit(self, step: Step, life: StepLife | None) -> None:
+        donors = life.donors if life is not None else ()
+        if donors and self.held:
+            donors = tuple(i for i in donors if step.node.inputs[i] not in self.held)
+        self.plan._execute(step, self.env, self.statics, self.budget, donors, self.recycler)
+        if life is not None and life.made:
+            self.held.update(v for v in life.made if not spilled(self.env, step, v))
 
-def _large(t: Any) -> bool:
-    """Whether ``t`` is a tensor of at least :data:`DONATE_FROM` bytes."""
-    return isinstance(t, Tensor) and t.numel() * t.element_size() >= DONATE_FROM
-
-
-def _fits(args: list, i: int) -> bool:
-    """Whether ``args[i]`` can hold the result of an elementwise op of ``args``: a floating tensor, not a
-    view, and the other operand broadcasts to its shape without enlarging it and keeps its dtype (plain
-    Python for the shapes: it runs before every such op)."""
-    t = args[i]
-    if not isinstance(t, Tensor) or not t.is_floating_point() or t._is_view():
-        return False
-    if len(args) == 1:
-        return True
-    other = args[1 - i]
-    return isinstance(other, Tensor) and other.dim() <= t.dim() and \
-        all(a == b or a == 1 for a, b in zip(reversed(other.shape), reversed(t.shape))) and \
-        torch.result_type(t, other) == t.dtype
-
-
-def _sole_owner(args: list, i: int, env: dict[str, Any], name: str) -> bool:
-    """Whether ``args[i]`` is referenced only by ``env[name]`` and ``args`` (and :func:`sys.getrefcount`'s
-    argument), and its storage by no other tensor."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    return count is not None and env.get(name) is args[i] and \
-        sys.getrefcount(args[i]) == 2 + sum(a is args[i] for a in args) and \
-        count(args[i].untyped_storage()._cdata) == 2
+    def free(self, names: tuple[str, ...], recycle: bool) -> None:
+        env, held, recycler = self.env, self.held, self.recycler if recycle else None
+        for v in names:
+            if v not in held:           # (a donor, :func:`~rulegraph.lifetimes.donor`, is gone already)
+                if recycler is not None:
+                    recycler.give(env.pop(v, None))
+                else:
+                    env.pop(v, None)
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -203,8 +165,9 @@ class Plan:
         self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
-        self.limits = InputLimits.of(graph, self.stage)
-        self._schedules: dict[tuple, Any] = {}     # free schedules and recomputable sets, by what they depend on
+        self.limits = InputLimits.of(graph, frozenset(v for v, k in self.stage.items() if k == Stage.SHAPE))
+        self.lifetimes = Lifetimes(frozenset(v for v, k in self.stage.items() if k == Stage.VALUE), self.value_steps,
+                                   frozenset(graph.input_names), frozenset(graph.outputs))
         self._skipping: dict[tuple, list[Step]] = {}
 
     @functools.cached_property
@@ -242,13 +205,13 @@ class Plan:
 
     # -- running ---------------------------------------------------------------------------
     def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None,
-                 donors: tuple[int, ...] = ()) -> None:
+                 donors: tuple[int, ...] = (), recycler: Recycler | None = None) -> None:
         """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
         ``donors``: the positions of inputs no later step reads, whose memory the step may write its output
-        into (:func:`_donor`)."""
+        into (:func:`~rulegraph.lifetimes.donor`); ``recycler``: where a large output may be written, else."""
         node = step.node
         args = [env[v] if v else None for v in node.inputs]
-        donor = _donor(step, args, env, donors) if donors else None
+        into = donor(step, args, env, donors) if donors else None
         for i, k in zip(step.static, step.static_stages):
             key = (node.index, i)
             if key in statics:
@@ -266,12 +229,17 @@ class Plan:
                 count = 0
             if count * self._itemsize > budget:
                 check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
-        if donor is None and step.spec.into is not None and \
-                recycling.large(count if count >= 0 else args[0].numel(), self._itemsize):
-            # (no size declared: one input, of the output's size); a tensor recycling kept, where there is one
-            donor = recycling.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
+        if into is None and recycler is not None and step.spec.into is not None and \
+                large(count if count >= 0 else args[0].numel(), self._itemsize):
+            # (no size declared: one input, of the output's size); a tensor the recycler kept, where there is one
+            into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
         try:
-            out = step.spec.forward(*args, **step.attrs) if donor is None else step.spec.into(*args, out=donor)
+            if into is not None:
+                out = step.spec.into(*args, out=into)
+            elif recycler is not None and step.spec.recycles:
+                out = step.spec.forward(*args, recycler=recycler, **step.attrs)
+            else:
+                out = step.spec.forward(*args, **step.attrs)
         except Exception as exc:  # an op failing on these inputs: name the node
             shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
                                                        if isinstance(a, Tensor) else repr(a)) for a in args)
@@ -285,12 +253,14 @@ class Plan:
                 env[name] = value
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
-            overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset()) -> Values:
+            overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset(),
+            recycler: Recycler | None = None) -> Values:
         """Run the graph; returns the :class:`Values` by name — all of them, or with ``keep`` only
         those plus the outputs (the rest is freed after its last use, which lets memory be
         reused while the forward runs; an elementwise op writes its output into an input that dies there,
-        :func:`_donor`). Of ``keep``, the values of ``spill`` (:meth:`recomputable`, :meth:`spillable`) are
-        freed too where they are large (:func:`_spilled`); a pass computes them again (:meth:`recompute`).
+        :func:`~rulegraph.lifetimes.donor`). Of ``keep``, the values of ``spill`` (:meth:`Lifetimes.recomputable
+        <rulegraph.lifetimes.Lifetimes.recomputable>`, :meth:`~rulegraph.lifetimes.Lifetimes.spillable`) are freed too where they are large (:func:`~rulegraph.lifetimes.spilled`); a pass
+        computes them again (:meth:`recompute`). ``recycler``: the explanation's, where it keeps large tensors.
 
         ``overrides`` maps value names to tensors used in place of what the graph would
         compute (e.g. embedding vectors replaced by interpolations, for integrated
@@ -310,11 +280,11 @@ class Plan:
             self._shape_cache.move_to_end(signature)
             shape_values, statics = cached
             env.update(shape_values)
-            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep, spill)
+            self._run_steps(self._without(self.value_steps, skipped), env, statics, keep, spill, recycler)
             env.statics = statics
             return env
         statics: dict = {}
-        self._run_steps(self._without(self.steps, skipped), env, statics, keep, spill)
+        self._run_steps(self._without(self.steps, skipped), env, statics, keep, spill, recycler)
         shape_values = {v: env[v] for s in self.steps if s.stage == Stage.SHAPE for v in s.node.outputs if v}
         self._shape_cache[signature] = (shape_values, statics)
         env.statics = statics
@@ -347,109 +317,19 @@ class Plan:
         return self._skipping[key]
 
     def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None,
-                   spill: frozenset[str] = frozenset()) -> None:
-        budget = tensor_budget()
-        if keep is None:
-            for step in steps:
-                self._execute(step, env, statics, budget)
-            return
-        held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
-        for step, (dead, made, donors) in zip(steps, self._free_schedule(steps, keep, spill)):
-            if donors and held:
-                donors = tuple(i for i in donors if step.node.inputs[i] not in held)
-            self._execute(step, env, statics, budget, donors)
-            if made:
-                held.update(v for v in made if not _spilled(env, step, v))
-            for v in dead:
-                if v not in held:
-                    recycling.give(env.pop(v, None))        # a donor (:func:`_donor`) is gone already
+                   spill: frozenset[str], recycler: Recycler | None) -> None:
+        lives = self.lifetimes.schedule(steps, keep, spill) if keep is not None else None
+        ForwardWalk(self, env, statics, recycler).run(steps, lives)
 
-    def _free_schedule(self, steps: list[Step], keep: frozenset[str], spill: frozenset[str]
-                       ) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]]:
-        """Per step, the value-dependent values no later step reads and ``keep`` does not hold (or holds
-        in ``spill``: freed unless kept when made), the values of ``spill`` the step makes, and, for an op
-        that can write into an input (:attr:`~rulegraph.ops.OpSpec.into`), the positions of its inputs
-        among the first (:func:`_donor`)."""
-        key = (id(steps), keep, spill)
-        if key not in self._schedules:
-            last: dict[str, int] = {}
-            for i, step in enumerate(steps):
-                for v in (*step.node.inputs, *step.node.outputs):
-                    if v and self.stage.get(v) == Stage.VALUE:
-                        last[v] = i
-            spare = (set(keep) - spill) | set(self.graph.outputs) | set(self.graph.input_names)
-            dead: list[list[str]] = [[] for _ in steps]
-            for v, i in last.items():
-                if v not in spare:
-                    dead[i].append(v)
-            self._schedules[key] = [
-                (tuple(d), tuple(v for v in s.node.outputs if v in spill),
-                 tuple(i for i, v in enumerate(s.node.inputs) if v in d and v not in s.node.outputs)
-                 if s.spec.into is not None else ())
-                for d, s in zip(dead, steps)]
-        return self._schedules[key]
-
-    def spillable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str]) -> frozenset[str]:
-        """The values of ``keep`` a pass may recompute when they outgrow their inputs: each the output of
-        an :attr:`~rulegraph.ops.OpSpec.outgrows` op (a product of two activations: attention scores)
-        named in ``producers`` (nodes whose own inputs the pass reads later than the value), from two or
-        more value inputs, all in ``keep`` (a product with a weight matrix is not one; ``keep`` here counts
-        what :meth:`recomputable` recomputes: rotated queries); never a value of ``spare``. The forward
-        frees such a value where it is large and has more elements than those inputs together (:meth:`run`'s
-        ``spill``, :func:`_spilled`): Q·Kᵀ at L × L from Q and K at L × d is freed, P·V at L × d is kept. The
-        recomputation runs the same kernel on the same tensors, so it equals the forward's value bit for bit."""
-        key = ("spillable", keep, producers, spare)
-        if key not in self._schedules:
-            found = set()
-            for step in self.value_steps:
-                node = step.node
-                if not step.spec.outgrows or node.name not in producers or len(node.outputs) != 1:
-                    continue
-                out = node.outputs[0]
-                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
-                if out in keep and out not in spare and len(ins) > 1 and all(v in keep for v in ins):
-                    found.add(out)
-            self._schedules[key] = frozenset(found)
-        return self._schedules[key]
-
-    def recomputable(self, keep: frozenset[str], producers: frozenset[str], spare: frozenset[str],
-                     depth: int = RECOMPUTE_DEPTH) -> frozenset[str]:
-        """The values of ``keep`` a pass can recompute instead of keeping them through the forward:
-        each the output of a :attr:`~rulegraph.ops.OpSpec.cheap` op (Add, Sub, Mul, Div: correctly rounded
-        IEEE operations; Softmax, Cast, Where: the same kernel on the same tensor; so the recomputed
-        tensor equals the forward's bit for bit) named in ``producers`` (nodes whose own inputs the pass
-        reads later than the value, so they are still there), from inputs kept or themselves
-        recomputable, at most ``depth`` ops deep; never a value of ``spare``. An attention's probabilities
-        are one: the scale, mask, softmax and cast after its scores are recomputed from them, and the
-        scores from the queries and keys where they outgrew them (:meth:`spillable`). The forward frees
-        them where they are large (:meth:`run`'s ``spill``, :func:`_spilled`)."""
-        key = ("recomputable", keep, producers, spare, depth)
-        if key not in self._schedules:
-            levels: dict[str, int] = {}
-            for step in self.value_steps:
-                node = step.node
-                if not step.spec.cheap or node.name not in producers or len(node.outputs) != 1:
-                    continue
-                out = node.outputs[0]
-                if out not in keep or out in spare or out in self.graph.input_names:
-                    continue
-                ins = [v for v in node.inputs if v and self.stage.get(v) == Stage.VALUE]
-                if not all(v in keep for v in ins):
-                    continue
-                level = 1 + max((levels.get(v, 0) for v in ins), default=0)
-                if level <= depth:
-                    levels[out] = level
-            self._schedules[key] = frozenset(levels)
-        return self._schedules[key]
-
-    def recompute(self, env: "Values", name: str) -> Tensor:
+    def recompute(self, env: "Values", name: str, recycler: Recycler | None = None) -> Tensor:
         """The value ``name``, computed again by its producer from ``env`` (its inputs first, where they
-        are missing too) and put back in ``env``; see :meth:`recomputable`."""
+        are missing too) and put back in ``env``; see :meth:`Lifetimes.recomputable
+        <rulegraph.lifetimes.Lifetimes.recomputable>`."""
         node = self.graph.producer[name]
         for v in node.inputs:
             if v and v not in env:
-                self.recompute(env, v)
-        self._execute(self.step_by_name[node.name], env, env.statics)
+                self.recompute(env, v, recycler)
+        self._execute(self.step_by_name[node.name], env, env.statics, recycler=recycler)
         return env[name]
 
     def feeds(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
@@ -488,65 +368,6 @@ class Plan:
 
     def outputs(self, env: dict[str, Tensor]) -> dict[str, Tensor]:
         return {name: env[name] for name in self.graph.outputs}
-
-
-@dataclass
-class InputLimits:
-    """What the inputs' values and sizes may be, read off the graph once: token ids index an
-    embedding table where a lookup reads the ids themselves, not a hash of them (``ids``: input →
-    (rows, table)); the sequence length is bounded by the export's ``rulegraph.max_length``, else by the rows of a position table (a table named like one, indexed
-    by values that depend only on the input shapes)."""
-
-    ids: dict[str, tuple[int, str]]
-    positions: tuple[int, str] | None
-
-    @classmethod
-    def of(cls, graph: Graph, stage: dict[str, Stage]) -> "InputLimits":
-        ids: dict[str, tuple[int, str]] = {}
-        for lk in lookups(graph):          # ids moved, not computed: the table's rows bound them
-            if lk.bounds_ids:
-                rows = int(constant_value(graph, lk.table).shape[0])
-                if lk.source not in ids or rows < ids[lk.source][0]:
-                    ids[lk.source] = (rows, lk.table)
-        positions = None
-        from .loaders.metadata import export_info
-        if export_info(graph).max_length is not None:
-            positions = (export_info(graph).max_length, "the export's rulegraph.max_length")
-        else:
-            for node in graph.nodes:
-                table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""
-                if table in graph.constants and graph.constants[table].is_floating_point() \
-                        and stage.get(node.inputs[1]) == Stage.SHAPE and _POSITION_TABLE.search(table):
-                    rows = int(graph.constants[table].shape[0])
-                    if positions is None or rows < positions[0]:
-                        positions = (rows, f"the position table {table!r}")
-        return cls(ids, positions)
-
-    def check(self, feeds: dict[str, Tensor], infos: dict) -> None:
-        """Refuse ids outside their embedding table, sequences longer than the position table, and
-        inputs that disagree on a dimension they share by name (``batch``, ``sequence``…)."""
-        seen: dict[str, tuple[str, int]] = {}
-        for name, value in feeds.items():
-            shape = infos[name].shape or ()
-            for d, symbol in enumerate(shape):
-                if isinstance(symbol, str) and d < value.dim():
-                    first = seen.setdefault(symbol, (name, value.shape[d]))
-                    if first[1] != value.shape[d]:
-                        raise InputError(f"input {name} has {value.shape[d]} along {symbol!r} (dim {d}) but "
-                                         f"{first[0]} has {first[1]}; they must agree (shape {tuple(value.shape)})")
-        for name, (rows, table) in self.ids.items():
-            ids = feeds[name]
-            if ids.numel() == 0:
-                raise InputError(f"input {name} is empty")
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0:
-                raise InputError(f"input {name} holds the id {low}; token ids are ≥ 0")
-            if high >= rows:
-                raise InputError(f"input {name} holds the id {high}, outside the vocabulary: the embedding table "
-                                 f"{table!r} has {rows} rows (ids 0…{rows - 1})")
-            if self.positions is not None and ids.dim() >= 2 and ids.shape[1] > self.positions[0]:
-                raise InputError(f"input {name} has {ids.shape[1]} positions; the model takes at most "
-                                 f"{self.positions[0]} ({self.positions[1]})")
 
 
 @functools.lru_cache(maxsize=None)

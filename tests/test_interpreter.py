@@ -154,16 +154,16 @@ def _chain():
 def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
     """An elementwise op writes into an input no later node reads (no allocation), and gives the bits
     the op gives when every value is kept."""
-    from rulegraph import interpreter
+    from rulegraph import interpreter, lifetimes
     donors = []                        # whether each call found one (holding the tensor would pin it)
-    find = interpreter._donor
+    find = interpreter.donor
 
     def spy(*args):
         found = find(*args)
         donors.append(found is not None)
         return found
-    monkeypatch.setattr(interpreter, "_donor", spy)
-    monkeypatch.setattr(interpreter, "DONATE_FROM", 0)
+    monkeypatch.setattr(interpreter, "donor", spy)
+    monkeypatch.setattr(lifetimes, "DONATE_FROM", 0)
     plan = prepare(_chain())
     x = torch.randn(4, 5)
     before = x.clone()
@@ -173,7 +173,7 @@ def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
     assert donors == [True] * 4                            # a → b → d → e → y (x is the caller's)
     assert torch.equal(lean["y"], whole["y"]) and torch.equal(x, before)
     donors.clear()
-    monkeypatch.setattr(interpreter, "DONATE_FROM", 4 * 5 * 4 + 1)
+    monkeypatch.setattr(lifetimes, "DONATE_FROM", 4 * 5 * 4 + 1)
     assert torch.equal(plan.run({"x": x}, keep=frozenset())["y"], whole["y"])
     assert donors == [False] * 4                           # below DONATE_FROM a fresh tensor is cheaper
     donors.clear()
@@ -184,8 +184,8 @@ def test_a_dying_input_takes_the_output_bit_for_bit(monkeypatch):
 @pytest.fixture
 def donating(monkeypatch):
     """Every dying input a candidate, however small (the chain's values are 80 bytes)."""
-    from rulegraph import interpreter
-    monkeypatch.setattr(interpreter, "DONATE_FROM", 0)
+    from rulegraph import lifetimes
+    monkeypatch.setattr(lifetimes, "DONATE_FROM", 0)
 
 
 def test_a_value_held_elsewhere_is_never_written_into(donating):

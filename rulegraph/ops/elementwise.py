@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import recycling
+from ..lifetimes import large
 from .spec import always, at_most_one, broadcast_size, only, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -41,19 +41,19 @@ def sub(a, b):
     return a - b
 
 
-def _mul_vjp(grads, inputs, outputs, wants, **_):
+def _mul_vjp(grads, inputs, outputs, wants, recycler=None, **_):
     g = grads[0]
     a, b = inputs
-    return [unbroadcast(_times(g, b), a.shape) if wants[0] else None,
-            unbroadcast(_times(g, a), b.shape) if wants[1] else None]
+    return [unbroadcast(_times(g, b, recycler), a.shape) if wants[0] else None,
+            unbroadcast(_times(g, a, recycler), b.shape) if wants[1] else None]
 
 
-def _times(g: Tensor, x: Tensor) -> Tensor:
-    """``g * x``, into a large tensor the explanation has finished with where ``g`` is one of that size
-    (:mod:`.recycling`)."""
-    if not recycling.large(g.numel(), g.element_size()) or not isinstance(x, Tensor):
+def _times(g: Tensor, x: Tensor, recycler) -> Tensor:
+    """``g * x``, into a large tensor the explanation has finished with where ``g`` is one of that size and
+    ``recycler`` has one (:class:`rulegraph.lifetimes.Recycler`)."""
+    if recycler is None or not large(g.numel(), g.element_size()) or not isinstance(x, Tensor):
         return g * x
-    return torch.mul(g, x, **recycling.broadcast_out(g, x))
+    return torch.mul(g, x, **recycler.broadcast_out(g, x))
 
 
 @op("Mul", affine=at_most_one(0, 1), arithmetic=True, product="elementwise", vjp=_mul_vjp, size=broadcast_size, into=torch.mul)

@@ -6,7 +6,6 @@ import math
 
 import torch
 
-from . import recycling
 from .spec import at_most_one, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -23,24 +22,24 @@ def nonzero_rows(flat: Tensor) -> Tensor:
     return ((low != 0) | (high != 0)).nonzero().squeeze(-1)
 
 
-def rows_matmul(g: Tensor, m: Tensor) -> Tensor:
+def rows_matmul(g: Tensor, m: Tensor, recycler=None) -> Tensor:
     """``g @ m`` for a weight matrix ``m``, multiplying only the rows of ``g`` that are not all zero
     where most are (checked above :data:`SPARSE_ROWS_FROM` elements, one pass over ``g``): the relevance
     of one position of a language model arrives at its [positions, vocabulary] logits, and the LM head's
     VJP then costs a row instead of one per position. The other rows are exactly 0 (a NaN row counts as
     not zero). A row with a single non-zero entry (a one-hot seed) gives the same bits either way."""
     if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2:
-        return product(g, m)
+        return product(g, m, recycler)
     flat = g.reshape(-1, g.shape[-1])
     rows = nonzero_rows(flat)
     if 2 * rows.numel() > flat.shape[0]:
-        return product(g, m)
+        return product(g, m, recycler)
     out = flat.new_zeros(flat.shape[0], m.shape[-1])
     out[rows] = torch.matmul(flat[rows], m)
     return out.reshape(*g.shape[:-1], m.shape[-1])
 
 
-def _matmul_vjp(grads, inputs, outputs, wants, **_):
+def _matmul_vjp(grads, inputs, outputs, wants, recycler=None, **_):
     """numpy matmul VJP: 1-D operands are promoted to (1, k) / (k, 1) matrices and batch dims
     broadcast, so the cotangent is promoted alike and the VJPs summed back to each shape."""
     g = grads[0]
@@ -51,7 +50,7 @@ def _matmul_vjp(grads, inputs, outputs, wants, **_):
         g = g.unsqueeze(-1)
     if a.dim() == 1:
         g = g.unsqueeze(-2)
-    ga = unbroadcast(rows_matmul(g, b2.mT), a2.shape).reshape(a.shape) if wants[0] else None
+    ga = unbroadcast(rows_matmul(g, b2.mT, recycler), a2.shape).reshape(a.shape) if wants[0] else None
     gb = unbroadcast(torch.matmul(a2.mT, g), b2.shape).reshape(b.shape) if wants[1] else None
     return [ga, gb]
 
@@ -70,31 +69,31 @@ def _matmul_size(args, attrs) -> int:
     return math.prod(_matmul_shape(args[0].shape, args[1].shape))
 
 
-def product(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b``, written into a large tensor the explanation has finished with where there is one of its
-    size (:mod:`.recycling`: the same kernel, without the page faults of a fresh one)."""
-    if a.dim() < 2 or b.dim() < 2:
+def product(a: Tensor, b: Tensor, recycler=None) -> Tensor:
+    """``a @ b``, written into a large tensor the explanation has finished with where ``recycler`` has one of
+    its size (:class:`rulegraph.lifetimes.Recycler`: the same kernel, without the page faults of a fresh one)."""
+    if a.dim() < 2 or b.dim() < 2 or recycler is None:
         return torch.matmul(a, b)
-    return torch.matmul(a, b, **recycling.out(_matmul_shape(a.shape, b.shape), a, b))
+    return torch.matmul(a, b, **recycler.out(_matmul_shape(a.shape, b.shape), a, b))
 
 
 @op("MatMul", affine=at_most_one(0, 1), product="contraction", vjp=_matmul_vjp, size=_matmul_size, outgrows=True)
-def matmul(a, b):
-    return product(a, b)
+def matmul(a, b, *, recycler=None):
+    return product(a, b, recycler)
 
 
 def _gemm_operands(a, b, transA, transB):
     return (a.mT if transA else a), (b.mT if transB else b)
 
 
-def _gemm_vjp(grads, inputs, outputs, wants, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+def _gemm_vjp(grads, inputs, outputs, wants, *, alpha=1.0, beta=1.0, transA=0, transB=0, recycler=None):
     g = grads[0]
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
     a2, b2 = _gemm_operands(a, b, transA, transB)
     out = [None, None, None][: len(inputs)]
     if wants[0]:
-        ga = unbroadcast(alpha * rows_matmul(g, b2.mT), a2.shape)
+        ga = unbroadcast(alpha * rows_matmul(g, b2.mT, recycler), a2.shape)
         out[0] = ga.mT if transA else ga
     if wants[1]:
         gb = unbroadcast(alpha * torch.matmul(a2.mT, g), b2.shape)

@@ -6,7 +6,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import recycling
 from .spec import Normalization, op, unbroadcast
 
 Tensor = torch.Tensor
@@ -20,7 +19,7 @@ def _softmax_axis(x: Tensor, axis: int, coerce_2d: int):
     return x.reshape(*x.shape[:axis], -1), axis, x.shape
 
 
-def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
+def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0, recycler=None):
     if not wants[0]:
         return [None]
     s, ax, shape = _softmax_axis(outputs[0], axis, coerce_2d)
@@ -28,16 +27,16 @@ def _softmax_vjp(grads, inputs, outputs, wants, *, axis=-1, coerce_2d=0):
     # s ⊙ (g − Σ g ⊙ s) by torch's fused kernel, the one autograd runs for softmax. It is private API,
     # kept because it is 1.6–3× faster than the plain expression on attention maps
     # (benchmarks/softmax_backward.py, results/softmax_backward.md); tests/ops check it against autograd.
-    buffer = recycling.out(s.shape, g, s).get("out")
+    buffer = recycler.out(s.shape, g, s).get("out") if recycler is not None else None
     gx = torch._softmax_backward_data(g, s, ax % s.dim(), s.dtype) if buffer is None else \
         torch.ops.aten._softmax_backward_data.out(g, s, ax % s.dim(), s.dtype, grad_input=buffer)
     return [gx if shape is None else gx.reshape(shape)]
 
 
 @op("Softmax", vjp=_softmax_vjp, cheap=True)
-def softmax(x, *, axis=-1, coerce_2d=0):
+def softmax(x, *, axis=-1, coerce_2d=0, recycler=None):
     y, ax, shape = _softmax_axis(x, axis, coerce_2d)
-    y = torch.softmax(y, dim=ax, **recycling.out(y.shape, y))
+    y = torch.softmax(y, dim=ax, **(recycler.out(y.shape, y) if recycler is not None else {}))
     return y if shape is None else y.reshape(shape)
 
 

@@ -119,12 +119,17 @@ class OpSpec:
     size: Callable[[list, dict], int] | None = None
     #: computing the output again costs about what reading it does, and gives it bit for bit (correctly
     #: rounded arithmetic, a softmax, a cast, a select): the relevance pass recomputes it in its walk rather
-    #: than keeping it through the forward (:meth:`rulegraph.interpreter.Plan.recomputable`)
+    #: than keeping it through the forward (:meth:`rulegraph.lifetimes.Lifetimes.recomputable`)
     cheap: bool = False
     #: a product of two activations whose output can be far larger than its inputs (attention scores,
     #: L × L from L × d): the relevance pass drops it in the forward where it outgrew them and computes it
-    #: again, bit for bit, when its walk gets there (:meth:`rulegraph.interpreter.Plan.spillable`)
+    #: again, bit for bit, when its walk gets there (:meth:`rulegraph.lifetimes.Lifetimes.spillable`)
     outgrows: bool = False
+    #: whether the forward (``recycles``) and the VJP (``vjp_recycles``) take a ``recycler``
+    #: (:class:`rulegraph.lifetimes.Recycler`) to write a large output into a tensor the explanation has
+    #: finished with; read off their signatures
+    recycles: bool = False
+    vjp_recycles: bool = False
     #: ``into(*args, out=t)``: the op's torch function writing its output into ``t``; an elementwise op whose
     #: input dies at its node (no later reader, no other reference) writes into that input's memory instead
     #: of allocating (:meth:`rulegraph.interpreter.Plan.run`): the same kernel, so the same bits
@@ -182,8 +187,11 @@ def op(name: str, *, domain: str = "", **traits: Any) -> Callable:
             raise TypeError(f"op {name!r}: product= is one of {', '.join(PRODUCT_KINDS)}")
         traits.setdefault("pointwise", bool(traits.get("elementwise") or traits.get("arithmetic")))
         traits.setdefault("cheap", bool(traits.get("arithmetic")))
-        defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
-                    if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+        parameters = inspect.signature(fn).parameters
+        defaults = {p.name: p.default for p in parameters.values()
+                    if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.name != "recycler"}
+        traits["recycles"] = "recycler" in parameters
+        traits["vjp_recycles"] = traits.get("vjp") is not None and "recycler" in inspect.signature(traits["vjp"]).parameters
         REGISTRY[key] = OpSpec(name=name, forward=fn, domain=domain, doc=(fn.__doc__ or "").strip(),
                                defaults=defaults, **traits)
         return fn
@@ -281,8 +289,12 @@ def autograd_vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: 
     return [(next(it) if w else None) for w in wants]
 
 
-def vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool], attrs: dict) -> list:
+def vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool], attrs: dict,
+        recycler=None) -> list:
+    """The op's VJP (its own, else autograd's); ``recycler``: where its large outputs may be written."""
     if spec.vjp is not None:
+        if recycler is not None and spec.vjp_recycles:
+            return spec.vjp(grads, inputs, outputs, wants, recycler=recycler, **attrs)
         return spec.vjp(grads, inputs, outputs, wants, **attrs)
     return autograd_vjp(spec, grads, inputs, outputs, wants, attrs)
 

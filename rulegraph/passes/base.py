@@ -57,7 +57,7 @@ from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
 from ..ops import lookup, unsupported
-from ..ops.recycling import recycling
+from ..lifetimes import Recycler
 from ..loaders import load
 from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
@@ -84,6 +84,7 @@ class Forward:
     objective: Objective | None = None  # a linear expression explained instead (``objective=``)
     mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
     final: dict | None = None           # the final Softmax / LogSoftmax explained as its logits (Admitted.final)
+    recycler: Recycler | None = None    # the explanation's, where the forward and the walk keep large tensors
 
     @property
     def out(self) -> Tensor:
@@ -192,16 +193,15 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
-    with recycling():
-        start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                        contrast=contrast, score=score, objective=objective, chosen=chosen)
-        return chosen().run(start, audit=audit, **options)
+    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
+                    contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler())
+    return chosen().run(start, audit=audit, **options)
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
-            chosen: type[Pass] = Pass) -> Forward:
+            chosen: type[Pass] = Pass, recycler: Recycler | None = None) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says."""
@@ -213,13 +213,15 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
+    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
+                      recycler=recycler)
     if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
         graph = with_batch_axis(graph, output)
         binding = ruleset.bind(graph)
         binding.require_complete()
         plan = prepare(graph, device, dtype)
-        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan))
+        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
+                          recycler=recycler)
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
@@ -233,7 +235,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     contrasts = None if contrast is None else runner_up(_picked(out, position), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping, admitted.final)
+                   mapping, admitted.final, recycler)
 
 
 #: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits

@@ -21,7 +21,6 @@ reports the largest error per node and per layer (``graph.layers``).
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -32,6 +31,8 @@ from ..audit import Audit, Conservation, LayerAudit, NodeAudit
 from ..errors import InputError, NumericalError, RuleMatchError
 from ..explanation import Explanation
 from ..interpreter import Values
+from ..ir import Node
+from ..lifetimes import StepLife, Walker, deaths, sole_owner
 from ..propagation.components import ComponentSite, GroupSums, Parts
 from ..ruleset import Binding
 from ..tolerances import relative, tolerance
@@ -162,15 +163,21 @@ def linear_in_groups(rules: dict) -> bool:
 
 
 def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep, linearized) -> Components:
-    binding, plan, env = forward.binding, forward.plan, forward.values
-    graph = binding.graph
-    wanted = set(graph.outputs)
-    last: dict[str, int] = {}
-    for i, node in enumerate(binding.reached):
-        for v, c in zip(node.inputs, binding.carried.get(node.name, ())):
-            if c:
-                wanted.add(v)
-                last[v] = i
+    binding = forward.binding
+    reads = [[v for v, c in zip(node.inputs, binding.carried.get(node.name, ())) if c] for node in binding.reached]
+    wanted = set(binding.graph.outputs).union(*reads)
+    parts, leaves = _boundary_parts(binding, forward.values, rows, onehot, wanted, linearized)
+    walker = DecompositionWalk(forward, rules, parts, wanted, audit, linearized)
+    walker.run(binding.reached, None if keep else      # components no later node reads: dropped after it
+               [StepLife(dead, (), ()) for dead in deaths(reads, set(binding.graph.outputs))])
+    settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
+                     if r.name == "activation"), {})
+    return Components(forward, partitions, rows, parts, walker.errors, walker.stranded, settings, leaves)
+
+
+def _boundary_parts(binding: Binding, env: Values, rows: "Rows", onehot: Tensor, wanted: set[str],
+                    linearized: bool) -> tuple[dict[str, Parts], dict[str, Tensor]]:
+    """The components of the boundary values (Eq. 14), and in the linearized pass their autograd leaves."""
     parts: dict[str, Parts] = {}
     leaves: dict[str, Tensor] = {}
     for v in binding.boundary:
@@ -188,56 +195,62 @@ def _walk(forward: Forward, rules, partitions, rows: "Rows", onehot, audit, keep
             groups = mask * x
             parts[v] = Parts(groups, x - groups.sum(0) if rows.mapping.values[v].origins is not None else
                              torch.zeros_like(x))
-    errors: dict[str, tuple[Tensor, Tensor]] = {}
-    sums = GroupSums()          # Σ_g D_g per group tensor, for the audit and the activations
-    stranded: list[str] = []
-    spare = set(graph.outputs) if not keep else None
-    for i, node in enumerate(binding.reached):
-        assignment = binding.assignments.get(node.name)
+    return parts, leaves
+
+
+class DecompositionWalk(Walker):
+    """The decomposition pass as a :class:`~rulegraph.lifetimes.Walker` over the reached nodes in topological
+    order, over the components (``parts``: value → :class:`Parts`): each visit maps a node's input
+    components to its outputs' by its rule; an input's components that die there are written into by the
+    rule where nothing else holds them, then dropped."""
+
+    def __init__(self, forward: Forward, rules: dict, parts: dict[str, Parts], wanted: set[str], audit: bool,
+                 linearized: bool):
+        super().__init__(parts)         # no recycler: components are dropped, not kept for reuse
+        self.binding, self.plan, self.values = forward.binding, forward.plan, forward.values
+        self.rules, self.wanted, self.audit, self.linearized = rules, wanted, audit, linearized
+        self.errors: dict[str, tuple[Tensor, Tensor]] = {}
+        self.sums = GroupSums()          # Σ_g D_g per group tensor, for the audit and the activations
+        self.stranded: list[str] = []
+
+    def visit(self, node: Node, life: StepLife | None) -> None:
+        parts, env = self.env, self.values
+        assignment = self.binding.assignments.get(node.name)
         if assignment is None:
-            stranded.append(node.name)
-            continue
-        rule = rules[id(assignment.rule)]
-        step = plan.step_by_name[node.name]
-        args = env.arguments(step)
-        carried = binding.carried[node.name]
+            self.stranded.append(node.name)
+            return
+        step = self.plan.step_by_name[node.name]
+        carried = self.binding.carried[node.name]
         in_parts = [parts.get(v) if c else None for v, c in zip(node.inputs, carried)]
         if any(c and p is None for c, p in zip(carried, in_parts)):
-            stranded.append(node.name)       # an input whose producer had no rule: taken as a constant
+            self.stranded.append(node.name)       # an input whose producer had no rule: taken as a constant
         if not any(p is not None for p in in_parts):
-            continue
+            return
         outputs = [env.get(v) for v in node.outputs]
         numel = max(1, outputs[0].numel() if isinstance(outputs[0], Tensor) else 1)
-        # inputs whose components no later node reads and nothing keeps: dropped after this node, and
-        # written into by its rule where nothing else holds them
-        dying = tuple(v for v in node.inputs if spare is not None and last.get(v) == i and v not in spare)
-        owned = [p is not None and not linearized and v in dying and _sole_holder(p)
+        # inputs whose components die here, written into by the rule where nothing else holds them
+        dying = life.dead if life is not None else ()
+        owned = [p is not None and not self.linearized and v in dying and _sole_holder(p)
                  for v, p in zip(node.inputs, in_parts)]
-        site = ComponentSite(node, step.spec, step.attrs, args, outputs, in_parts, chunk=max(1, CHUNK_ELEMENTS // numel),
-                             linearized=linearized, sums=sums, owned=owned)
-        result = rule_failed(rule.decompose, site, node, assignment.where)
+        site = ComponentSite(node, step.spec, step.attrs, env.arguments(step), outputs, in_parts,
+                             chunk=max(1, CHUNK_ELEMENTS // numel), linearized=self.linearized, sums=self.sums,
+                             owned=owned)
+        result = rule_failed(self.rules[id(assignment.rule)].decompose, site, node, assignment.where)
         del site        # it holds the inputs' components, which the next node's _sole_holder counts
         for v, value, p in zip(node.outputs, outputs, result, strict=True):
-            if p is None or v not in wanted:
+            if p is None or v not in self.wanted:
                 continue
             parts[v] = p
-            if audit:
+            if self.audit:
                 with torch.no_grad():
-                    gap = (p.total(sums) - value).abs().max()
-                    errors[node.name] = (gap, value.abs().max())
-        for v in dying:
-            parts.pop(v, None)
-    settings = next(({"variant": r.variant, "alpha": r.alpha, "lambda": r.threshold} for r in rules.values()
-                     if r.name == "activation"), {})
-    return Components(forward, partitions, rows, parts, errors, stranded, settings, leaves)
+                    gap = (p.total(self.sums) - value).abs().max()
+                    self.errors[node.name] = (gap, value.abs().max())
 
 
 def _sole_holder(parts: Parts) -> bool:
     """Whether ``parts`` alone holds its groups tensor: no other value's components (a rule that hands the
     groups on unchanged shares them) and no view of its memory."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    return count is not None and sys.getrefcount(parts.groups) == 2 and \
-        count(parts.groups.untyped_storage()._cdata) == 2
+    return sole_owner(parts.groups, 1)        # the attribute
 
 
 @dataclass

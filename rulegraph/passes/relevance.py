@@ -26,7 +26,7 @@ from ..errors import InputError, NumericalError
 from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
-from ..ops import recycling
+from ..lifetimes import Needs, Recycler, Release, StepLife, WalkCache, Walker, deaths
 from ..ops.linalg import nonzero_rows
 from ..ir import Node
 from ..propagation import RULES, Rule
@@ -226,8 +226,8 @@ class _Visit:
 
 def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
     """The reached nodes in walk order (reverse topological), prepared once per binding and plan."""
-    cache = binding.walks
-    if id(plan) not in cache or cache[id(plan)][0] is not plan:
+    cache = WalkCache.of(binding.walks, plan)
+    if cache.visits is None:
         graph = binding.graph
         visits = []
         for node in reversed(binding.reached):
@@ -238,30 +238,24 @@ def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
                 node, step if a else None, a.rule if a else None, a.where if a else "", tainted,
                 bool(a and step and a.rule.conserves(node, step.spec, tainted)),
                 [None if v in binding.boundary else _producer(graph, v) for v in node.inputs]))
-        cache[id(plan)] = (plan, visits)
-    return cache[id(plan)][1]
+        cache.visits = visits
+    return cache.visits
 
 
-def releases(visits: list[_Visit], spare: frozenset[str]) -> tuple[frozenset[str], list[tuple[str, ...]]]:
+def releases(visits: list[_Visit], spare: frozenset[str], constants: frozenset[str]) -> Release:
     """The values some visit reads (as an input or output of its node), and per visit those no later
-    visit reads and ``spare`` does not hold: :func:`walk` drops them from ``env`` after that visit, so
-    a value's memory is freed once its last reader has run (relevance held in signal form keeps its
-    own reference to the value until it is multiplied out); the values no visit reads go first."""
-    last: dict[str, int] = {}
-    for i, visit in enumerate(visits):
-        for v in (*visit.node.inputs, *visit.node.outputs):
-            last[v] = i
-    dead: list[list[str]] = [[] for _ in visits]
-    for v, i in last.items():
-        if v and v not in spare:
-            dead[i].append(v)
-    return frozenset(last) | spare, [tuple(d) for d in dead]
+    visit reads and neither ``spare`` nor ``constants`` holds: :func:`walk` drops them from ``env`` after
+    that visit, so a value's memory is freed once its last reader has run (relevance held in signal form
+    keeps its own reference to the value until it is multiplied out); the values no visit reads go first."""
+    reads = [(*visit.node.inputs, *visit.node.outputs) for visit in visits]
+    return Release(frozenset(v for names in reads for v in names) | spare,
+                   [StepLife(dead, (), ()) for dead in deaths(reads, spare | constants)])
 
 
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
          *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(),
-         release: frozenset[str] | None = None) -> Flow:
-    """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed``.
+         release: frozenset[str] | None = None, recycler: Recycler | None = None) -> Flow:
+    """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed`` (:class:`RelevanceWalk`).
 
     A conserving node's error is judged against the largest of |in|, |out| and
     |absorbed|; where those cancel (GI after a LayerNorm sums to ~0 from large terms),
@@ -271,64 +265,88 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
     With ``release`` (a set of value names), the walk owns ``env``: each forward value is deleted
     from it after its last reader (:func:`releases`), except the constants, ``output``, the
     boundary, ``record_at`` and the values ``release`` names, which the caller reads afterwards.
+    ``recycler``: the explanation's (:class:`~rulegraph.lifetimes.Recycler`), where it keeps large tensors.
     """
-    ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
-    incoming: dict[str, Incoming] = {}
-    inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
-    start = Incoming(env[output])
-    start.add(Contribution(signal=seed))
-    incoming[output] = start
-    flow = Flow(boundary={}, start=start, ledger=ledger)
-    if audit:
-        entry = ledger.arriving(start)
-        inflow[output] = [entry]
-        flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
-
+    walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, recycler)
     visits = _visits(binding, plan)
-    schedule = None
+    lives = None
     if release is not None:
         spare = frozenset(binding.boundary) | record_at | release | {output}
-        key = (id(plan), spare)
-        if key not in binding.walks or binding.walks[key][0] is not plan:
-            binding.walks[key] = (plan, releases(visits, spare))
-        read, schedule = binding.walks[key][1]
+        cache = WalkCache.of(binding.walks, plan)
+        if spare not in cache.releases:
+            cache.releases[spare] = releases(visits, spare, frozenset(plan.constants))
+        read, lives = cache.releases[spare].read, cache.releases[spare].lives
         for v in [v for v in env if v not in read and v not in plan.constants]:
             del env[v]
-    arriving: list[Incoming | None] = []
-    for i, visit in enumerate(visits):
-        site = inputs = contributions = None    # the last node's: they would hold its tensors
-        for a in arriving:                      # its relevance, handed on (or summed) by now
-            if a is not None and a is not start:        # (the flow keeps the seed)
-                recycling.give(a.drop())
-        if schedule is not None and i:
-            for v in schedule[i - 1]:
-                if v not in plan.constants:
-                    recycling.give(env.pop(v, None))
+    walker.run(visits, lives)
+    flow, incoming, inflow = walker.flow, walker.incoming, walker.inflow
+    for v in binding.boundary:
+        if v in incoming:
+            arrived = incoming.pop(v)
+            flow.boundary[v] = arrived.tensor
+            if arrived.signal is not None:
+                flow.signals[v] = arrived.signal
+    for v in incoming:  # relevance that reached a value no walked node produces
+        flow.stranded_entries[v] = inflow.get(v, [])
+    return flow
+
+
+class RelevanceWalk(Walker):
+    """The relevance pass as a :class:`~rulegraph.lifetimes.Walker` over the reached nodes, last first: each
+    visit hands the relevance arriving at a node's outputs to its rule, and the contributions to its
+    inputs; the relevance that arrived is recycled once the visit has handed it on."""
+
+    def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor, audit: bool,
+                 tolerance: float, record_at: frozenset[str], recycler: Recycler | None):
+        super().__init__(env, recycler)
+        self.binding, self.plan, self.audit, self.tolerance, self.record_at = binding, plan, audit, tolerance, record_at
+        ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
+        self.incoming: dict[str, Incoming] = {}
+        self.inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
+        self.start = Incoming(env[output])
+        self.start.add(Contribution(signal=seed))
+        self.incoming[output] = self.start
+        self.flow = Flow(boundary={}, start=self.start, ledger=ledger)
+        self.arriving: list[Incoming | None] = []
+        if audit:
+            entry = ledger.arriving(self.start)
+            self.inflow[output] = [entry]
+            self.flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
+
+    def free(self, names: tuple[str, ...], recycle: bool) -> None:
+        if recycle and self.recycler is not None:
+            for a in self.arriving:                 # its relevance, handed on (or summed) by now
+                if a is not None and a is not self.start:       # (the flow keeps the seed)
+                    self.recycler.give(a.drop())
+        super().free(names, recycle)
+
+    def visit(self, visit: _Visit, life: StepLife | None) -> None:
+        env, flow, incoming, inflow, ledger = self.env, self.flow, self.incoming, self.inflow, self.flow.ledger
         node = visit.node
-        arriving = [incoming.pop(v, None) for v in node.outputs]
+        arriving = self.arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
-            continue
-        if record_at:
+            return
+        if self.record_at:
             flow.recorded.update((v, a.tensor) for v, a in zip(node.outputs, arriving)
-                                 if a is not None and v in record_at)
+                                 if a is not None and v in self.record_at)
         arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
         if visit.rule is None:  # unmatched under on_unmatched: warn — relevance is stranded here
             flow.stranded_entries[node.name] = arrived
-            continue
+            return
         step = visit.step
         for v in (*node.inputs, *node.outputs):
             if v and v not in env:              # freed by the forward (RelevancePass.spills)
-                plan.recompute(env, v)
+                self.plan.recompute(env, v, self.recycler)
         inputs = env.arguments(step)
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
                     outputs=[env[v] if v else None for v in node.outputs],
-                    tainted=visit.tainted, incoming=arriving, audit=audit)
+                    tainted=visit.tainted, incoming=arriving, audit=self.audit, recycler=self.recycler)
         contributions = rule_failed(visit.rule.propagate, site, node, visit.where)
-        if not audit:
+        if not self.audit:
             for v, c, t in zip(node.inputs, contributions, visit.tainted, strict=True):
                 if c is not None and t:
                     incoming.setdefault(v, Incoming(env[v])).add(c)
-            continue
+            return
         record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
                           entries_absorbed=[ledger.total(t) for t in site.absorbed])
         for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources, strict=True):
@@ -342,23 +360,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
                 flow.edges.append(Edge(source, node.name, entry))
             else:
                 record.entries_absorbed.append(entry)
-        if visit.conserving and _needs_mass(ledger, record, tolerance):
+        if visit.conserving and _needs_mass(ledger, record, self.tolerance):
             record.entries_mass = [ledger.arriving(a, mass=True) for a in arriving if a is not None]
         flow.nodes.append(record)
-
-    if schedule:
-        for v in schedule[-1]:
-            if v not in plan.constants:
-                env.pop(v, None)
-    for v in binding.boundary:
-        if v in incoming:
-            arrived = incoming.pop(v)
-            flow.boundary[v] = arrived.tensor
-            if arrived.signal is not None:
-                flow.signals[v] = arrived.signal
-    for v in incoming:  # relevance that reached a value no walked node produces
-        flow.stranded_entries[v] = inflow.get(v, [])
-    return flow
 
 
 def _needs_mass(ledger: Ledger, record: NodeFlow, tolerance: float) -> bool:
@@ -476,15 +480,14 @@ class RelevancePass(Pass):
     def spills(cls, binding: Binding, plan: Plan) -> frozenset[str]:
         """The values the forward frees where they are large, because the walk computes them again when it
         reaches them, bit for bit: cheap arithmetic on kept values (an attention's scale, mask, softmax
-        and casts: :meth:`~rulegraph.interpreter.Plan.recomputable`) and the products of two activations
-        that outgrew their inputs (its scores: :meth:`~rulegraph.interpreter.Plan.spillable`); the
+        and casts: :meth:`~rulegraph.lifetimes.Lifetimes.recomputable`) and the products of two activations
+        that outgrew their inputs (its scores: :meth:`~rulegraph.lifetimes.Lifetimes.spillable`); the
         boundary, the outputs, the lookups' index values and the experts' routing weights are kept."""
-        key = ("spills", id(plan))
-        if key not in binding.walks or binding.walks[key][0] is not plan:
-            needed, reached, spare = binding.needed_values, frozenset(n.name for n in binding.reached), _spare(binding)
-            binding.walks[key] = (plan, plan.recomputable(needed, reached, spare) |
-                                  plan.spillable(needed, reached, spare))
-        return binding.walks[key][1]
+        cache = WalkCache.of(binding.walks, plan)
+        if cache.spills is None:
+            needs = Needs(binding.needed_values, frozenset(n.name for n in binding.reached), _spare(binding))
+            cache.spills = plan.lifetimes.recomputable(needs) | plan.lifetimes.spillable(needs)
+        return cache.spills
 
     def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
@@ -494,7 +497,7 @@ class RelevancePass(Pass):
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
                     tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe},
-                    release=frozenset(b.weights for b in moe))
+                    release=frozenset(b.weights for b in moe), recycler=forward.recycler)
         if audit:
             finish(flow)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}

@@ -88,9 +88,10 @@ class Site:
     incoming: list[Incoming | None]  # relevance at each output
     audit: bool = True
     absorbed: list[Tensor] = field(default_factory=list)  # extra absorbed amounts (ε…), summed by the audit
+    recycler: Any = None           # the explanation's Recycler (rulegraph.lifetimes), for the VJPs' large outputs
 
     def vjp(self, grads: list[Tensor | None], wants: list[bool]) -> list[Tensor | None]:
-        return vjp(self.spec, grads, self.inputs, self.outputs, wants, self.attrs)
+        return vjp(self.spec, grads, self.inputs, self.outputs, wants, self.attrs, self.recycler)
 
     def ratio(self, k: int, stabilizer: float = 0.0) -> Tensor | None:
         """``s = R / (z + ε·sign z)`` at output ``k``, starting from the signal where there is one.

@@ -7,6 +7,7 @@ from functools import cached_property
 from ..boundary import walk
 from ..errors import RuleMatchError, RulegraphError, UnsupportedOpError
 from ..ir import Graph, Node
+from ..lifetimes import WalkCache
 from ..ops import lookup
 from ..propagation import Rule
 
@@ -40,9 +41,8 @@ class Binding:
         #: what keeps the rule set from running on this graph, in walk order: a rule that cannot apply
         #: to the node it matched, an op with no implementation (``require_complete`` raises the first)
         self.problems: list[RulegraphError] = []
-        #: what a pass prepares once per binding and plan (the relevance walk's visits, by id(plan); its
-        #: release schedules, by (id(plan), the values it spares))
-        self.walks: dict = {}
+        #: what a pass prepares once per binding and plan, by id(plan)
+        self.walks: dict[int, WalkCache] = {}
         self._walk()
 
     def _walk(self) -> None:

@@ -367,7 +367,7 @@ def test_arithmetic_is_the_four_operations(s: Sample):
 
 @pytest.mark.parametrize("s", _declared("cheap"))
 def test_a_cheap_op_computed_again_gives_the_same_bits(s: Sample):
-    """The walk recomputes a cheap op's output (Plan.recomputable): a pointwise op, or one reducing along
+    """The walk recomputes a cheap op's output (Lifetimes.recomputable): a pointwise op, or one reducing along
     one axis (Softmax), whose second run on the same tensors equals the first bit for bit."""
     assert s.spec.pointwise or s.op == "Softmax", f"{s.id}: declared cheap but neither pointwise nor a softmax"
     first, again = s.call(), s.call()
@@ -390,7 +390,7 @@ def test_every_op_written_into_has_a_sample_to_write_into():
 
 @pytest.mark.parametrize("s", INTO)
 def test_writing_into_a_dying_input_gives_the_same_bits(s: Sample):
-    """The forward writes an elementwise op's output into an input that dies there (interpreter._donor):
+    """The forward writes an elementwise op's output into an input that dies there (lifetimes.donor):
     into any input of the output's shape and dtype, the same bits as the forward's own result."""
     expected = s.call()[0]
     for i in _donors(s):

@@ -2,8 +2,8 @@
 
 The forward keeps only the values a reached node touches, less those the walk computes again where
 they are large (``RelevancePass.spills``; ``SPILL_FROM`` bytes): the cheap arithmetic of
-``Plan.recomputable`` (an attention's scale, mask, softmax and cast) and the products that outgrow their
-inputs (``Plan.spillable``: its scores, once longer than a head is wide). The walk drops each value after
+``Lifetimes.recomputable`` (an attention's scale, mask, softmax and cast) and the products that outgrow their
+inputs (``Lifetimes.spillable``: its scores, once longer than a head is wide). The walk drops each value after
 its last reader, so when it ends only what the caller reads afterwards is left (the boundary, the
 explained output). Neither changes a number: the relevance and the audit equal, bit for bit, those of a
 walk over every forward value. The tiny models' tensors are all small, so the tests of the freeing set
@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rulegraph import RuleSet, interpreter
+from rulegraph import RuleSet, interpreter, lifetimes
 from rulegraph.boundary import walk as boundary_walk
 from rulegraph.interpreter import Stage
+from rulegraph.lifetimes import Needs
 from rulegraph.passes.base import Pass, forward, prepared
 from rulegraph.passes.relevance import RelevancePass, finish, walk
 
@@ -26,7 +27,7 @@ RULE_SETS = ["attnlrp", "gi", "lrp-ah-ln", "cp-lrp"]
 @pytest.fixture
 def spill_all(monkeypatch):
     """Every value the walk can compute again counts as large."""
-    monkeypatch.setattr(interpreter, "SPILL_FROM", 0)
+    monkeypatch.setattr(lifetimes, "SPILL_FROM", 0)
 
 
 def _inputs(length: int = 12):
@@ -62,9 +63,10 @@ def test_forward_keeps_only_what_the_walk_reads(causal_lm, rules, spill_all):
 
 
 def _products(start) -> frozenset[str]:
-    """The products :meth:`Plan.spillable` names (freed only where they also outgrew their inputs)."""
+    """The products :meth:`Lifetimes.spillable` names (freed only where they also outgrew their inputs)."""
     binding = start.binding
-    return start.plan.spillable(binding.needed_values, frozenset(n.name for n in binding.reached), frozenset())
+    return start.plan.lifetimes.spillable(Needs(binding.needed_values, frozenset(n.name for n in binding.reached),
+                                                frozenset()))
 
 
 @pytest.mark.parametrize("rules", ["attnlrp", "gi"])
@@ -75,19 +77,20 @@ def test_small_values_are_kept_rather_than_computed_again(causal_lm, rules, monk
     _, path = causal_lm
     calls = []
     recompute = interpreter.Plan.recompute
-    monkeypatch.setattr(interpreter.Plan, "recompute", lambda self, env, v: calls.append(v) or recompute(self, env, v))
+    monkeypatch.setattr(interpreter.Plan, "recompute", lambda self, env, v, *rest: calls.append(v) or
+                        recompute(self, env, v, *rest))
     start = _start(path, rules, RelevancePass, length=40)
     spilled = RelevancePass.spills(start.binding, start.plan)
     assert spilled <= _forward_values(start)
     RelevancePass().run(start, audit=True)
     assert calls == []
 
-    monkeypatch.setattr(interpreter, "SPILL_FROM", 40 * 40 * 4 * 2)       # above a hidden state, below a head's scores
+    monkeypatch.setattr(lifetimes, "SPILL_FROM", 40 * 40 * 4 * 2)       # above a hidden state, below a head's scores
     start = _start(path, rules, RelevancePass, length=40)
     freed = spilled - _forward_values(start)
-    assert freed and all(start.plan.recompute(start.values, v).numel() * 4 >= interpreter.SPILL_FROM
+    assert freed and all(start.plan.recompute(start.values, v).numel() * 4 >= lifetimes.SPILL_FROM
                          for v in sorted(freed))
-    assert all(start.values[v].numel() * 4 < interpreter.SPILL_FROM for v in spilled - freed)
+    assert all(start.values[v].numel() * 4 < lifetimes.SPILL_FROM for v in spilled - freed)
     RelevancePass().run(start, audit=True)
     assert calls
 
@@ -133,7 +136,7 @@ def test_attention_scores_are_recomputed_once_they_outgrow_queries_and_keys(caus
 def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype, length, spill_from, monkeypatch):
     _, path = causal_lm
     if spill_from is not None:
-        monkeypatch.setattr(interpreter, "SPILL_FROM", spill_from)
+        monkeypatch.setattr(lifetimes, "SPILL_FROM", spill_from)
     whole = _start(path, rules, Pass, dtype, length)          # every value kept, none released
     full = finish(walk(whole.binding, whole.plan, whole.values, whole.output, whole.seed, audit=True))
     lean = _start(path, rules, RelevancePass, dtype, length)
