@@ -28,7 +28,7 @@ from ...errors import InputError
 from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import Plan
-from ...ops.recycling import recycling
+from ...lifetimes import Recycler
 from ...passes.base import Pass, forward, pass_of
 from ...passes.relevance import walk
 from ...propagation.masked import masked
@@ -91,13 +91,14 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
     binding, gi = req.bind(rules), req.bind(RuleSet.load("gi"))
     nodes = [req.graph.node(b.product) for b in blocks]
     maps = frozenset(n.inputs[0] for n in nodes)
-    with recycling():
-        start = forward(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
-                        device=req.device, dtype=req.dtype, chosen=_keeping(gi.needed_values))
-        held = {v: start.values[v] for n in nodes for v in (n.inputs[1], n.outputs[0])}
-        with torch.no_grad():
-            weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps).recorded
-        e = pass_of(rules)().run(start, audit=req.audit, record=[n.outputs[0] for n in nodes])
+    recycler = Recycler()       # large tensors the forward and the walks drop, written into again
+    start = forward(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
+                    device=req.device, dtype=req.dtype, chosen=_keeping(gi.needed_values), recycler=recycler)
+    held = {v: start.values[v] for n in nodes for v in (n.inputs[1], n.outputs[0])}
+    with torch.no_grad():
+        weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps,
+                        recycler=recycler).recorded
+    e = pass_of(rules)().run(start, audit=req.audit, record=[n.outputs[0] for n in nodes])
     rollout = None
     for b, node in zip(blocks, nodes):
         if node.outputs[0] not in e.recorded:
