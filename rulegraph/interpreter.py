@@ -32,6 +32,7 @@ import torch
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .limits import InputLimits, check_tensor, tensor_budget
+from .loaders.metadata import export_info
 from .options import DTYPE_NAMES
 from .lifetimes import Lifetimes, Recycler, StepLife, Walker, donor, large, spilled
 from .ops import OpSpec, lookup
@@ -165,7 +166,8 @@ class Plan:
         self.value_steps = [s for s in self.steps if s.stage == Stage.VALUE]
         self.step_by_name = {s.node.name: s for s in self.steps}
         self._shape_cache: OrderedDict[tuple, tuple[dict, dict]] = OrderedDict()
-        self.limits = InputLimits.of(graph, frozenset(v for v, k in self.stage.items() if k == Stage.SHAPE))
+        self.limits = InputLimits.of(graph, frozenset(v for v, k in self.stage.items() if k == Stage.SHAPE),
+                                     export_info(graph).max_length)
         self.lifetimes = Lifetimes(frozenset(v for v, k in self.stage.items() if k == Stage.VALUE), self.value_steps,
                                    frozenset(graph.input_names), frozenset(graph.outputs))
         self._skipping: dict[tuple, list[Step]] = {}

@@ -69,8 +69,9 @@ class InputLimits:
     positions: tuple[int, str] | None
 
     @classmethod
-    def of(cls, graph, shaped: frozenset[str]) -> "InputLimits":
-        """The limits of ``graph``'s inputs; ``shaped``: the values fixed by the input shapes alone."""
+    def of(cls, graph, shaped: frozenset[str], max_length: int | None = None) -> "InputLimits":
+        """The limits of ``graph``'s inputs; ``shaped``: the values fixed by the input shapes alone;
+        ``max_length``: the export's ``rulegraph.max_length``, where it states one."""
         from .boundary import constant_value, lookups
         ids: dict[str, tuple[int, str]] = {}
         for lk in lookups(graph):          # ids moved, not computed: the table's rows bound them
@@ -79,10 +80,8 @@ class InputLimits:
                 if lk.source not in ids or rows < ids[lk.source][0]:
                     ids[lk.source] = (rows, lk.table)
         positions = None
-        from .loaders.metadata import export_info
-        limit = export_info(graph).max_length
-        if limit is not None:
-            positions = (limit, "the export's rulegraph.max_length")
+        if max_length is not None:
+            positions = (max_length, "the export's rulegraph.max_length")
         else:
             for node in graph.nodes:
                 table = node.inputs[0] if node.op == "Gather" and len(node.inputs) > 1 else ""
