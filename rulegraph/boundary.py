@@ -123,14 +123,6 @@ def _walk(graph: Graph) -> Walk:
         stopped: list[Node] = []
         rows: dict[str, tuple[str, int, bool]] = {}    # rows read from an integer table → (table, row dims, bounds)
 
-        def claim(node: Node, lookup: Lookup) -> None:
-            if node.name in owner and owner[node.name] != source:
-                raise ModelError(f"the embedding lookup {node.name!r} ({node.op}) reads indices computed from two "
-                                 f"inputs, {owner[node.name]} and {source}; rulegraph cannot say which input its "
-                                 "relevance belongs to")
-            owner[node.name] = source
-            found.append(lookup)
-
         for node in graph.nodes:
             reads = [i for i, v in enumerate(node.inputs) if v in known]
             if not reads:
@@ -141,7 +133,7 @@ def _walk(graph: Graph) -> Walk:
                 continue
             if reads == [0] and node.inputs[0] in rows and _dequantizes(node, graph):
                 table, features, bounds = rows[node.inputs[0]]       # a quantized table's rows made float
-                claim(node, Lookup(node, source, table, node.inputs[0], features, bounds, drop=features))
+                _claim(owner, found, Lookup(node, source, table, node.inputs[0], features, bounds, drop=features))
                 continue
             if node.op in LOOKUP_OPS and reads == [LOOKUP_OPS[node.op]]:
                 table = node.inputs[0]
@@ -156,7 +148,7 @@ def _walk(graph: Graph) -> Walk:
                 features = {"Gather": rank - 1, "GatherElements": 0}.get(node.op, -1)
                 bounds = node.op == "Gather" and indices in preserved
                 if _is_float_constant(graph, table):
-                    claim(node, Lookup(node, source, table, indices, features, bounds))
+                    _claim(owner, found, Lookup(node, source, table, indices, features, bounds))
                     continue
                 _extend(node, known, order)           # an integer table: a remapping of the ids, or quantized rows
                 rows.update({v: (table, features, bounds) for v in node.outputs if v and features >= 0})
@@ -174,6 +166,18 @@ def _walk(graph: Graph) -> Walk:
         ends[source] = tuple(stopped)
     found.sort(key=lambda lk: lk.node.index)
     return Walk(tuple(found), derived, ends)
+
+
+def _claim(owner: dict[str, str], found: list[Lookup], lookup: Lookup) -> None:
+    """Record ``lookup``; one whose indices are computed from two inputs is refused (``owner``: lookup node →
+    the input that reached it first)."""
+    node, source = lookup.node, lookup.source
+    if node.name in owner and owner[node.name] != source:
+        raise ModelError(f"the embedding lookup {node.name!r} ({node.op}) reads indices computed from two "
+                         f"inputs, {owner[node.name]} and {source}; rulegraph cannot say which input its "
+                         "relevance belongs to")
+    owner[node.name] = source
+    found.append(lookup)
 
 
 #: ops that turn a quantized table's integer rows into floats (onnxruntime's ``quantize_dynamic`` puts a
