@@ -1,4 +1,5 @@
-"""Forward interpreter: runs the IR with torch ops on CPU or CUDA, in float32 or float64.
+"""Forward interpreter: runs the IR with torch ops on CPU or CUDA, in any of :data:`DTYPES` (float32, float64;
+bfloat16 and float16 where the device computes in them).
 
 A :class:`Plan` is the graph prepared for one device and dtype. Preparing it sorts
 every value into the :class:`Stage` at which it is computed:

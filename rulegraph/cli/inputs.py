@@ -113,13 +113,6 @@ def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any],
     return results
 
 
-def _targets(opts: dict[str, Any]) -> dict[str, Any]:
-    """``contrast``, ``score`` and ``objective`` for the explain call, only when asked for."""
-    given = {"contrast": opts.get("contrast"), "score": opts.get("score") or "logit"}
-    given = {} if given == {"contrast": None, "score": "logit"} else given
-    return given if opts.get("objective") is None else {**given, "objective": opts["objective"]}
-
-
 def read_files(model: Path, tokenizer=None, rules=None, raw_inputs: tuple[str, ...] = (), *more) -> list[str]:
     """The files a command reads (the model, its tokenizer, a rule file, ``--input`` arrays, an
     image…): an output is never written over one of them."""

@@ -2,7 +2,7 @@
 
 An op is registered with :func:`op`::
 
-    @op("MatMul", affine=at_most_one_tainted, vjp=matmul_vjp)
+    @op("MatMul", affine=at_most_one(0, 1), product="contraction", vjp=_matmul_vjp)
     def matmul(a, b):
         return torch.matmul(a, b)
 
@@ -74,6 +74,17 @@ What the relevance rules read from an :class:`OpSpec`:
 ``bias``
     How the op adds its additive constant input (a Conv's or Gemm's bias) to the output, for
     the rules that book a bias's share without running the op on zeros.
+``size``
+    The number of elements of the output from the arguments, for an op whose output can outgrow its
+    inputs (Expand, Tile, MatMul…): checked against the one-tensor budget before the op runs (:mod:`rulegraph.limits`).
+``cheap`` / ``outgrows``
+    What the value lifetimes read (:mod:`rulegraph.lifetimes`): a cheap op's output (Add, Sub, Mul, Div,
+    Softmax, Cast, Where) is computed again by a walk where it is large rather than kept; a product of two
+    activations that outgrows them (attention scores) likewise.
+``into`` / ``recycles``
+    An elementwise op that can write its output into a dying input (``into``: the same kernel, the same
+    bits); an op whose forward or VJP takes ``recycler=`` (read off its signature) writes into a tensor
+    the explanation has finished with.
 ``defaults``
     The forward's keyword defaults: the ONNX attribute defaults (a test checks them
     against the ONNX schemas). The interpreter completes every node's attributes with
