@@ -53,12 +53,6 @@ def sole_owner(t: Tensor, references: int) -> bool:
         count(t.untyped_storage()._cdata) == 2
 
 
-def transformed(t: Tensor) -> bool:
-    """Whether ``t`` is a tensor of a torch.func transform (a vmap batch: ops there take no ``out=``)."""
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    return wrapped is None or wrapped(t)
-
-
 # -- liveness -------------------------------------------------------------------------------------------
 def deaths(reads: Iterable[Iterable[str]], spare: frozenset[str] | set[str]) -> list[tuple[str, ...]]:
     """Per step of a walk (``reads``: per step, the values it reads or makes), the values no later step
@@ -317,14 +311,16 @@ class Recycler:
 
     def out(self, shape: tuple[int, ...] | torch.Size, *operands: Tensor) -> dict[str, Tensor]:
         """``{"out": t}`` with a kept tensor of ``shape`` for an op of ``operands`` (one floating dtype and
-        device, none recorded by autograd), or ``{}``: the op then allocates as usual."""
+        device, none recorded by autograd), or ``{}``: the op then allocates as usual. (No recycler is handed
+        to an op under a torch.func transform, where ``out=`` is refused: the decomposition's vmapped rules
+        call their ops without one.)"""
         first = operands[0]
         numel = 1
         for n in shape:
             numel *= n
         if not large(numel, first.element_size()) or not first.is_floating_point():
             return {}
-        if any(o.dtype != first.dtype or o.device != first.device or transformed(o) for o in operands) or \
+        if any(o.dtype != first.dtype or o.device != first.device for o in operands) or \
                 torch.is_grad_enabled() and any(o.requires_grad for o in operands):
             return {}
         kept = self._free.get((numel, first.dtype, first.device))
