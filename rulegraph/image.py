@@ -148,7 +148,8 @@ def load(path: str | Path, *, size=224, resize: int | None = 256, mean: Sequence
         scale = height / h if height is not None else width / w
         height, width = height or max(1, round(h * scale)), width or max(1, round(w * scale))
         img = img.resize((width, height), Image.BILINEAR)
-        note = f"resized {w}×{h} to {width}×{height} (W×H; the aspect ratio kept, the model's free side follows it)"
+        note = (f"W×H {w}×{h} resized to {width}×{height} (to the {'height' if size[0] else 'width'} the model "
+                "fixes; the aspect ratio kept, no crop)")
     else:
         short = min(height, width)
         resize = resize or short
@@ -160,10 +161,11 @@ def load(path: str | Path, *, size=224, resize: int | None = 256, mean: Sequence
             img = img.resize((rw, rh), Image.BILINEAR)
         left, top = (rw - width) // 2, (rh - height) // 2
         img = img.crop((left, top, left + width, top + height))
-        done = [f"resized {w}×{h} to {rw}×{rh}"] if (rw, rh) != (w, h) else []
+        done = [f"resized to {rw}×{rh}"] if (rw, rh) != (w, h) else []
         if (rw, rh) != (width, height):
-            done.append(f"center-cropped {width}×{height} (cut {rw - width} columns, {rh - height} rows)")
-        note = (" then ".join(done) or f"taken as it is, {w}×{h}") + " (W×H)"
+            done.append(f"center-cropped to {width}×{height} ({rw - width} columns and {rh - height} rows cut: "
+                        "the model fixes both sides)")
+        note = f"W×H {w}×{h} " + (", then ".join(done) or "taken as it is")
     a = np.asarray(img, dtype=np.float32) / 255.0
     x = torch.from_numpy(a.reshape(height, width, channels))
     x = (x - torch.tensor(mean)) / torch.tensor(std)
