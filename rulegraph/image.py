@@ -103,6 +103,9 @@ def preprocessing(metadata: dict[str, str], *, size=None, resize: int | None = N
     info = parse(metadata)
     layout = layout or Layout()
     hw = parse_size(size)
+    if hw is not None and any(fixed not in (None, given) for fixed, given in zip((layout.height, layout.width), hw)):
+        raise InputError(f"--size {hw[0]},{hw[1]}: the model's input takes {layout.height or 'any'} × "
+                         f"{layout.width or 'any'} (H × W); give that size, or leave --size out")
     if hw is None and (layout.height or layout.width):
         hw = (layout.height, layout.width)
     if hw is None and info.image_size is not None:

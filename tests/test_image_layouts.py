@@ -141,6 +141,24 @@ def test_bad_size_on_the_command_line(capsys, models, picture):
     assert "--size '80x': give N (a square) or H,W" in said
 
 
+def test_a_size_the_model_does_not_take_is_refused(capsys, models, picture):
+    said = refusal(capsys, models["wide"], "--image", picture, "--size", "80")
+    assert "the model's input takes 80 × 160 (H × W)" in said
+    said = refusal(capsys, models["line"], "--image", picture, "--size", "32,64")
+    assert "takes 48 × any (H × W)" in said
+
+
+def test_the_html_page_of_an_nhwc_image_shows_it(tmp_path, models, picture):
+    import base64
+    import io
+    page = tmp_path / "e.html"
+    result = explain(models["nhwc"], "--image", str(picture), "--html", str(page))
+    assert result.exit_code == 0, result.output
+    encoded = page.read_text().split("data:image/png;base64,")[1].split('"')[0]
+    assert 1.8 < aspect(io.BytesIO(base64.b64decode(encoded))) < 3.6
+    assert 1.8 < aspect(tmp_path / "e.png") < 3.6
+
+
 def test_five_channels_last_is_refused_naming_the_layouts(capsys, tmp_path, picture):
     class Five(nn.Module):
         def __init__(self):
