@@ -61,10 +61,14 @@ def aspect(path) -> float:
     return w / h
 
 
+CROPPED = "W×H 120×80 resized to {}, then center-cropped to {} ({} columns and {} rows cut"
+
+
 @pytest.mark.parametrize("name, tensor, note, ratio", [
-    ("nhwc", "NHWC 1×16×16×3", "W×H 120×80 resized to 24×16, then center-cropped to 16×16 (8 columns and 0 rows cut", 1.0),
-    ("wide", "NCHW 1×3×80×160", "W×H 120×80 resized to 160×107, then center-cropped to 160×80 (0 columns and 27 rows cut", 2.0),
-    ("line", "NCHW 1×3×48×72", "W×H 120×80 resized to 72×48 (to the height the model fixes; the aspect ratio kept, no crop)", 1.5),
+    ("nhwc", "NHWC 1×16×16×3", CROPPED.format("24×16", "16×16", 8, 0), 1.0),
+    ("wide", "NCHW 1×3×80×160", CROPPED.format("160×107", "160×80", 0, 27), 2.0),
+    ("line", "NCHW 1×3×48×72", "W×H 120×80 resized to 72×48 (to the height the model fixes; the aspect ratio "
+                               "kept, no crop)", 1.5),
 ])
 def test_explained_in_the_model_s_own_layout_and_size(tmp_path, models, picture, name, tensor, note, ratio):
     out = tmp_path / "h.png"
@@ -72,7 +76,7 @@ def test_explained_in_the_model_s_own_layout_and_size(tmp_path, models, picture,
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert f"pixel_values {tensor}:" in said and note in said
-    assert 1.8 * ratio < aspect(out) < 3.6 * ratio        # input, overlay, heatmap side by side, each of the image's aspect
+    assert 1.8 * ratio < aspect(out) < 3.6 * ratio        # input, overlay, heatmap: each of the image's aspect
 
 
 def test_a_free_width_follows_the_image(tmp_path, models):

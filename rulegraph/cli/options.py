@@ -190,8 +190,9 @@ def image_options(f):
     floats = click.Tuple([float, float, float])
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
-                     help="an image for a vision model, in the input's layout (NCHW or NHWC): resized, center-cropped where the "
-                          "model fixes both sides (said in the output), normalised (see --size, --mean)"),
+                     help="an image for a vision model, in the input's layout (NCHW or NHWC): resized, "
+                          "center-cropped where the model fixes both sides (said in the output), normalised "
+                          "(see --size, --mean)"),
         click.option("--png", "png_path", type=PNG, metavar="OUT",
                      help="write a figure as a PNG: the tokens' scores, an image's heatmap (default with --image and "
                           "--html: beside the page), a generation's matrix"),
