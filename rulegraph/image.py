@@ -193,13 +193,14 @@ def image_axes(shape: Sequence[int]) -> tuple[int, int] | None:
 
 
 def is_image(tensor) -> bool:
-    """Whether a float tensor is shown as an image (:func:`image_axes`)."""
-    return tensor.is_floating_point() and image_axes(tensor.shape) is not None
+    """Whether a float tensor is shown as an image: image-shaped (:func:`image_axes`), or any 4-D one
+    (read as NCHW)."""
+    return tensor.is_floating_point() and (tensor.dim() == 4 or image_axes(tensor.shape) is not None)
 
 
 def to_chw(x: torch.Tensor, item: int = 0) -> torch.Tensor:
     """Batch item ``item`` of an image-shaped tensor (:func:`image_axes`) as ``[C, H, W]``."""
-    axes = image_axes(x.shape)
+    axes = image_axes(x.shape) or ((0, 1) if x.dim() == 4 else None)         # other channel counts: NCHW
     if axes is None:
         raise InputError(f"a tensor of shape {tuple(x.shape)} is not an image ([N, C, H, W], [N, H, W, C] "
                          "with C = 1 or 3, or [3, H, W] / [H, W, 3])")
@@ -215,6 +216,6 @@ def pixel_map(relevance: torch.Tensor, item: int = 0) -> np.ndarray:
     r = relevance.detach().double().cpu()
     if r.dim() == 2:
         return r.numpy()
-    if image_axes(r.shape) is None and r.dim() in (3, 4):      # other channel counts: read as (N)CHW
-        return (r[item] if r.dim() == 4 else r).sum(0).numpy()
+    if image_axes(r.shape) is None and r.dim() == 3:      # other channel counts: read as CHW
+        return r.sum(0).numpy()
     return to_chw(r, item).sum(0).numpy()
