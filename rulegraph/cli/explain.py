@@ -75,12 +75,16 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
         check_output(path, force, option, reads)
     if image_path is not None:
-        from ..image import load_image, preprocessing
-        pixels = next((i.name for i in graph.inputs if i.is_float), None)
+        from ..image import layout_of, load, preprocessing
+        pixels = next((i for i in graph.inputs if i.is_float), None)
         if pixels is None or texts:
             raise InputError("--image needs a model with a float (pixel) input, and no --text")
-        pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
-        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels: load_image(image_path, **pre)}}]
+        layout = layout_of(pixels.name, pixels.shape)
+        pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std,
+                            layout=layout)
+        x, note = load(image_path, **pre)
+        err.print(f"[dim]{escape(pixels.name)} {layout.name} {'×'.join(map(str, x.shape))}: {escape(note)}[/]")
+        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels.name: x}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
     if png_path is not None and len(requests) > 1:
@@ -89,12 +93,13 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if image_path is not None:
         results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
     if png_path is not None:
+        from ..image import is_image, preprocessing
         from ..render.figure import explanation_figure, image_figure, save
         e = results[0]
-        images = [k for k, v in e.boundary.items() if v.dim() == 4]          # [batch, channels, height, width]
+        images = [k for k, v in e.boundary.items() if is_image(v)]          # NCHW, NHWC, CHW or HWC
+        if images and image_path is None:       # pixels given with --input: normalised as the export says
+            pre = preprocessing(graph.metadata, mean=image_mean, std=image_std)
         if images:
-            from ..image import preprocessing
-            pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
             figure = image_figure(e.boundary[images[0]], requests[0].get("inputs", {}).get(images[0]), mean=pre["mean"],
                                   std=pre["std"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
         else:
@@ -105,8 +110,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     for i, e in enumerate(results):
         if quiet:
             break
-        if image_path is not None:
-            out.print(render.summary_table(e))
+        if image_path is not None or render.image_key(e) is not None:     # an image: its heatmap, never its pixels
+            for line in render.image_lines(e):
+                out.print(line)
             continue
         if len(results) > 1:
             out.rule(f"{i + 1}/{len(results)}")

@@ -190,14 +190,18 @@ def image_options(f):
     floats = click.Tuple([float, float, float])
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
-                     help="an image for a vision model: resized, center-cropped, normalised (see --size, --mean)"),
+                     help="an image for a vision model, in the input's layout (NCHW or NHWC): resized, "
+                          "center-cropped where the model fixes both sides (said in the output), normalised "
+                          "(see --size, --mean)"),
         click.option("--png", "png_path", type=PNG, metavar="OUT",
                      help="write a figure as a PNG: the tokens' scores, an image's heatmap (default with --image and "
                           "--html: beside the page), a generation's matrix"),
-        click.option("--size", "image_size", type=click.IntRange(min=1), default=None,
-                     help="center-crop size [default: the export's rulegraph.image_size, else 224]"),
+        click.option("--size", "image_size", metavar="N|H,W", default=None,
+                     help="the model's image size: N (square) or H,W [default: the input's declared H×W (a free "
+                          "width keeps the image's aspect ratio), else the export's rulegraph.image_size, else 224]"),
         click.option("--resize", "image_resize", type=click.IntRange(min=1), default=None,
-                     help="shorter side before the crop [default: the export's image size, else 256]"),
+                     help="the shorter side of the crop's box, resized to before the center crop [default: the "
+                          "model's own size; 256 for the 224 default]"),
         click.option("--mean", "image_mean", type=floats, default=None,
                      help=f"per-channel mean subtracted (R G B) [default: the export's rulegraph.image_mean, "
                           f"else {' '.join(map(str, IMAGENET_MEAN))}]"),

@@ -36,14 +36,46 @@ def top_words(scored: list[tuple[str, float]], k: int = 5) -> Text:
     return text
 
 
+#: the most scores the terminal shows for one input (about a screen); the rest are in --json
+SCREEN = 400
+
+
+def image_key(e: Explanation) -> str | None:
+    """The first input whose relevance is image-shaped (:func:`rulegraph.image.is_image`), else ``None``."""
+    from ..image import is_image
+    return next((k for k, v in e.boundary.items() if is_image(v)), None)
+
+
+def image_lines(e: Explanation, item: int = 0) -> list:
+    """What ``rulegraph explain`` prints for an image: one line on its relevance (shape, sum, where the
+    most is), never a score per pixel, then the conservation summary."""
+    from ..image import pixel_map
+    key = image_key(e)
+    lines = []
+    if key is not None:
+        heat = pixel_map(e.boundary[key], item)
+        row, col = divmod(int(abs(heat).argmax()), heat.shape[1])
+        lines.append(Text(f"{key}: image relevance {'×'.join(map(str, e.boundary[key].shape))}, "
+                          f"{heat.shape[0]}×{heat.shape[1]} pixels (H×W), Σ {fmt(float(heat.sum()))}, largest "
+                          f"|relevance| at row {row}, column {col}; --png or --html draws the heatmap, --json holds "
+                          "every score"))
+    return [*lines, summary_table(e, item)]
+
+
 def explanation_lines(e: Explanation, item: int = 0) -> list:
-    """What ``rulegraph explain`` prints for one explained text: the tokens on their colours, the
-    words for and against, a note where special tokens hold the mass, the conservation summary."""
+    """What ``rulegraph explain`` prints for one explained text: the tokens on their colours (the
+    first :data:`SCREEN` of them), the words for and against, a note where special tokens hold the
+    mass, the conservation summary."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
     tokens = token_texts(e, item, len(scores))
     special = e.special[item] if e.special else None
-    lines = [heatmap_text(tokens, scores, special), top_words(e.words(key, item))]
+    shown = len(scores) if len(scores) <= SCREEN else SCREEN
+    lines = [heatmap_text(tokens[:shown], scores[:shown], special[:shown] if special else None)]
+    if shown < len(scores):
+        lines.append(Text(f"… {len(scores) - shown} more of {len(scores)} scores not shown (--json holds them all)",
+                          style="dim"))
+    lines.append(top_words(e.words(key, item)))
     note = mass_note(tokens, scores, special)
     if note:
         lines.append(Text(note, style="yellow"))

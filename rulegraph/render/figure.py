@@ -92,30 +92,40 @@ def explanation_image_figure(e, item: int = 0):
     """An image explanation's figure (:func:`image_figure`): batch item ``item``'s first image input,
     de-normalised as it was preprocessed, titled with what was explained."""
     from ..image import IMAGENET_MEAN, IMAGENET_STD
-    key = next(k for k, v in e.boundary.items() if v.dim() == 4)
+    from ..image import is_image
+    key = next(k for k, v in e.boundary.items() if is_image(v))
     mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
     pixels = e.pixels.get(key)
-    return image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
-                        mean=mean, std=std, title=explained_name(e, item))
+    return image_figure(e.boundary[key], pixels, mean=mean, std=std, title=explained_name(e, item), item=item)
 
 
-def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = ""):
+def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = "",
+                 item: int = 0):
     """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the
-    de-normalised input image and as an overlay on it when ``image`` is given. Returns the figure."""
+    de-normalised input image and as an overlay on it when ``image`` is given; batch item ``item``,
+    whatever the layout (NCHW, NHWC, CHW, HWC: :func:`rulegraph.image.image_axes`). Each panel has
+    the image's aspect ratio. Returns the figure."""
     import numpy as np
     import torch
 
-    from ..image import pixel_map
+    from ..image import pixel_map, to_chw
     plt = _pyplot()
-    heat = pixel_map(relevance)
+    heat = pixel_map(relevance, item)
     bound = float(np.abs(heat).max()) or 1.0
     panels = 3 if image is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
+    aspect = heat.shape[0] / heat.shape[1]                        # H / W
+    width = 4 if aspect <= 1 else max(1.5, 4 / aspect)
+    fig, axes = plt.subplots(1, panels, figsize=(width * panels, max(1.2, width * aspect) + 0.6), squeeze=False)
     if image is not None:
-        x = image.detach().double().cpu()[0] if image.dim() == 4 else image.detach().double().cpu()
-        x = x * torch.tensor(std, dtype=x.dtype).reshape(3, 1, 1) + torch.tensor(mean, dtype=x.dtype).reshape(3, 1, 1)
+        x = to_chw(image.detach().double().cpu(), item)
+        channels = x.shape[0]
+        m, s = (torch.tensor(v, dtype=x.dtype) for v in (mean, std))
+        if len(m) != channels:                    # a grey image under R, G, B values: their mean
+            m, s = m.mean().expand(channels), s.mean().expand(channels)
+        x = x * s.reshape(-1, 1, 1) + m.reshape(-1, 1, 1)
         picture = x.clamp(0, 1).permute(1, 2, 0).numpy()
-        axes[0][0].imshow(picture)
+        picture = picture[..., 0] if channels == 1 else picture
+        axes[0][0].imshow(picture, cmap="gray" if channels == 1 else None, vmin=0, vmax=1)
         axes[0][0].set_title("input")
         axes[0][1].imshow(picture)
         axes[0][1].imshow(heat, cmap="bwr", vmin=-bound, vmax=bound, alpha=0.55)

@@ -138,7 +138,8 @@ def _item(e, item: int, heading: str) -> str:
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
                  f"with <code>{html.escape(e.method)}</code>; scores from <code>{html.escape(key)}</code> "
                  f"(Σ {sum(scores):+.4g})</p>")
-    images = [k for k, v in e.boundary.items() if v.dim() == 4]
+    from ..image import is_image
+    images = [k for k, v in e.boundary.items() if is_image(v)]
     if images:          # an image: the picture, its relevance over it and beside it
         parts.append(_image(e, images[0], item))
     else:
