@@ -72,6 +72,8 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     if e.audit is not None:
         c = e.audit.conservation
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
+        words = c.summary(e.method, e.batch_size)
+        t.add_row("shares", Text(words.sentence, style="yellow" if words.flagged or words.near_zero else ""))
         for key, r in e.relevance.items():
             t.add_row(escape(f"Σ relevance at {key}"), fmt(float(r.sum())))
         t.add_row("absorbed (biases, constants, ε)", fmt(c.absorbed))
