@@ -96,6 +96,11 @@ class Shares:
     near_zero: bool
     sentence: str
 
+    def to_dict(self) -> dict:
+        """JSON's ``conservation.shares`` (the fractions and the flags) and ``conservation.sentence``."""
+        words = asdict(self)
+        return {"sentence": words.pop("sentence"), "shares": words}
+
 
 @dataclass
 class Conservation:
@@ -107,31 +112,33 @@ class Conservation:
     relative_error: float
     stranded: dict[str, float] = field(default_factory=dict)
 
-    def summary(self, method: str = "", items: int = 1) -> Shares:
+    def summary(self, method: str = "", items: int = 1, inputs: str = "tokens") -> Shares:
         """The shares of the explained value in one sentence a reader can act on. ``method``: the
         rule set's name (the advice names the sets that conserve to the tokens, not this one);
-        ``items``: the batch size (the figures are then the batch's sums, said so)."""
+        ``items``: the batch size (the figures are then the batch's sums, said so); ``inputs``: what
+        the boundary relevance sits on (``tokens``, ``pixels``)."""
         v = self.output_value
         parts = {"tokens": self.input_total, "absorbed": self.absorbed, "breaks": self.breaks, "residual": self.residual}
         batch = f" (the batch's {items} items summed: the audit is for the whole batch)" if items > 1 else ""
         largest = max(abs(self.input_total), abs(self.absorbed), abs(self.breaks))
         if v == 0 or abs(v) < NEAR_ZERO * largest:
             return Shares(None, None, None, None, False, True,
-                          f"the explained value {v:+.3g}{batch} is near 0 next to its parts (tokens "
+                          f"the explained value {v:+.3g}{batch} is near 0 next to its parts ({inputs} "
                           f"{self.input_total:+.3g}, absorbed {self.absorbed:+.3g}, broken by design {self.breaks:+.3g}): "
-                          "shares of it would mean nothing; read the token scores against those parts")
+                          "shares of it would mean nothing; read the scores against those parts")
         share = {k: x / v for k, x in parts.items()}
         flagged = share["tokens"] < LITTLE
-        sentence = (f"the tokens carry {_pct(share['tokens'])} of the explained value {v:+.4g}{batch}, constants "
+        sentence = (f"the {inputs} carry {_pct(share['tokens'])} of the explained value {v:+.4g}{batch}, constants "
                     f"(absorbed: biases, LayerNorm β, ε, …) {_pct(share['absorbed'])}, broken by design "
                     f"{_pct(share['breaks'])}, unexplained {_pct(share['residual'])}")
         if flagged:
             why = "the opposite sign" if share["tokens"] < 0 else f"under {LITTLE:.0%} of it"
-            others = [f"`{m}`" for m in CONSERVE_TO_TOKENS if m != method]
+            others = [f"`{m}`" for m in CONSERVE_TO_TOKENS if m != method and inputs == "tokens"]
             advice = (f"for scores that carry it, use a rule set that conserves to the tokens ({' or '.join(others)}: "
-                      "no breaks, only constants absorb)" if abs(share["breaks"]) > abs(share["absorbed"])
-                      else "the constants took most of it: the scores are what biases, LayerNorm β and ε left")
-            sentence += f" — FLAGGED: the tokens carry {why}, so their scores tell only part of the story; {advice}"
+                      "no breaks, only constants absorb)" if others and abs(share["breaks"]) > abs(share["absorbed"])
+                      else "the constants took most of it: the scores are what biases, LayerNorm β and ε left"
+                      if abs(share["absorbed"]) >= abs(share["breaks"]) else "the rules' breaks took most of it")
+            sentence += f" — FLAGGED: the {inputs} carry {why}, so their scores tell only part of the story; {advice}"
         return Shares(share["tokens"], share["absorbed"], share["breaks"], share["residual"], flagged, False, sentence)
 
 
@@ -167,15 +174,10 @@ class Audit:
     def ok(self) -> bool:
         return self.conservation.relative_error <= self.tolerance
 
-    def to_dict(self, method: str = "", items: int = 1) -> dict:
-        """The audit as JSON; ``conservation.shares`` and ``conservation.sentence`` say it in words
-        (:meth:`Conservation.summary` of ``method`` over ``items`` batch items)."""
+    def to_dict(self) -> dict:
         c = asdict(self.conservation)
         c["residual_flagged"] = not self.ok
         c["quantization"] = self.quantization
-        words = self.conservation.summary(method, items)
-        c["shares"] = {k: getattr(words, k) for k in ("tokens", "absorbed", "breaks", "residual", "flagged", "near_zero")}
-        c["sentence"] = words.sentence
         return {
             "conservation": c,
             "tolerance": self.tolerance,

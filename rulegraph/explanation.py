@@ -72,7 +72,6 @@ class Explanation:
             lines.append(f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
                          f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}"
                          + (f" (the batch's {self.batch_size} items summed)" if self.batch_size > 1 else ""))
-            lines.append("  " + c.summary(self.method, self.batch_size).sentence)
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -144,7 +143,9 @@ class Explanation:
             by_word = [[{"word": w, "score": x} for w, x in self.words(item=b)] for b in range(self.batch_size)]
             d["words"] = by_word if self.batch_size > 1 else by_word[0]
         if self.audit is not None:
-            d.update(self.audit.to_dict(self.method, self.batch_size))
+            d.update(self.audit.to_dict())
+            from .render.colour import shares
+            d["conservation"].update(shares(self).to_dict())
         d.update(self.extra)
         for key in ("logprob", "objective_value"):
             if key in self.extra and self.batch_size == 1:

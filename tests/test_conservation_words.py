@@ -106,7 +106,7 @@ def test_the_sentence_in_the_terminal_the_page_and_json(bert_onnx, bert_graph, t
     page = explanation_fragment(e)
     assert "the tokens carry" in page and "<code>epsilon</code>" in page
     assert page.index("the tokens carry") < page.index("unexplained residual")      # the ledger stays below
-    assert "the tokens carry" in e._repr_html_() and sentence in repr(e)
+    assert "the tokens carry" in e._repr_html_()
 
     path = tmp_path / "e.json"
     code = main(["explain", str(bert_onnx), "-r", "gi", "-t", TEXT, "--target", "1", "--json", str(path)])
