@@ -73,7 +73,8 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
         c = e.audit.conservation
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
         words = shares(e)
-        t.add_row("shares", Text(words.sentence, style="yellow" if words.flagged or words.near_zero else ""))
+        warn = "yellow" if words.flagged or words.near_zero else ""
+        t.add_row("in words", Text(words.sentence, style=warn, justify="left"))
         for key, r in e.relevance.items():
             t.add_row(escape(f"Σ relevance at {key}"), fmt(float(r.sum())))
         t.add_row("absorbed (biases, constants, ε)", fmt(c.absorbed))
