@@ -144,6 +144,8 @@ class Explanation:
             d["words"] = by_word if self.batch_size > 1 else by_word[0]
         if self.audit is not None:
             d.update(self.audit.to_dict())
+            from .render.colour import shares
+            d["conservation"].update(shares(self).to_dict())
         d.update(self.extra)
         for key in ("logprob", "objective_value"):
             if key in self.extra and self.batch_size == 1:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ..audit import Audit
 from ..explanation import Explanation
-from ..render.colour import colour_scale, css, explained_name, ink, mass_note, shade, token_texts, verdict
+from ..render.colour import colour_scale, css, explained_name, ink, mass_note, shade, shares, token_texts, verdict
 
 
 def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | None = None) -> Text:
@@ -104,6 +104,9 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
     if e.audit is not None:
         c = e.audit.conservation
         flag = "[green]ok[/]" if e.audit.ok else "[red]FLAGGED[/]"
+        words = shares(e)
+        warn = "yellow" if words.flagged or words.near_zero else ""
+        t.add_row("in words", Text(words.sentence, style=warn, justify="left"))
         for key, r in e.relevance.items():
             t.add_row(escape(f"Σ relevance at {key}"), fmt(float(r.sum())))
         t.add_row("absorbed (biases, constants, ε)", fmt(c.absorbed))

@@ -1,5 +1,6 @@
 """PNG figures of an evaluation: mean perturbation curves per method, and the conservation
-scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3).
+scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3),
+labelled with the median of the per-item shares (:func:`~rulegraph.evaluate.summary.token_shares`).
 
 What is drawn how comes from declarations: a panel's title is the metric's ``title`` and
 direction, its axis the metric's ``x_label``; methods declared ``reference`` (random scores,
@@ -14,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..files import save_figure  # noqa: E402
+from .summary import token_shares  # noqa: E402
 
 
 def _colours(methods):
@@ -70,8 +72,8 @@ def conservation(summary, additive: dict[str, bool], path: Path, title: str = ""
         rows = [r for r in summary.rows if r["method"] == method and "error" not in r]   # failed rows have no logit
         x = [r["logit"] for r in rows]
         y = [r["relevance_sum"] for r in rows]
-        shares = sorted(b / a for a, b in zip(x, y) if a)
-        label = f"{method} (median Σ R / logit {shares[len(shares) // 2]:.2f})" if shares else method
+        shares = token_shares(summary.rows, method)
+        label = f"{method} (median per item Σ R / logit {shares[len(shares) // 2]:.2f})" if shares else method
         ax.scatter(x, y, s=7, alpha=0.55, color=colours[method], label=label, edgecolors="none")
         lo, hi = min([lo, *x, *y]), max([hi, *x, *y])
     ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls=":", label="Σ R = logit")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..audit import LITTLE
 from ..files import write_file
 from . import metrics as M, paired
 from .bootstrap import BOOTSTRAP, bootstrap
@@ -92,6 +93,26 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     return Summary(table, curves, throughput, n_examples, rows)
 
 
+def token_shares(rows: list[dict], method: str) -> list[float]:
+    """Per explained item of ``method``, the share of its own explained value its tokens carry
+    (Σ R over its tokens / its explained logit), sorted; failed items and a logit of 0 left out.
+    Per item, never a ratio of totals: one item with a large logit must not speak for the rest."""
+    mine = [r for r in rows if r["method"] == method and "error" not in r]
+    return sorted(r["relevance_sum"] / r["logit"] for r in mine if r["logit"])
+
+
+def conservation(summary: Summary, additive: dict[str, bool]) -> dict[str, dict[str, float]]:
+    """Per additive method: the median of :func:`token_shares`, how many items, and how many
+    whose tokens carry under half of the explained value or the opposite sign."""
+    out = {}
+    for method in summary.table:
+        shares = token_shares(summary.rows, method) if additive.get(method) else []
+        if shares:
+            out[method] = {"median_token_share": shares[len(shares) // 2], "n": len(shares),
+                           "under_half": sum(x < LITTLE for x in shares)}
+    return out
+
+
 def table_rows(summary: Summary, metrics: list[M.Metric], cell, bold):
     """(shown metrics, [(method, cells)]): each cell ``cell(stats)``, the best mean per metric
     passed through ``bold``, ``–`` where a method has no figure."""
@@ -152,6 +173,7 @@ def write(out: Path, summary: Summary, metrics: list[M.Metric], context: dict[st
         "timing": TIMING,
         "scores": summary.scores,
         "failed": summary.failed,
+        "conservation": conservation(summary, {n: m.additive for n, m in methods.items()}),
     }
     if summary.paired:
         doc["paired"] = paired.as_json(summary.paired)

@@ -109,6 +109,13 @@ def explained_name(e, item: int = 0) -> str:
     return name
 
 
+def shares(e):
+    """The audit's shares of the explained value in words (:meth:`rulegraph.audit.Conservation.summary`),
+    naming the inputs as they are: tokens, or an image's pixels."""
+    image = any(v.dim() == 4 for v in e.boundary.values())
+    return e.audit.conservation.summary(e.method, e.batch_size, "pixels" if image else "tokens")
+
+
 def verdict(e) -> str:
     """The audit in one sentence a reader can act on: is the residual small, and what do the
     absorbed and broken amounts mean for these rules."""

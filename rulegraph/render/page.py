@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from .colour import (NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, matrix_cells, shade,
+from .colour import (NEGATIVE, POSITIVE, colour_scale, explained_name, ink, mass_note, matrix_cells, shade, shares,
                      token_texts, verdict)
 from .figure import explanation_image_figure, save_png
 
@@ -160,7 +160,9 @@ def _audit(e) -> str:
     rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
              ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
     title = "conservation" if e.batch_size == 1 else f"conservation of the batch ({e.batch_size} items summed)"
+    words = shares(e)
     parts = ["<h2>the batch's audit</h2>" if e.batch_size > 1 else "",
+             f'<p class="{"note" if words.flagged or words.near_zero else "verdict"}">{_prose(words.sentence)}</p>',
              f"<table><tr><th>{title}</th><th></th></tr>" +
              "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>",
              f'<p class="verdict">{_prose(verdict(e))}</p>']
