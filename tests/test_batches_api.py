@@ -1,0 +1,60 @@
+"""A batch explanation in Python as the command line shows it: items by index, one argument order,
+a repr that lists every item; method options passed one way to explain and generate; errors in
+Python terms, and errors with a next step on the command line."""
+import pytest
+import torch
+
+import rulegraph
+from rulegraph.errors import InputError
+
+TEXTS = ["w1 w2 w3", "w4 w5", "w6 w7 w8 w9"]
+
+
+@pytest.fixture(scope="module")
+def batch(bert_onnx):
+    return rulegraph.explain(bert_onnx, "attnlrp", text=TEXTS, dtype=torch.float64)
+
+
+def test_a_batch_has_a_length_items_and_iteration(batch, bert_onnx):
+    assert len(batch) == 3 and [len(x) for x in batch] == [1, 1, 1]
+    for i, text in enumerate(TEXTS):
+        item, alone = batch[i], rulegraph.explain(bert_onnx, "attnlrp", text=text, dtype=torch.float64)
+        assert item.tokens == alone.tokens and item.texts == alone.texts and item.extra["text"] == text
+        assert item.target == [batch.target[i]] and item.output_value == [batch.output_value[i]]
+        n = len(alone.tokens[0])
+        assert item.scores() == batch.scores(i) and item.words() == batch.words(i)
+        assert item.scores()[:n] == pytest.approx(alone.scores(), abs=1e-9)
+        assert item.to_dict()["relevance"]["input_ids"] == item.scores()
+    assert batch[-1].scores() == batch.scores(2)
+
+
+def test_the_item_comes_first_and_the_input_name_is_a_keyword(batch):
+    assert batch.scores(1) == batch.scores(item=1) == batch.scores(1, key="input_ids")
+    assert batch.scores("input_ids", 1) == batch.scores(1)          # the former order, told apart by type
+    assert batch.scores(None, 1) == batch.scores(1)
+    assert batch.words(2) == batch.words("input_ids", 2) == batch.words(item=2, key="input_ids")
+    assert batch.scores(1) != batch.scores(0)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda b: b.scores(3), "item 3 is not in this batch of 3"),
+    (lambda b: b[5], "item 5 is not in this batch of 3"),
+    (lambda b: b.scores(0, key="pixels"), "no input named 'pixels'"),
+    (lambda b: b.scores(0, 1), "key is an input name"),
+    (lambda b: b.plot(7), "item 7 is not in this batch of 3"),
+    (lambda b: b["input_ids"], "a batch item is an int"),
+])
+def test_a_wrong_item_or_input_is_a_one_line_error(batch, call, message):
+    with pytest.raises(InputError, match=message) as caught:
+        call(batch)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_batch_repr_lists_every_item_and_an_item_says_its_audit_is_the_batch(batch):
+    text = repr(batch)
+    assert "a batch of 3 items" in text
+    assert [line.lstrip()[:3] for line in text.splitlines()[1:4]] == ["[0]", "[1]", "[2]"]
+    assert "w6w7w8w9" in text.replace(" ", "") and "the batch's 3 items summed" in text
+    item = repr(batch[1])
+    assert "item 1 of a batch of 3" in item and "batch audit" in item and "w4" in item
+    assert batch[1].audit is batch.audit
