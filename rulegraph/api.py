@@ -63,8 +63,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     text (the context).
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
-    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
+    if "options" in options and "options" not in declared and isinstance(options["options"], dict):
+        given = ", ".join(f"{k}={v!r}" for k, v in options["options"].items())
+        raise InputError(f"give {method.name}'s options as keywords ({given}), not options={{…}}")
+    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     encoder = None
     needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
     if text is not None or tokenizer is not None or needs_words:

@@ -58,3 +58,46 @@ def test_a_batch_repr_lists_every_item_and_an_item_says_its_audit_is_the_batch(b
     item = repr(batch[1])
     assert "item 1 of a batch of 3" in item and "batch audit" in item and "w4" in item
     assert batch[1].audit is batch.audit
+
+
+PROMPT = "w1 w2 w3 w4 w5"
+
+
+def test_method_options_pass_as_keywords_to_explain_and_generate(causal_lm):
+    _, path = causal_lm
+    g = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, steps=4, dtype=torch.float64)
+    g8 = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, steps=8, dtype=torch.float64)
+    four = rulegraph.explain(path, "ig", text=PROMPT, steps=4, dtype=torch.float64)
+    eight = rulegraph.explain(path, "ig", text=PROMPT, steps=8, dtype=torch.float64)
+    assert g.steps[0].scores != pytest.approx(g8.steps[0].scores, abs=1e-9)     # steps reached IG, both ways
+    assert four.scores() != pytest.approx(eight.scores(), abs=1e-9)
+    with pytest.warns(UserWarning, match="options"):
+        old = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, options={"steps": 4}, dtype=torch.float64)
+    assert old.steps[0].scores == g.steps[0].scores
+
+
+def test_steps_read_as_tokens_or_as_igs_option_is_refused_with_the_way_out(causal_lm):
+    _, path = causal_lm
+    with pytest.raises(InputError, match=r"steps=16 is ambiguous: ig's option steps, or the former name of "
+                                         r"max_new_tokens; give max_new_tokens=N") as caught:
+        rulegraph.generate(path, "ig", text=PROMPT, steps=16)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(InputError, match="steps given twice"):
+        rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, steps=4, options={"steps": 4})
+    with pytest.raises(InputError, match=r"give ig's options as keywords \(steps=4\), not options=\{…\}"):
+        rulegraph.explain(path, "ig", text=PROMPT, options={"steps": 4})
+    with pytest.warns(UserWarning, match="max_new_tokens"):      # no such option: still the former name
+        g = rulegraph.generate(path, "gi", text=PROMPT, steps=2, ignore_eos=True)
+    assert len(g.steps) == 2
+
+
+def test_encode_speaks_python_and_the_command_line_its_flags(bert_onnx, tmp_path, capsys):
+    import shutil
+    from rulegraph.cli import main
+    lone = tmp_path / "model.onnx"
+    shutil.copy(bert_onnx, lone)                      # no tokenizer.json beside it
+    with pytest.raises(InputError, match=r"text needs a tokenizer: give tokenizer=PATH") as caught:
+        rulegraph.encode(lone, "w1 w2")
+    assert "--" not in str(caught.value)
+    assert main(["explain", str(lone), "-r", "gi", "-t", "w1 w2"]) == 2
+    assert "--text needs --tokenizer PATH" in capsys.readouterr().err
