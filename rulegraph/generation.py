@@ -208,7 +208,8 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     prefix starts with the decoder start token the export recorded. ``method``: a rule set (a
     :class:`~rulegraph.RuleSet`, a shipped name or a YAML path) or any method of ``rulegraph
     methods``, with its options as keywords, as :func:`rulegraph.explain` takes them (a
-    decomposition's ``alpha="signed"``, IG's ``steps=16``; ``options={…}`` is their former form). The prompt (decoder-only) or
+    decomposition's ``alpha="signed"``, IG's ``steps=16``; ``options={…}`` is their former form).
+    The prompt (decoder-only) or
     source (encoder–decoder) is ``text`` (tokenized with ``tokenizer``, default the
     ``tokenizer.json`` beside the model) or ``inputs`` (``{"input_ids": [1, P]}``; an
     encoder–decoder may add its ``decoder_input_ids`` ``[1, T]``, a prefix that starts with the

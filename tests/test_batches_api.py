@@ -101,3 +101,33 @@ def test_encode_speaks_python_and_the_command_line_its_flags(bert_onnx, tmp_path
     assert "--" not in str(caught.value)
     assert main(["explain", str(lone), "-r", "gi", "-t", "w1 w2"]) == 2
     assert "--text needs --tokenizer PATH" in capsys.readouterr().err
+
+
+def _cli_error(capsys, *argv) -> str:
+    from rulegraph.cli import main
+    assert main([str(a) for a in argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_text_on_an_image_model_says_to_give_an_image(capsys, tmp_path):
+    import cnn
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    line = _cli_error(capsys, "explain", model, "-r", "epsilon-gamma-box", "-t", "a cat")
+    assert "this model takes an image (input 'pixel_values'), not text; give --image PATH" in line
+    with pytest.raises(InputError, match=r"give inputs=\{'pixel_values': rulegraph.image.load_image\(PATH\)\}"):
+        rulegraph.explain(model, "epsilon-gamma-box", text="a cat")
+
+
+def test_a_cnn_rule_set_on_a_language_model_names_the_rule_set_to_use(capsys, causal_lm):
+    _, path = causal_lm
+    line = _cli_error(capsys, "explain", path, "-r", "epsilon-gamma-box", "-t", "w1 w2")
+    assert "epsilon-gamma-box is a CNN rule set (`models: cnns`)" in line
+    assert line.endswith("for language models use attnlrp") and len(line) < 300
+
+
+def test_a_model_name_that_is_not_a_file_says_how_to_export_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _cli_error(capsys, "explain", "gpt2", "-r", "attnlrp", "-t", "w1")
+    assert "model file not found: gpt2" in line and "`rulegraph export HF_FOLDER OUT`" in line
