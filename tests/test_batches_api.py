@@ -131,3 +131,19 @@ def test_a_model_name_that_is_not_a_file_says_how_to_export_it(capsys, tmp_path,
     monkeypatch.chdir(tmp_path)
     line = _cli_error(capsys, "explain", "gpt2", "-r", "attnlrp", "-t", "w1")
     assert "model file not found: gpt2" in line and "`rulegraph export HF_FOLDER OUT`" in line
+
+
+def test_an_item_renders_as_a_page_and_a_figure(batch):
+    item = batch[2]
+    assert "w9" in item._repr_html_() and "w9" in item.to_html()
+    assert len(item.plot().axes) >= 1 and len(batch.plot(2).axes) >= 1
+
+
+def test_an_image_batch_lists_each_picture(tmp_path):
+    import cnn
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    b = rulegraph.explain(model, "epsilon-gamma-box", {"pixel_values": cnn.image(2, 16)}, dtype=torch.float64)
+    text = repr(b)
+    assert len(b) == 2 and "[0]" in text and "[1]" in text and "strongest" in text
+    assert b[1].boundary["pixel_values"].shape[0] == 1 and b[1].pixels["pixel_values"].shape[0] == 1
+    assert "item 1 of a batch of 2" in repr(b[1]) and "image pixel_values" in repr(b[1])
