@@ -147,3 +147,16 @@ def test_an_image_batch_lists_each_picture(tmp_path):
     assert len(b) == 2 and "[0]" in text and "[1]" in text and "strongest" in text
     assert b[1].boundary["pixel_values"].shape[0] == 1 and b[1].pixels["pixel_values"].shape[0] == 1
     assert "item 1 of a batch of 2" in repr(b[1]) and "image pixel_values" in repr(b[1])
+
+
+def test_the_command_line_passes_igs_steps_to_generation(capsys, causal_lm):
+    import json
+    _, path = causal_lm
+    from rulegraph.cli import main
+    runs = []
+    for steps in (4, 8):
+        assert main(["explain", str(path), "--method", "ig", "-o", f"steps={steps}", "-t", PROMPT, "--generate", "1",
+                     "--json", "-", "--dtype", "float64"]) == 0
+        runs.append(json.loads(capsys.readouterr().out)["steps"][0]["scores"])
+    direct = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, steps=4, dtype=torch.float64)
+    assert runs[0] == pytest.approx(direct.steps[0].scores, abs=1e-12) and runs[0] != pytest.approx(runs[1], abs=1e-9)
