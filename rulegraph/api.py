@@ -52,8 +52,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j`` with p held
     constant (``e.extra["logprob"]`` has log p_target). ``objective``: a linear expression of the
     explained position's logits and log-probabilities, e.g. ``"logprob[' Paris'] - logprob[' London']"``
-    (:mod:`rulegraph.objective`). ``options``: the method's options, e.g. a decomposition's
-    ``groups``, ``alpha``, ``threshold`` (:data:`rulegraph.options.PASS_OPTIONS`) or IG's ``steps``.
+    (:mod:`rulegraph.objective`). ``options``: the method's options as keywords, e.g. a
+    decomposition's ``groups``, ``alpha``, ``threshold`` (:data:`rulegraph.options.PASS_OPTIONS`) or
+    IG's ``steps=16``, as :func:`rulegraph.generate` takes them too.
+
+    A list of texts gives a batch: ``len(e)`` items, ``e[i]`` the i-th as an explanation of its own.
 
     Instead of ``inputs``, ``text="…"`` (or a list of texts, explained as one padded batch) is
     tokenized with ``tokenizer`` (a ``tokenizer.json`` path, a ``tokenizers.Tokenizer`` or a
