@@ -52,8 +52,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     ``"logprob"``: log softmax(z)_target, explained as ``z_target − Σ_j p_j z_j`` with p held
     constant (``e.extra["logprob"]`` has log p_target). ``objective``: a linear expression of the
     explained position's logits and log-probabilities, e.g. ``"logprob[' Paris'] - logprob[' London']"``
-    (:mod:`rulegraph.objective`). ``options``: the method's options, e.g. a decomposition's
-    ``groups``, ``alpha``, ``threshold`` (:data:`rulegraph.options.PASS_OPTIONS`) or IG's ``steps``.
+    (:mod:`rulegraph.objective`). ``options``: the method's options as keywords, e.g. a
+    decomposition's ``groups``, ``alpha``, ``threshold`` (:data:`rulegraph.options.PASS_OPTIONS`) or
+    IG's ``steps=16``, as :func:`rulegraph.generate` takes them too.
+
+    A list of texts gives a batch: ``len(e)`` items, ``e[i]`` the i-th as an explanation of its own.
 
     Instead of ``inputs``, ``text="…"`` (or a list of texts, explained as one padded batch) is
     tokenized with ``tokenizer`` (a ``tokenizer.json`` path, a ``tokenizers.Tokenizer`` or a
@@ -63,8 +66,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     text (the context).
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
-    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
+    if "options" in options and "options" not in declared and isinstance(options["options"], dict):
+        given = ", ".join(f"{k}={v!r}" for k, v in options["options"].items())
+        raise InputError(f"give {method.name}'s options as keywords ({given}), not options={{…}}")
+    graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     encoder = None
     needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
     if text is not None or tokenizer is not None or needs_words:

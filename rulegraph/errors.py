@@ -13,7 +13,13 @@ from typing import Iterable
 
 
 class RulegraphError(Exception):
-    """Base class: a problem with the user's model, rule file, inputs or options."""
+    """Base class: a problem with the user's model, rule file, inputs or options. The message
+    speaks Python's terms (``tokenizer=``); ``cli``, where it differs, the command line's
+    (``--tokenizer``), which the command line prints instead."""
+
+    def __init__(self, *args, cli: str | None = None):
+        super().__init__(*args)
+        self.cli = cli
 
 
 class ModelError(RulegraphError):

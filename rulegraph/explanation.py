@@ -3,7 +3,8 @@ terminal (``repr``: one screen), in a notebook (``_repr_html_``), as a page (``t
 figure (``plot``), with the renderers of :mod:`rulegraph.render`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import numbers
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,60 @@ class Explanation:
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
     score: str = "logit"                 # "logit", or "logprob" (see rulegraph.passes.base)
+    item_of: tuple[int, int] | None = None   # (index, batch size) for an item taken from a batch (``e[i]``)
 
     @property
     def batch_size(self) -> int:
         return len(self.target)
+
+    def __len__(self) -> int:
+        """The number of batch items."""
+        return self.batch_size
+
+    def __iter__(self):
+        return (self[i] for i in range(self.batch_size))
+
+    def __getitem__(self, item: int) -> Explanation:
+        """Batch item ``item`` as an explanation of batch 1: its scores, tokens, texts, target and
+        output value. The audit is the batch's (the relevance pass sums each node's figures over the
+        batch, so an item's own would need its own walk); ``repr`` says so."""
+        i = self._item(item)
+        n = self.batch_size
+
+        def one(v: Any) -> Any:
+            if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == n:
+                return v[i:i + 1]
+            if isinstance(v, (list, tuple)) and len(v) == n:
+                return [v[i]]
+            return v
+
+        extra = {k: (v[i] if k == "text" and isinstance(v, list) else one(v)) for k, v in self.extra.items()}
+        return replace(
+            self, output_tensor=one(self.output_tensor), target=[self.target[i]],
+            position=self.position[i] if isinstance(self.position, list) else self.position,
+            output_value=[self.output_value[i]], relevance={k: one(v) for k, v in self.relevance.items()},
+            boundary={k: one(v) for k, v in self.boundary.items()},
+            tokens=one(self.tokens), texts=one(self.texts), special=one(self.special), word_ids=one(self.word_ids),
+            pixels={k: one(v) for k, v in self.pixels.items()}, extra=extra,
+            recorded={k: one(v) for k, v in self.recorded.items()},
+            contrast=None if self.contrast is None else [self.contrast[i]],
+            item_of=(i, n) if self.item_of is None else self.item_of)
+
+    def _item(self, item: Any) -> int:
+        """``item`` checked: an int in range (negative counts from the end), else a one-line error."""
+        if not isinstance(item, numbers.Integral) or isinstance(item, bool):
+            raise InputError(f"a batch item is an int (0…{self.batch_size - 1}), got {item!r}")
+        i = int(item) + (self.batch_size if item < 0 else 0)
+        if not 0 <= i < self.batch_size:
+            raise InputError(f"item {item} is not in this batch of {self.batch_size} (items 0…{self.batch_size - 1})")
+        return i
+
+    def _key(self, key: str | None) -> str:
+        if key is None:
+            return next(iter(self.relevance))
+        if key not in self.relevance:
+            raise InputError(f"no input named {key!r} in this explanation; its inputs: {', '.join(self.relevance)}")
+        return key
 
     def name(self, index: int) -> str:
         """An output index as a reader knows it: its class label, or its token's text (with the id)."""
@@ -52,27 +103,54 @@ class Explanation:
         return f"{self.names[index]!r} ({index})" if index in self.names else str(index)
 
     def __repr__(self) -> str:
-        """One screen: what was explained, the tokens, the strongest for and against, the audit's verdict."""
-        from .render.colour import explained_name, token_texts
+        """One screen: what was explained, the tokens, the strongest for and against, the audit's
+        verdict; a batch lists each item in brief, then the batch's audit."""
+        if self.batch_size > 1:
+            return self._batch_repr()
+        from .render.colour import explained_name
         key = next(iter(self.relevance))
-        scores = self.scores(key)
-        lines = [f"Explanation({self.method}: {explained_name(self)} = {self.output_value[0]:.6g}"
-                 + (f", item 1 of {self.batch_size}" if self.batch_size > 1 else "") + ")"]
+        of = f", item {self.item_of[0]} of a batch of {self.item_of[1]}" if self.item_of else ""
+        lines = [f"Explanation({self.method}: {explained_name(self)} = {self.output_value[0]:.6g}{of})"]
         if self.boundary[key].dim() == 4:           # an image: its size and where its relevance is, not every pixel
             lines.append(_image_line(key, self.boundary[key][0]))
         else:
-            named = self.texts is not None or self.tokens is not None
-            tokens = token_texts(self, 0, len(scores))
-            ranked = sorted(self.words(key), key=lambda ws: ws[1])
-            lines += ["  tokens: " + _shorten("".join(tokens) if named else " ".join(tokens)),
-                      "  for: " + (", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—")
-                      + "   against: " + (", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")]
+            tokens, pro, con = self._brief(0, key)
+            lines += ["  tokens: " + tokens, "  for: " + pro + "   against: " + con]
         if self.audit is not None:
-            c = self.audit.conservation
-            lines.append(f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
-                         f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}"
-                         + (f" (the batch's {self.batch_size} items summed)" if self.batch_size > 1 else ""))
+            lines.append(self._audit_line()
+                         + (f" (batch audit: the batch's {self.item_of[1]} items summed)" if self.item_of else ""))
         return "\n".join(lines)
+
+    def _batch_repr(self) -> str:
+        from .render.colour import explained_name
+        key = next(iter(self.relevance))
+        lines = [f"Explanation({self.method}: a batch of {self.batch_size} items; e[i] is item i)"]
+        for i in range(self.batch_size):
+            head = f"  [{i}] {explained_name(self, i)} = {self.output_value[i]:.6g}"
+            if self.boundary[key].dim() == 4:
+                lines.append(head + _image_line(key, self.boundary[key][i]).replace(f"  image {key}", ";", 1))
+            else:
+                tokens, pro, _ = self._brief(i, key, width=60)
+                lines.append(f"{head}: {tokens}   for: {pro}")
+        if self.audit is not None:
+            lines.append(self._audit_line() + f" (the batch's {self.batch_size} items summed)")
+        return "\n".join(lines)
+
+    def _brief(self, item: int, key: str, width: int = 100) -> tuple[str, str, str]:
+        """Item ``item``'s tokens (shortened to ``width``), its strongest words for and against."""
+        from .render.colour import token_texts
+        n = len(self.scores(item, key))
+        named = self.texts is not None or self.tokens is not None
+        tokens = token_texts(self, item, n)
+        ranked = sorted(self.words(item, key), key=lambda ws: ws[1])
+        return (_shorten("".join(tokens) if named else " ".join(tokens), width),
+                ", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-3:]) if s > 0) or "—",
+                ", ".join(f"{w} {s:+.3g}" for w, s in ranked[:3] if s < 0) or "—")
+
+    def _audit_line(self) -> str:
+        c = self.audit.conservation
+        return (f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
+                f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}")
 
     def _repr_html_(self) -> str:
         from .render.page import explanation_fragment
@@ -88,27 +166,32 @@ class Explanation:
         return page
 
     def plot(self, item: int = 0, ax=None):
-        """Each token's score as a bar, or for an image the picture, the relevance over it and beside
-        it (matplotlib, as ``rulegraph explain --png`` draws them); returns the figure."""
+        """Batch item ``item``'s scores, each token's as a bar, or for an image the picture, the
+        relevance over it and beside it (matplotlib, as ``rulegraph explain --png`` draws them);
+        returns the figure."""
         from .render.figure import explanation_figure, explanation_image_figure
+        item = self._item(item)
         if any(v.dim() == 4 for v in self.boundary.values()):
             if ax is not None:
                 raise InputError("an image's figure has three panels of its own; call plot() without ax")
             return explanation_image_figure(self, item)
         return explanation_figure(self, item, ax)
 
-    def scores(self, key: str | None = None, item: int = 0) -> list[float]:
-        """Per-position scores of batch item ``item`` for one boundary key (default: the first)."""
-        key = key or next(iter(self.relevance))
-        return self.relevance[key][item].reshape(-1).tolist()
+    def scores(self, item: int = 0, key: str | None = None) -> list[float]:
+        """Per-position scores of batch item ``item`` for one input (``key``; default the first).
+        The former order ``scores(key, item)`` still works: an int is an item, a str an input name."""
+        item, key = _item_key(item, key)
+        return self.relevance[self._key(key)][self._item(item)].reshape(-1).tolist()
 
-    def words(self, key: str | None = None, item: int = 0) -> list[tuple[str, float]]:
+    def words(self, item: int = 0, key: str | None = None) -> list[tuple[str, float]]:
         """Item ``item``'s scores by word, for any method: the tokens of each word of the tokenizer's
         pre-tokenization (``word_ids``, the words of the decomposition's ``groups="word"``) merged, each
         with the sum of its tokens' scores; special tokens left out. Without word ids, a word starts
         after a space; without the tokens' texts, each position is its own word."""
         from .render.colour import token_texts, words
-        scores = self.scores(key, item)
+        item, key = _item_key(item, key)
+        item = self._item(item)
+        scores = self.scores(item, key)
         special = self.special[item] if self.special else [False] * len(scores)
         named = self.texts is not None or self.tokens is not None
         texts = token_texts(self, item, len(scores))
@@ -151,6 +234,16 @@ class Explanation:
             if key in self.extra and self.batch_size == 1:
                 d[key] = self.extra[key][0]
         return d
+
+
+def _item_key(item: Any, key: Any) -> tuple[Any, Any]:
+    """The arguments of ``scores`` / ``words`` in either order, told apart by type (an int is an
+    item, a str an input name); anything else is left for the checks to refuse."""
+    if (isinstance(item, str) or item is None) and (key is None or isinstance(key, numbers.Integral)):
+        return (0 if key is None else key), item           # the former order: scores(key, item)
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+        raise InputError(f"key is an input name (a str), got {key!r}; the item comes first: scores(item, key=…)")
+    return item, key
 
 
 def _image_line(key: str, relevance: Tensor) -> str:

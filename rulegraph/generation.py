@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -194,10 +195,10 @@ class _Layout:
 
 def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inputs: dict[str, Any] | None = None,
              max_new_tokens: int | None = None, continuation: str | Sequence[int] | None = None,
-             tokenizer: str | Path | None = None, options: dict[str, Any] | None = None, batch: int = 1,
+             tokenizer: str | Path | None = None, batch: int = 1,
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
              score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
-             steps: int | None = None) -> Generation:
+             steps: int | None = None, options: dict[str, Any] | None = None, **method_options: Any) -> Generation:
     """Generate up to ``max_new_tokens`` tokens greedily after a prompt (or take ``continuation``)
     and explain each.
 
@@ -206,7 +207,9 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     ``attention_mask``, ``decoder_input_ids``; output ``[batch, target positions, vocab]``), whose
     prefix starts with the decoder start token the export recorded. ``method``: a rule set (a
     :class:`~rulegraph.RuleSet`, a shipped name or a YAML path) or any method of ``rulegraph
-    methods``, with its ``options`` (a decomposition's ``alpha``…). The prompt (decoder-only) or
+    methods``, with its options as keywords, as :func:`rulegraph.explain` takes them (a
+    decomposition's ``alpha="signed"``, IG's ``steps=16``; ``options={…}`` is their former form).
+    The prompt (decoder-only) or
     source (encoder–decoder) is ``text`` (tokenized with ``tokenizer``, default the
     ``tokenizer.json`` beside the model) or ``inputs`` (``{"input_ids": [1, P]}``; an
     encoder–decoder may add its ``decoder_input_ids`` ``[1, T]``, a prefix that starts with the
@@ -214,7 +217,8 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     (tokenized without special tokens) or token ids to explain instead of generating. Generation
     stops after the end-of-sequence token (the export's ``rulegraph.eos_token_id``, else the
     tokenizer's ``</s>`` / ``<|endoftext|>``…), which is explained too, unless ``ignore_eos``.
-    ``steps``: the former name of ``max_new_tokens``. ``batch``:
+    ``steps``: the former name of ``max_new_tokens``, for a method with no option ``steps``; for
+    one with it (IG), its option, refused where it would be read as the number of tokens. ``batch``:
     continuation steps explained per call (each call's audit is the sum over its steps).
     ``progress`` is called with the number of steps done after each call. ``score``: as in
     :func:`rulegraph.explain`.
@@ -226,8 +230,24 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     from .objective import QUANTITIES
     from .text import TextEncoder
 
+    if options is not None:
+        warnings.warn("generate(options={…}) is now generate(…, KEY=VALUE), as explain takes them", stacklevel=2)
+        if not isinstance(options, dict):
+            raise InputError(f"options must be a dict of option name → value, got a {type(options).__name__}")
+        both = sorted(set(options) & set(method_options))
+        if both:
+            raise InputError(f"give {', '.join(both)} once: as a keyword ({both[0]}=…), not also in options={{…}}")
+        method_options = {**options, **method_options}
+    chosen = get(method)
+    if steps is not None and "steps" in {o.name for o in chosen.options}:
+        if max_new_tokens is None and continuation is None and not _has_prefix(inputs):
+            raise InputError(f"steps={steps!r} is ambiguous: {chosen.name}'s option steps, or the former name of "
+                             f"max_new_tokens; give max_new_tokens=N for the tokens to generate (and steps=… beside "
+                             f"it for {chosen.name}'s)")
+        if "steps" in method_options:
+            raise InputError("steps given twice (as steps=… and in options={…}); give it once")
+        method_options, steps = {**method_options, "steps": steps}, None
     if steps is not None:
-        import warnings
         warnings.warn("generate(steps=N) is now generate(max_new_tokens=N); steps= will be removed", stacklevel=2)
         if max_new_tokens is not None:
             raise InputError("give max_new_tokens=N (steps= is its former name), not both")
@@ -242,10 +262,9 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         raise InputError(f"batch must be an integer ≥ 1, got {batch!r}")
     if score not in QUANTITIES:
         raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
-    chosen = get(method)
     if not chosen.rule_set and score != "logit":
         raise InputError(f"score='logprob' is supported by rule sets; {chosen.name} is a baseline")
-    resolved = chosen.resolve(options or {})
+    resolved = chosen.resolve(method_options)
     graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.rule_set \
         else load(model)
 

@@ -62,12 +62,20 @@ class TextEncoder:
     @classmethod
     def for_model(cls, graph: Graph, model_path: str | Path | None, tokenizer: Any) -> "TextEncoder":
         """The tokenizer given (see :meth:`__init__`), or the ``tokenizer.json`` beside the model file."""
+        images = [i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 4]
+        if images and all(i.is_float for i in graph.inputs):
+            raise InputError(f"this model takes an image (input {images[0].name!r}), not text; give inputs="
+                             f"{{{images[0].name!r}: rulegraph.image.load_image(PATH)}}",
+                             cli=f"this model takes an image (input {images[0].name!r}), not text; give --image PATH")
         if tokenizer is None:
             if model_path is None:
-                raise InputError("--text needs --tokenizer PATH (a tokenizer.json)")
+                raise InputError("text needs a tokenizer: give tokenizer=PATH (a tokenizer.json) or a tokenizer "
+                                 "object", cli="--text needs --tokenizer PATH (a tokenizer.json)")
             tokenizer = cls.beside(model_path)
             if tokenizer is None:
-                raise InputError(f"--text needs --tokenizer PATH; no tokenizer.json next to {model_path}")
+                raise InputError(f"text needs a tokenizer: give tokenizer=PATH (a tokenizer.json); none is next to "
+                                 f"{model_path}",
+                                 cli=f"--text needs --tokenizer PATH; no tokenizer.json next to {model_path}")
         from .loaders.metadata import export_info
         return cls(tokenizer, export_info(graph).max_length)
 
@@ -149,7 +157,7 @@ class TextEncoder:
         return enc.ids[0]
 
     def fill(self, graph: Graph, encoded: Encoded, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The graph's inputs: the user's ``--input`` values, else what the text provides
+        """The graph's inputs: the user's (``inputs=``, ``--input``), else what the text provides
         (:func:`rulegraph.facts.token_feeds`)."""
         from .facts import token_feeds
         given = encoded.inputs
@@ -157,7 +165,9 @@ class TextEncoder:
                             given=extra)
         for name in graph.input_names:
             if name not in feeds:
-                raise InputError(f"the model's input {name!r} cannot be filled from text; give it with --input {name}=…")
+                unfilled = f"the model's input {name!r} cannot be filled from text"
+                raise InputError(f"{unfilled}; give it in inputs={{{name!r}: …}}",
+                                 cli=f"{unfilled}; give it with --input {name}=…")
         return feeds
 
 

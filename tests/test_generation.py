@@ -90,7 +90,7 @@ def test_gi_equals_autograd_gradient_times_input(causal_lm):
 
 def test_a_baseline_method_and_the_json_matrix(causal_lm):
     _, path = causal_lm
-    g = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=2, options={"steps": 4})
+    g = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=2, steps=4)
     assert g.method == "ig" and len(g.steps) == 2 and g.steps[0].residual is None
     d = g.to_dict()
     assert d["columns"] == g.columns and len(d["matrix"]) == 6 and d["matrix"][5][0] is None

@@ -63,7 +63,7 @@ def load_unknown_opset(n, out):
 
 
 def generate_unbounded(n, out):
-    rulegraph.generate(n["lm"], "gi", text="w1 w2", steps=100_000)
+    rulegraph.generate(n["lm"], "gi", text="w1 w2", max_new_tokens=100_000)
 
 
 def groups_huge_range(n, out):

@@ -111,7 +111,7 @@ def test_decomposition_groups_the_source_and_the_prefix(exported):
     are the per-step sums of the per-token ones (signed α: Group Additivity), plus the bias = logit."""
     _, module, path = exported
     feeds = prefixed(module, 7, 5)
-    g = rulegraph.generate(path, "decomposition", inputs=feeds, dtype=torch.float64, options={"alpha": "signed"})
+    g = rulegraph.generate(path, "decomposition", inputs=feeds, dtype=torch.float64, alpha="signed")
     full = {**feeds, "attention_mask": torch.ones_like(feeds["input_ids"])}
     e = rulegraph.explain(path, "decomposition", full, dtype=torch.float64, alpha="signed", position=3,
                           target=g.steps[3].token, groups="source:7")

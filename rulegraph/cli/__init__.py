@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except RulegraphError as exc:
         if debug:
             raise
-        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(exc.cli or str(exc))}", soft_wrap=True)
         return 2
     except Exception as exc:  # a defect: still one line, with a way to see more
         if debug:

@@ -71,9 +71,9 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
         task = progress.add_task("explaining generated tokens", total=steps or None)
         g = generate(graph, rules or method, text=texts[0] if texts else None, inputs=inputs or None, max_new_tokens=steps,
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
-                     options=options, batch=batch, output=opts["output_name"], device=opts["device"],
+                     batch=batch, output=opts["output_name"], device=opts["device"],
                      dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit", ignore_eos=ignore_eos,
-                     progress=lambda k: progress.advance(task, k))
+                     progress=lambda k: progress.advance(task, k), **options)
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):
         if g.continuation is not None:

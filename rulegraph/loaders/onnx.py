@@ -44,10 +44,11 @@ def model_file(path: str | Path) -> Path:
     """The ONNX file ``path`` names: itself, or the one ``.onnx`` file of a folder."""
     path = Path(path)
     if not path.exists():
-        hub = len(path.parts) == 2 and not str(path).startswith((".", "/")) and not path.suffix
+        hub = len(path.parts) <= 2 and not str(path).startswith((".", "/", "~")) and not path.suffix
         raise ModelError(f"model file not found: {path}" + (
-            f" (a model hub id? rulegraph reads files: save the model with transformers' save_pretrained, then "
-            f"`rulegraph export FOLDER OUT`)" if hub else ""))
+            f" (a Hugging Face model name? rulegraph reads files: save the model with transformers' "
+            f"save_pretrained(HF_FOLDER), then `rulegraph export HF_FOLDER OUT` and explain OUT/model.onnx)"
+            if hub else ""))
     if path.is_dir():
         candidates = sorted(path.glob("*.onnx"))
         if not candidates and (path / "config.json").is_file():

@@ -32,7 +32,10 @@ class Binding:
     def __init__(self, graph: Graph, ruleset):
         self.graph = graph
         self.ruleset = ruleset
-        self.boundary = ruleset.boundary.values(graph)
+        try:
+            self.boundary = ruleset.boundary.values(graph)
+        except RuleMatchError as exc:
+            raise _written_for(ruleset, graph) or exc from None
         self.tainted = _taint(graph, set(self.boundary))
         self.assignments: dict[str, Assignment] = {}
         self.unmatched: list[Node] = []
@@ -132,3 +135,19 @@ def _float_outputs(graph: Graph, node: Node) -> list[bool]:
     except UnsupportedOpError:      # reported by the walk (and by `rulegraph check`), not here
         return [True] * len(node.outputs)
 
+
+
+#: a rule set's ``models:`` → what it is, and the next step where a model of another kind has no boundary for it
+WRITTEN_FOR = {"cnns": ("a CNN rule set (`models: cnns`): it reads relevance at float (image) inputs",
+                        "for language models use attnlrp")}
+
+
+def _written_for(ruleset, graph: Graph) -> RuleMatchError | None:
+    """The error to give where a rule set finds no boundary on a model of a kind other than the one
+    it declares it is written for (``models:``): what it is and what to use instead (``None``: no advice)."""
+    if ruleset.models not in WRITTEN_FOR or any(i.is_float for i in graph.inputs):
+        return None
+    what, instead = WRITTEN_FOR[ruleset.models]
+    inputs = ", ".join(i.name for i in graph.inputs) or "none"
+    return RuleMatchError(f"no relevance boundary: {ruleset.name or ruleset.source} is {what}, and this model "
+                          f"has none (its inputs: {inputs}); {instead}")

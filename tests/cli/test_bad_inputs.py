@@ -166,7 +166,7 @@ CASES = [
     ("text-not-utf8", [*E, "-r", "gi", "-t", "w1 \udcff w2"], "--text is not valid UTF-8"),
     ("hf-folder", ["explain", "{dir}/hf", "-r", "gi", *T], "is a Hugging Face model folder, not an export: run "
                                                             "`rulegraph export"),
-    ("hub-id", ["explain", "bert-base/uncased", "-r", "gi", *T], "a model hub id?"),
+    ("hub-id", ["explain", "bert-base/uncased", "-r", "gi", *T], "a Hugging Face model name?"),
     ("text-no-tokenizer", ["explain", "{dir}/copy/model.onnx", "-r", "gi", *T], "no tokenizer.json next to"),
     ("tokenizer-missing", [*E, "-r", "gi", *T, "--tokenizer", "{dir}/none.json"], "tokenizer file not found"),
     ("tokenizer-bad", [*E, "-r", "gi", *T, "--tokenizer", "{dir}/not-json.json"], "is not a tokenizers tokenizer.json"),
