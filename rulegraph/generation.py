@@ -134,11 +134,11 @@ class Generation:
     def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
         """The matrix as a self-contained page; written to ``path`` when given (an existing file only
         with ``overwrite``)."""
-        from .explanation import _write
+        from .files import write_output
         from .render.page import generation_page
         page = generation_page(self)
         if path is not None:
-            _write(Path(path), page, overwrite)
+            write_output(Path(path), page, overwrite, "the page")
         return page
 
     def plot(self, title: str = ""):

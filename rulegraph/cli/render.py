@@ -50,6 +50,18 @@ def explanation_lines(e: Explanation, item: int = 0) -> list:
     return [*lines, summary_table(e, item)]
 
 
+def png_paths(path, explanations: int) -> list:
+    """Where ``--png PATH`` draws ``explanations`` explanations: ``PATH`` for one; one file per
+    text for several, numbered from 1 before the suffix (``e.png`` → ``e-1.png``, ``e-2.png``…)."""
+    from pathlib import Path
+    if path is None:
+        return []
+    path = Path(path)
+    if explanations == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(1, explanations + 1)]
+
+
 def fmt(x: float) -> str:
     return f"{x:+.4g}"
 
