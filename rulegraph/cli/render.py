@@ -28,12 +28,21 @@ def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | N
 
 def top_words(scored: list[tuple[str, float]], k: int = 5) -> Text:
     """The ``k`` most relevant words (``Explanation.words``) for and against the output, with their scores."""
-    ranked = sorted(scored, key=lambda ws: ws[1])
+    ranked = sorted(distinct(scored), key=lambda ws: ws[1])
     text = Text("for: ", style="bold")
     text.append(", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-k:]) if s > 0) or "—")
     text.append("   against: ", style="bold")
     text.append(", ".join(f"{w} {s:+.3g}" for w, s in ranked[:k] if s < 0) or "—")
     return text
+
+
+def distinct(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(word, score)`` pairs with a word that occurs more than once marked with its position
+    among the words (from 1: ``superb#2``, ``superb#7``), so that two of them can be told apart."""
+    counts: dict[str, int] = {}
+    for w, _ in scored:
+        counts[w] = counts.get(w, 0) + 1
+    return [(f"{w}#{i + 1}" if counts[w] > 1 else w, s) for i, (w, s) in enumerate(scored)]
 
 
 def explanation_lines(e: Explanation, item: int = 0) -> list:

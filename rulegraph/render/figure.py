@@ -62,9 +62,10 @@ def explanation_figure(e, item: int = 0, ax=None):
     return fig
 
 
-def generation_figure(g, title: str = ""):
+def generation_figure(g, title: str = "", ax=None):
     """The matrix as a heatmap: red for, blue against, each column scaled to its largest |relevance|,
-    grey where a row is not an input of the step. Returns the figure."""
+    grey where a row is not an input of the step; each column headed by its step's number over its
+    token, unrotated. Drawn into ``ax`` when given; returns the figure."""
     import matplotlib
     import numpy as np
 
@@ -72,13 +73,17 @@ def generation_figure(g, title: str = ""):
     plt = _pyplot()
     m = g.matrix.numpy() / np.array(scales(g))[None, :]
     rows, cols = m.shape
-    fig, ax = plt.subplots(figsize=(min(2 + 0.45 * cols, 14), min(1.5 + 0.22 * rows, 40)))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(min(2 + 0.6 * cols, 14), min(1.5 + 0.22 * rows, 40)))
+    else:
+        fig = ax.figure
     cmap = matplotlib.colormaps["bwr"].with_extremes(bad="#eeeeee")
     shown = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     every = max(1, rows // 60)
     labels = [t.strip() or repr(t) for t in g.rows]
     ax.set_yticks(range(0, rows, every), [labels[r] for r in range(0, rows, every)], fontsize=8)
-    ax.set_xticks(range(cols), [t.strip() or repr(t) for t in g.columns], rotation=90, fontsize=8)
+    ax.set_xticks(range(cols), [f"{i + 1}\n{t.strip() or repr(t)}" for i, t in enumerate(g.columns)], rotation=0,
+                  fontsize=8)
     if g.groups and g.groups[-1] != g.groups[0]:
         ax.axhline(g.groups.index(g.groups[-1]) - 0.5, color="black", linewidth=0.8)
     ax.set_xlabel("generated token")
