@@ -90,12 +90,11 @@ class Explanation:
 
     def plot(self, item: int = 0, ax=None):
         """Each token's score as a bar, or for an image the picture, the relevance over it and beside
-        it (matplotlib, as ``rulegraph explain --png`` draws them); returns the figure."""
+        it (matplotlib, as ``rulegraph explain --png`` draws them); into ``ax`` when given (an image's
+        relevance panel alone); returns the figure."""
         from .render.figure import explanation_figure, explanation_image_figure
         if any(v.dim() == 4 for v in self.boundary.values()):
-            if ax is not None:
-                raise InputError("an image's figure has three panels of its own; call plot() without ax")
-            return explanation_image_figure(self, item)
+            return explanation_image_figure(self, item, ax)
         return explanation_figure(self, item, ax)
 
     def scores(self, key: str | None = None, item: int = 0) -> list[float]:

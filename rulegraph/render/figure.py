@@ -93,20 +93,22 @@ def generation_figure(g, title: str = "", ax=None):
     return fig
 
 
-def explanation_image_figure(e, item: int = 0):
+def explanation_image_figure(e, item: int = 0, ax=None):
     """An image explanation's figure (:func:`image_figure`): batch item ``item``'s first image input,
-    de-normalised as it was preprocessed, titled with what was explained."""
+    de-normalised as it was preprocessed, titled with what was explained; into ``ax`` (the relevance
+    panel alone) when given."""
     from ..image import IMAGENET_MEAN, IMAGENET_STD
     key = next(k for k, v in e.boundary.items() if v.dim() == 4)
     mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
     pixels = e.pixels.get(key)
     return image_figure(e.boundary[key][item:item + 1], None if pixels is None else pixels[item:item + 1],
-                        mean=mean, std=std, title=explained_name(e, item))
+                        mean=mean, std=std, title=explained_name(e, item), ax=ax)
 
 
-def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = ""):
+def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = "", ax=None):
     """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the
-    de-normalised input image and as an overlay on it when ``image`` is given. Returns the figure."""
+    de-normalised input image and as an overlay on it when ``image`` is given; with ``ax``, the
+    relevance panel alone, drawn into it. Returns the figure."""
     import numpy as np
     import torch
 
@@ -114,8 +116,11 @@ def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[
     plt = _pyplot()
     heat = pixel_map(relevance)
     bound = float(np.abs(heat).max()) or 1.0
-    panels = 3 if image is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
+    if ax is not None:
+        image, fig, axes = None, ax.figure, [[ax]]
+    else:
+        panels = 3 if image is not None else 1
+        fig, axes = plt.subplots(1, panels, figsize=(4 * panels, 4), squeeze=False)
     if image is not None:
         x = image.detach().double().cpu()[0] if image.dim() == 4 else image.detach().double().cpu()
         x = x * torch.tensor(std, dtype=x.dtype).reshape(3, 1, 1) + torch.tensor(mean, dtype=x.dtype).reshape(3, 1, 1)
