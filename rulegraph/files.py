@@ -12,6 +12,8 @@ Every file rulegraph writes goes through this module:
 * :func:`write_file` and :func:`replacing` write a whole file beside the destination (a fresh
   temporary file, created exclusively) and rename it over the destination: a reader sees the old
   file or the new one, never half of one, and a stop leaves at worst a hidden ``.NAME.*.partial*``;
+* :func:`write_output` is the Python API's write (``to_html(path, overwrite=…)``): an existing
+  file only with ``overwrite``, then as :func:`write_file`;
 * :func:`append_lines` appends to a journal opened with ``O_NOFOLLOW``;
 * :class:`FolderLock` is the advisory lock (``flock``) of an output folder: a second writer is
   refused with the first one's pid; the lock dies with the process that holds it.

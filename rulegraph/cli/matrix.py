@@ -28,12 +28,14 @@ def steps_table(g: Generation, k: int = 5) -> Table:
         t.add_column(col, justify="left" if col in ("token", columns[-1]) else "right", overflow="fold")
     rows = g.rows
     column_scales = scales(g)
+    names = [f"{r!s}".strip() or repr(r) for r in rows]
+    names = [f"{n}#{r + 1}" if names.count(n) > 1 else n for r, n in enumerate(names)]   # a token held twice: its row
     for i, s in enumerate(g.steps):
         top = sorted(range(len(s.scores)), key=lambda r: -s.scores[r])[:k]
         cell = Text()
         for r in top:
             colour = shade(s.scores[r], column_scales[i])
-            cell.append(f"{rows[r]!s}".strip() or repr(rows[r]), style=f"{ink(colour)} on {css(colour)}")
+            cell.append(names[r], style=f"{ink(colour)} on {css(colour)}")
             cell.append(f" {s.scores[r]:+.3g}  ")
         residual = "" if s.residual is None else f"{s.residual:+.2e}"
         share = ["—" if x != x else f"{100 * x:.0f}%" for x in (float(v[i]) for v in shares.values())]

@@ -49,6 +49,19 @@ def test_matrix_columns_carry_their_step_numbers(generation):
     assert probabilities == [f"{s.probability:.3g}" for s in generation.steps]
 
 
+def test_rows_a_step_relied_on_are_named_by_their_row_when_repeated(causal_lm):
+    from rich.console import Console
+
+    from rulegraph.cli.matrix import steps_table
+    _, path = causal_lm
+    g = rulegraph.generate(path, "gi", text="w1 w2 w1 w2", max_new_tokens=1, ignore_eos=True)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(steps_table(g))
+    top = console.export_text()
+    named = re.findall(r"(w[12]\S*) [+-]", top)
+    assert sorted(named) == ["w1#1", "w1#3", "w2#2", "w2#4"], top
+
+
 def test_plots_draw_into_the_given_axes_with_upright_headers(generation, bert_onnx):
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2)
