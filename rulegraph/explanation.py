@@ -159,22 +159,21 @@ class Explanation:
     def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
         """The explanation as a self-contained page; written to ``path`` when given (an existing
         file only with ``overwrite``)."""
+        from .files import write_output
         from .render.page import explanations_page
         page = explanations_page([self])
         if path is not None:
-            _write(Path(path), page, overwrite)
+            write_output(Path(path), page, overwrite, "the page")
         return page
 
     def plot(self, item: int = 0, ax=None):
         """Batch item ``item``'s scores, each token's as a bar, or for an image the picture, the
-        relevance over it and beside it (matplotlib, as ``rulegraph explain --png`` draws them);
-        returns the figure."""
+        relevance over it and beside it (matplotlib, as ``rulegraph explain --png`` draws them); into
+        ``ax`` when given (an image's relevance panel alone); returns the figure."""
         from .render.figure import explanation_figure, explanation_image_figure
         item = self._item(item)
         if any(v.dim() == 4 for v in self.boundary.values()):
-            if ax is not None:
-                raise InputError("an image's figure has three panels of its own; call plot() without ax")
-            return explanation_image_figure(self, item)
+            return explanation_image_figure(self, item, ax)
         return explanation_figure(self, item, ax)
 
     def scores(self, item: int = 0, key: str | None = None) -> list[float]:
@@ -258,15 +257,3 @@ def _image_line(key: str, relevance: Tensor) -> str:
 
 def _shorten(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def _write(path: Path, content: str, overwrite: bool) -> None:
-    """``content`` to ``path``: an existing file only with ``overwrite``, never through a link."""
-    if path.is_symlink():
-        raise InputError(f"{path} is a link; rulegraph does not write through links")
-    if path.exists() and not overwrite:
-        raise InputError(f"{path} exists; pass overwrite=True to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.rulegraph-partial")
-    staged.write_text(content, encoding="utf-8")
-    staged.replace(path)

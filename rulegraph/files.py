@@ -6,10 +6,14 @@ Every file rulegraph writes goes through this module:
   written: a symbolic link (rulegraph never writes through one: the link's target would be
   replaced, truncated or created elsewhere), a directory, a device, an existing file without
   ``force``, a file this run reads (``inputs``: the model, the data, the tokenizer… — refused
-  even with ``force``), a folder without write permission;
+  even with ``force``), a folder without write permission; :func:`check_outputs` checks all the
+  outputs of one run together, and refuses two of them on one file, so that a run writes all its
+  outputs or none;
 * :func:`write_file` and :func:`replacing` write a whole file beside the destination (a fresh
   temporary file, created exclusively) and rename it over the destination: a reader sees the old
   file or the new one, never half of one, and a stop leaves at worst a hidden ``.NAME.*.partial*``;
+* :func:`write_output` is the Python API's write (``to_html(path, overwrite=…)``): an existing
+  file only with ``overwrite``, then as :func:`write_file`;
 * :func:`append_lines` appends to a journal opened with ``O_NOFOLLOW``;
 * :class:`FolderLock` is the advisory lock (``flock``) of an output folder: a second writer is
   refused with the first one's pid; the lock dies with the process that holds it.
@@ -79,6 +83,32 @@ def check_output(path: Path | None, force: bool, option: str, inputs: Iterable =
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or \
             (path.exists() and not os.access(path, os.W_OK)):
         raise InputError(f"{option} {path}: cannot write there (permission denied in {folder})")
+
+
+def check_outputs(outputs: Iterable[tuple[Path | None, str]], force: bool, inputs: Iterable = ()) -> None:
+    """Refuse, before any is written, the outputs of one run (``(path, option)`` pairs; ``None``
+    and ``-`` pass): each as :func:`check_output`, and two on one file (the same path, or one
+    file reached by two names)."""
+    inputs = list(inputs)
+    seen: list[tuple[Path, str]] = []
+    for path, option in outputs:
+        if path is None or str(path) == "-":
+            continue
+        check_output(path, force, option, inputs)
+        for earlier, first in seen:
+            if os.path.abspath(earlier) == os.path.abspath(path) or same_file(earlier, path):
+                raise InputError(f"{first} and {option} both name {path}; give each output its own file")
+        seen.append((Path(path), option))
+
+
+def write_output(path: Path, content: str | bytes, overwrite: bool, what: str = "the output") -> None:
+    """Write ``content`` to ``path`` from the Python API (``to_html(path, overwrite=…)``): an existing
+    file only with ``overwrite``, then as :func:`write_file`."""
+    path = Path(path)
+    if os.path.lexists(path) and not is_link(path) and path.is_file() and not overwrite:
+        raise InputError(f"{path} exists; pass overwrite=True to replace it")
+    check_output(path, True, what)
+    write_file(path, content, what)
 
 
 @contextlib.contextmanager

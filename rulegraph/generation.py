@@ -122,7 +122,7 @@ class Generation:
 
     def __repr__(self) -> str:
         """One screen: the method, the generated tokens with their probabilities, the rows."""
-        shown = ", ".join(f"{s.text!r} p={s.probability:.2f}" for s in self.steps[:8])
+        shown = ", ".join(f"{s.text!r} p={s.probability:.3g}" for s in self.steps[:8])
         more = f", … ({len(self.steps)} in all)" if len(self.steps) > 8 else ""
         return (f"Generation({self.method}, {self.mode}: {len(self.steps)} token(s), {len(self.rows)} rows "
                 f"({', '.join(f'{g} {self.groups.count(g)}' for g in dict.fromkeys(self.groups))}))\n"
@@ -135,17 +135,17 @@ class Generation:
     def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
         """The matrix as a self-contained page; written to ``path`` when given (an existing file only
         with ``overwrite``)."""
-        from .explanation import _write
+        from .files import write_output
         from .render.page import generation_page
         page = generation_page(self)
         if path is not None:
-            _write(Path(path), page, overwrite)
+            write_output(Path(path), page, overwrite, "the page")
         return page
 
-    def plot(self, title: str = ""):
-        """The matrix as a heatmap (matplotlib); returns the figure."""
+    def plot(self, title: str = "", ax=None):
+        """The matrix as a heatmap (matplotlib), into ``ax`` when given; returns the figure."""
         from .render.figure import generation_figure
-        return generation_figure(self, title)
+        return generation_figure(self, title, ax)
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "mode": self.mode, "prompt": self.prompt, "continuation": self.continuation,

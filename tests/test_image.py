@@ -96,7 +96,18 @@ def test_the_html_page_of_an_image_shows_the_picture_and_names_the_class(tmp_pat
     encoded = text.split("data:image/png;base64,")[1].split('"')[0]
     shown = Image.open(io.BytesIO(base64.b64decode(encoded)))
     assert shown.size[0] > 2 * shown.size[1]                          # input, overlay and heatmap side by side
-    assert (tmp_path / "e.png").is_file()                             # and the PNG beside the page
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "e.html", "img.png"]    # no PNG not asked for
+
+
+def test_an_image_page_beside_its_picture_leaves_the_picture_alone(tmp_path, picture):
+    """`--image v.png --html v.html`: the page only (no `v.png` drawn over the input, no refusal)."""
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    before = picture[0].read_bytes()
+    result = CliRunner().invoke(cli, ["explain", str(model), "--rules", "epsilon-gamma-box", "--image",
+                                      str(picture[0]), "--size", "16", "--resize", "24", "--html",
+                                      str(picture[0].with_suffix(".html"))])
+    assert result.exit_code == 0, result.output
+    assert picture[0].read_bytes() == before and picture[0].with_suffix(".html").is_file()
 
 
 # -- values, not only shapes ------------------------------------------------------------------

@@ -29,9 +29,8 @@ def compare_cmd(results, pairs, metric_names, seed, markdown_path, csv_path, for
     together when they scored the same texts with different methods."""
     from ..evaluate import paired
     from .evaluate import render_paired
-    from .inputs import check_output, write
-    check_output(markdown_path, force, "--markdown")
-    check_output(csv_path, force, "--csv")
+    from .inputs import check_outputs, write
+    check_outputs([(markdown_path, "--markdown"), (csv_path, "--csv")], force, [str(r) for r in results])
     rows = paired.read_results(results)
     if not rows:
         raise InputError(f"no results rows in {', '.join(map(str, results))}")

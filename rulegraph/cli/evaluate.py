@@ -85,12 +85,12 @@ def render_table(summary, metrics: list[M.Metric], title: str = "") -> Table:
                                 if getattr(summary, "skipped", 0) else ""))
     shown, rows = table_rows(summary, metrics, lambda s: f"{s['mean']:.3f} ± {(s['high'] - s['low']) / 2:.3f}",
                              lambda text: f"[bold]{text}[/]")
-    t.add_column("method")
-    t.add_column("scores")
-    for m in shown:
-        t.add_column(header(m), justify="right")
-    t.add_column("explained/min", justify="right")
-    t.add_column("evaluated/min", justify="right")
+    t.add_column("method", overflow="fold")
+    t.add_column("scores", overflow="fold")
+    for m in shown:                 # folded, never cut, on a narrow terminal (a metric's name is its meaning)
+        t.add_column(header(m), justify="right", overflow="fold")
+    t.add_column("explained/min", justify="right", overflow="fold")
+    t.add_column("evaluated/min", justify="right", overflow="fold")
     for method, cells in rows:
         tp = summary.throughput.get(method, {})
         t.add_row(method, summary.scores.get(method, ""), *cells, f"{tp.get('explain_per_minute', 0):.0f}", f"{tp.get('evaluated_per_minute', 0):.1f}")
@@ -106,7 +106,7 @@ def render_paired(result, title: str = "") -> Table:
     t.add_column("A − B")
     t.add_column("texts", justify="right")
     for m in metrics:
-        t.add_column(f"{m} {M.METRICS.get(m).direction()}", justify="right")
+        t.add_column(f"{m} {M.METRICS.get(m).direction()}", justify="right", overflow="fold")
     for pair, cells in result.items():
         t.add_row(pair, paired.texts(cells), *(paired.cell(cells[m]) for m in metrics))
     return t

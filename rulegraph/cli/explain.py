@@ -36,7 +36,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     generated token in turn: a rows × generated-tokens matrix (--png draws it)."""
     from ..ruleset import RuleSet
     from . import render
-    from .inputs import check_output, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
+    from .inputs import check_outputs, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
     from .options import pass_arguments, region_objective
     region_objective(opts)
     if bool(rules) == bool(method):
@@ -69,11 +69,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                                   ignore_eos)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
-    if png_path is None and image_path is not None and html_path is not None and str(html_path) != "-":
-        png_path = html_path.with_suffix(".png")      # the heatmap beside the page
     reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
-    for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
-        check_output(path, force, option, reads)
     if image_path is not None:
         from ..image import layout_of, load, preprocessing
         pixels = next((i for i in graph.inputs if i.is_float), None)
@@ -87,25 +83,25 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels.name: x}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
-    if png_path is not None and len(requests) > 1:
-        raise InputError(f"--png draws one explanation; got {len(requests)} texts")
+    pngs = render.png_paths(png_path, len(requests))
+    check_outputs([(json_path, "--json"), (html_path, "--html"), *((p, "--png") for p in pngs)], force, reads)
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
     if image_path is not None:
         results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
-    if png_path is not None:
+    if pngs:
         from ..image import is_image, preprocessing
         from ..render.figure import explanation_figure, image_figure, save
-        e = results[0]
+    for i, (e, path) in enumerate(zip(results, pngs)):
         images = [k for k, v in e.boundary.items() if is_image(v)]          # NCHW, NHWC, CHW or HWC
         if images and image_path is None:       # pixels given with --input: normalised as the export says
             pre = preprocessing(graph.metadata, mean=image_mean, std=image_std)
         if images:
-            figure = image_figure(e.boundary[images[0]], requests[0].get("inputs", {}).get(images[0]), mean=pre["mean"],
+            figure = image_figure(e.boundary[images[0]], requests[i].get("inputs", {}).get(images[0]), mean=pre["mean"],
                                   std=pre["std"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
         else:
             figure = explanation_figure(e)
-        save(figure, png_path)
-        err.print(f"[dim]wrote {'heatmap' if images else 'figure'} to {escape(str(png_path))}[/]")
+        save(figure, path)
+        err.print(f"[dim]wrote {'heatmap' if images else 'figure'} to {escape(str(path))}[/]")
     quiet = json_path is not None and str(json_path) == "-"
     for i, e in enumerate(results):
         if quiet:

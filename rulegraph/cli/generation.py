@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
 from ..errors import InputError
@@ -44,7 +45,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     from ..render.page import generation_page
     from ..ruleset import RuleSet
     from . import matrix
-    from .inputs import check_output, parse_inputs, read_files, write
+    from .inputs import check_outputs, parse_inputs, read_files, write
     for option, value in (("--target", opts.get("target")), ("--contrast", opts.get("contrast")),
                           ("--position", opts.get("position")), ("--objective", opts.get("objective"))):
         if value is not None:
@@ -62,8 +63,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
         raise InputError("--continuation is empty")
     options = {**options, **pass_arguments(RuleSet.load(rules) if rules else None, opts)}
     reads = read_files(model, tokenizer, rules, raw_inputs)
-    for path, option in ((json_path, "--json"), (html_path, "--html"), (png_path, "--png")):
-        check_output(path, force, option, reads)
+    check_outputs([(json_path, "--json"), (html_path, "--html"), (png_path, "--png")], force, reads)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
                         transient=True)
@@ -89,4 +89,4 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
         write(html_path, generation_page(g, str(model)), force, "HTML", reads)
     if png_path is not None:
         save(generation_figure(g), png_path)
-        err.print(f"[dim]wrote heatmap to {png_path}[/]")
+        err.print(f"[dim]wrote heatmap to {escape(str(png_path))}[/]")

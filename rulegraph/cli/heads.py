@@ -1,7 +1,6 @@
 """``rulegraph heads calibrate``: which attention heads are positional / syntactic (Mask-LRP's head mask)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -48,15 +47,12 @@ def calibrate_cmd(model, data, n, out_path, png_path, tokenizer, xi_pos, xi_synt
     from ..heads import mask_text
     from ..text import TextEncoder
     from ..files import write_file
-    from .inputs import check_output, load_model, read_files
+    from .inputs import check_outputs, load_model, read_files
     if not Path(data).is_file():
         raise InputError(f"data file not found: {data}" if not Path(data).exists() else
                          f"--data {data} is not a file; give a CSV, JSON lines or Parquet file")
     reads = read_files(model, tokenizer, None, (), data)
-    check_output(out_path, force, "--out", reads)
-    check_output(png_path, force, "--png", reads)
-    if png_path is not None and str(out_path) != "-" and os.path.abspath(png_path) == os.path.abspath(out_path):
-        raise InputError(f"--out and --png are one file ({out_path}); give two names")
+    check_outputs([(out_path, "--out"), (png_path, "--png")], force, reads)
     graph = load_model(model)
     encoder = TextEncoder.for_model(graph, model, tokenizer)
     rows = [r for r in read_rows(Path(data), None, n) if not r.problem]

@@ -129,6 +129,13 @@ def check_output(path: Path | None, force: bool, option: str, inputs=()) -> None
     files.check_output(path, force, option, inputs)
 
 
+def check_outputs(outputs, force: bool, inputs=()) -> None:
+    """Refuse, before any work, the outputs of one run (``(path, option)`` pairs) that cannot all be
+    written: each as :func:`check_output`, and two of them on one file
+    (:func:`rulegraph.files.check_outputs`). A run writes all its outputs or none."""
+    files.check_outputs(outputs, force, inputs)
+
+
 def write(path: Path, content: str, force: bool, what: str, inputs=()) -> None:
     """Write ``content`` whole or not at all, never through a link (:func:`rulegraph.files.write_file`)."""
     if str(path) == "-":

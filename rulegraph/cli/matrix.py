@@ -28,16 +28,18 @@ def steps_table(g: Generation, k: int = 5) -> Table:
         t.add_column(col, justify="left" if col in ("token", columns[-1]) else "right", overflow="fold")
     rows = g.rows
     column_scales = scales(g)
+    names = [f"{r!s}".strip() or repr(r) for r in rows]
+    names = [f"{n}#{r + 1}" if names.count(n) > 1 else n for r, n in enumerate(names)]   # a token held twice: its row
     for i, s in enumerate(g.steps):
         top = sorted(range(len(s.scores)), key=lambda r: -s.scores[r])[:k]
         cell = Text()
         for r in top:
             colour = shade(s.scores[r], column_scales[i])
-            cell.append(f"{rows[r]!s}".strip() or repr(rows[r]), style=f"{ink(colour)} on {css(colour)}")
+            cell.append(names[r], style=f"{ink(colour)} on {css(colour)}")
             cell.append(f" {s.scores[r]:+.3g}  ")
         residual = "" if s.residual is None else f"{s.residual:+.2e}"
         share = ["—" if x != x else f"{100 * x:.0f}%" for x in (float(v[i]) for v in shares.values())]
-        t.add_row(str(i + 1), escape(repr(s.text)), f"{s.probability:.3f}", f"{s.output_value:.4g}",
+        t.add_row(str(i + 1), escape(repr(s.text)), f"{s.probability:.3g}", f"{s.output_value:.4g}",
                   *share, residual, cell)
     return t
 
@@ -48,8 +50,8 @@ def matrix_table(g: Generation) -> Table | None:
         return None
     t = Table(title="relevance of each row token (rows) for each generated token (columns)")
     t.add_column("row")
-    for c in g.columns:
-        t.add_column(escape(c.strip() or repr(c)), justify="right")
+    for i, c in enumerate(g.columns):             # the step's number: a token generated twice is two columns
+        t.add_column(escape(f"{i + 1} {c.strip() or repr(c)}"), justify="right")
     for tok, group, cells in matrix_cells(g):
         t.add_row(escape(tok.strip() or repr(tok)) + (f" [dim]({group})[/]" if group != g.groups[0] else ""),
                   *("" if cell is None else Text(f"{cell[0]:+.2g}", style=f"{ink(cell[1])} on {css(cell[1])}")

@@ -28,7 +28,7 @@ def heatmap_text(tokens: list[str], scores: list[float], special: list[bool] | N
 
 def top_words(scored: list[tuple[str, float]], k: int = 5) -> Text:
     """The ``k`` most relevant words (``Explanation.words``) for and against the output, with their scores."""
-    ranked = sorted(scored, key=lambda ws: ws[1])
+    ranked = sorted(distinct(scored), key=lambda ws: ws[1])
     text = Text("for: ", style="bold")
     text.append(", ".join(f"{w} {s:+.3g}" for w, s in reversed(ranked[-k:]) if s > 0) or "—")
     text.append("   against: ", style="bold")
@@ -62,6 +62,15 @@ def image_lines(e: Explanation, item: int = 0) -> list:
     return [*lines, summary_table(e, item)]
 
 
+def distinct(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """``(word, score)`` pairs with a word that occurs more than once marked with its position
+    among the words (from 1: ``superb#2``, ``superb#7``), so that two of them can be told apart."""
+    counts: dict[str, int] = {}
+    for w, _ in scored:
+        counts[w] = counts.get(w, 0) + 1
+    return [(f"{w}#{i + 1}" if counts[w] > 1 else w, s) for i, (w, s) in enumerate(scored)]
+
+
 def explanation_lines(e: Explanation, item: int = 0) -> list:
     """What ``rulegraph explain`` prints for one explained text: the tokens on their colours (the
     first :data:`SCREEN` of them), the words for and against, a note where special tokens hold the
@@ -80,6 +89,18 @@ def explanation_lines(e: Explanation, item: int = 0) -> list:
     if note:
         lines.append(Text(note, style="yellow"))
     return [*lines, summary_table(e, item)]
+
+
+def png_paths(path, explanations: int) -> list:
+    """Where ``--png PATH`` draws ``explanations`` explanations: ``PATH`` for one; one file per
+    text for several, numbered from 1 before the suffix (``e.png`` → ``e-1.png``, ``e-2.png``…)."""
+    from pathlib import Path
+    if path is None:
+        return []
+    path = Path(path)
+    if explanations == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(1, explanations + 1)]
 
 
 def fmt(x: float) -> str:

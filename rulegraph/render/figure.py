@@ -62,9 +62,10 @@ def explanation_figure(e, item: int = 0, ax=None):
     return fig
 
 
-def generation_figure(g, title: str = ""):
+def generation_figure(g, title: str = "", ax=None):
     """The matrix as a heatmap: red for, blue against, each column scaled to its largest |relevance|,
-    grey where a row is not an input of the step. Returns the figure."""
+    grey where a row is not an input of the step; each column headed by its step's number over its
+    token, unrotated. Drawn into ``ax`` when given; returns the figure."""
     import matplotlib
     import numpy as np
 
@@ -72,13 +73,17 @@ def generation_figure(g, title: str = ""):
     plt = _pyplot()
     m = g.matrix.numpy() / np.array(scales(g))[None, :]
     rows, cols = m.shape
-    fig, ax = plt.subplots(figsize=(min(2 + 0.45 * cols, 14), min(1.5 + 0.22 * rows, 40)))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(min(2 + 0.6 * cols, 14), min(1.5 + 0.22 * rows, 40)))
+    else:
+        fig = ax.figure
     cmap = matplotlib.colormaps["bwr"].with_extremes(bad="#eeeeee")
     shown = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     every = max(1, rows // 60)
     labels = [t.strip() or repr(t) for t in g.rows]
     ax.set_yticks(range(0, rows, every), [labels[r] for r in range(0, rows, every)], fontsize=8)
-    ax.set_xticks(range(cols), [t.strip() or repr(t) for t in g.columns], rotation=90, fontsize=8)
+    ax.set_xticks(range(cols), [f"{i + 1}\n{t.strip() or repr(t)}" for i, t in enumerate(g.columns)], rotation=0,
+                  fontsize=8)
     if g.groups and g.groups[-1] != g.groups[0]:
         ax.axhline(g.groups.index(g.groups[-1]) - 0.5, color="black", linewidth=0.8)
     ax.set_xlabel("generated token")
@@ -88,23 +93,24 @@ def generation_figure(g, title: str = ""):
     return fig
 
 
-def explanation_image_figure(e, item: int = 0):
+def explanation_image_figure(e, item: int = 0, ax=None):
     """An image explanation's figure (:func:`image_figure`): batch item ``item``'s first image input,
-    de-normalised as it was preprocessed, titled with what was explained."""
+    de-normalised as it was preprocessed, titled with what was explained; into ``ax`` (the relevance
+    panel alone) when given."""
     from ..image import IMAGENET_MEAN, IMAGENET_STD
     from ..image import is_image
     key = next(k for k, v in e.boundary.items() if is_image(v))
     mean, std = e.normalization or (IMAGENET_MEAN, IMAGENET_STD)
     pixels = e.pixels.get(key)
-    return image_figure(e.boundary[key], pixels, mean=mean, std=std, title=explained_name(e, item), item=item)
+    return image_figure(e.boundary[key], pixels, mean=mean, std=std, title=explained_name(e, item), item=item, ax=ax)
 
 
 def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = "",
-                 item: int = 0):
+                 item: int = 0, ax=None):
     """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the
     de-normalised input image and as an overlay on it when ``image`` is given; batch item ``item``,
     whatever the layout (NCHW, NHWC, CHW, HWC: :func:`rulegraph.image.image_axes`). Each panel has
-    the image's aspect ratio. Returns the figure."""
+    the image's aspect ratio. With ``ax``, the relevance panel alone, drawn into it. Returns the figure."""
     import numpy as np
     import torch
 
@@ -112,10 +118,13 @@ def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[
     plt = _pyplot()
     heat = pixel_map(relevance, item)
     bound = float(np.abs(heat).max()) or 1.0
-    panels = 3 if image is not None else 1
-    aspect = heat.shape[0] / heat.shape[1]                        # H / W
-    width = 4 if aspect <= 1 else max(1.5, 4 / aspect)
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, max(1.2, width * aspect) + 0.6), squeeze=False)
+    if ax is not None:
+        image, fig, axes = None, ax.figure, [[ax]]
+    else:
+        panels = 3 if image is not None else 1
+        aspect = heat.shape[0] / heat.shape[1]                        # H / W
+        width = 4 if aspect <= 1 else max(1.5, 4 / aspect)
+        fig, axes = plt.subplots(1, panels, figsize=(width * panels, max(1.2, width * aspect) + 0.6), squeeze=False)
     if image is not None:
         x = to_chw(image.detach().double().cpu(), item)
         channels = x.shape[0]

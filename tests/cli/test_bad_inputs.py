@@ -216,7 +216,8 @@ CASES = [
     ("html-exists", [*E, "-r", "gi", *T, "--html", "{dir}/existing.html"], "exists; pass --force"),
     ("json-device", [*E, "-r", "gi", *T, "--json", "/dev/full"], "is not a regular file"),
     ("html-readonly", [*E, "-r", "gi", *T, "--html", "{dir}/readonly/e.html"], "cannot write there"),
-    ("png-two-texts", [*E, "-r", "gi", *T, *T, "--png", "{dir}/e.png"], "--png draws one explanation; got 2 texts"),
+    ("json-html-one-file", [*E, "-r", "gi", *T, "--json", "{dir}/o.json", "--html", "{dir}/o.json"],
+     "--json and --html both name"),
     # generation (the model here is a classifier)
     ("generate-zero", [*E, "-r", "gi", *T, "--generate", "0"], "--generate must be an integer ≥ 1 (got 0)"),
     ("generate-classifier", [*E, "-r", "gi", *T, "--generate", "2"],

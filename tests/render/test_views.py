@@ -89,8 +89,11 @@ def test_an_image_explanation_shows_its_size_in_one_screen_and_plots_the_picture
     from rulegraph.render.colour import explained_name
     assert [a.get_title() for a in figure.axes[:3]] == ["input", "overlay", explained_name(e)]
     assert all(a.images for a in figure.axes[:3])                        # the picture, the overlay, the heatmap
-    with pytest.raises(rulegraph.RulegraphError, match="three panels"):
-        e.plot(ax=figure.axes[0])
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2)
+    assert e.plot(ax=right) is fig and right.images and not left.images       # the relevance panel, in the axes given
+    assert right.get_title() == explained_name(e)
+    plt.close(fig)
 
 
 def test_positions_without_a_tokenizer_are_each_their_own_word(bert, tmp_path):
