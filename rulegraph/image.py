@@ -193,9 +193,10 @@ def image_axes(shape: Sequence[int]) -> tuple[int, int] | None:
 
 
 def is_image(tensor) -> bool:
-    """Whether a float tensor is shown as an image: image-shaped (:func:`image_axes`), or any 4-D one
-    (read as NCHW)."""
-    return tensor.is_floating_point() and (tensor.dim() == 4 or image_axes(tensor.shape) is not None)
+    """Whether a float relevance tensor is shown as an image: a 4-D one (NCHW or NHWC by
+    :func:`image_axes`, else read as NCHW). A 3-D one is not, whatever its sizes: a token boundary is
+    ``[batch, positions, hidden]``, and a batch of 3 texts (or a hidden size of 3) would read as CHW / HWC."""
+    return tensor.is_floating_point() and tensor.dim() == 4
 
 
 def to_chw(x: torch.Tensor, item: int = 0) -> torch.Tensor:

@@ -2,6 +2,9 @@
 an image given as an ``--input`` array; each explained from a PNG written here."""
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -160,7 +163,7 @@ def test_the_html_page_of_an_nhwc_image_shows_it(tmp_path, models, picture):
     assert result.exit_code == 0, result.output
     encoded = page.read_text().split("data:image/png;base64,")[1].split('"')[0]
     assert 1.8 < aspect(io.BytesIO(base64.b64decode(encoded))) < 3.6
-    assert 1.8 < aspect(tmp_path / "e.png") < 3.6
+    assert not (tmp_path / "e.png").exists()          # only the outputs asked for
 
 
 def test_five_channels_last_is_refused_naming_the_layouts(capsys, tmp_path, picture):
@@ -198,3 +201,16 @@ def test_a_long_non_image_input_prints_at_most_a_screen(tmp_path):
     assert result.exit_code == 0, result.output
     assert "4600 more of 5000 scores not shown" in " ".join(result.output.split())
     assert len(result.output) < 12000
+
+
+def test_a_batch_of_three_texts_is_not_taken_for_an_image():
+    """A token boundary ``[batch, positions, hidden]`` with a batch of 3 is no CHW image: the page shows
+    each item's tokens, not a heatmap."""
+    import tiny
+    import rulegraph
+    from rulegraph.image import is_image
+    boundary = torch.zeros(3, 6, 32)
+    assert not is_image(boundary) and not is_image(torch.zeros(1, 6, 3)) and is_image(torch.zeros(1, 3, 8, 8))
+    model = tiny.onnx(tiny.build("bert"), Path(tempfile.mkdtemp()) / "bert.onnx")
+    page = rulegraph.explain(model, "lrp-ah-ln", tiny.token_inputs(batch=3, length=6))._repr_html_()
+    assert page.count('class="tokens"') == 3 and 'class="heatmap"' not in page
