@@ -136,8 +136,10 @@ def test_explain_image_takes_size_and_normalisation_from_the_export(exported, fx
     from rulegraph.image import load_image, preprocessing
     model = exported["torchscript"] if fmt == "onnx" else fx_export
     graph = rulegraph.load(str(model))
-    assert preprocessing(graph.metadata) == dict(size=SIZE, resize=SIZE, mean=tuple(MEAN), std=tuple(STD))
-    assert preprocessing(graph.metadata, size=12, mean=(0, 0, 0))["resize"] == 256       # what is given wins
+    assert preprocessing(graph.metadata) == dict(size=(SIZE, SIZE), resize=None, mean=tuple(MEAN), std=tuple(STD),
+                                                 channels_last=False)     # resized straight to the model's sides
+    given = preprocessing(graph.metadata, size=12, mean=(0, 0, 0))                     # what is given wins
+    assert given["size"] == (12, 12) and given["mean"] == (0, 0, 0) and given["std"] == tuple(STD)
     picture = tmp_path / "p.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(picture)
     out = tmp_path / "e.json"
