@@ -10,6 +10,7 @@ is signed α, Eq. 13 (D_g ↦ D_g · (relu(h) − relu(B)) / Σ_g D_g)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,9 @@ import rulegraph
 pytestmark = pytest.mark.peer
 pydec = pytest.importorskip("pydec")
 
-SPEC = importlib.util.spec_from_file_location(
-    "decomposition_speed", Path(__file__).resolve().parents[2] / "benchmarks" / "decomposition_speed.py")
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))             # the benchmark imports its harness
+SPEC = importlib.util.spec_from_file_location("decomposition_speed", BENCHMARKS / "decomposition_speed.py")
 bench = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench)
 SMALL = dict(hidden=64, layers=3, heads=4, ffn=128, vocab=200, positions=64)
