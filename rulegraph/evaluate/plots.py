@@ -1,6 +1,6 @@
 """PNG figures of an evaluation: mean perturbation curves per method, and the conservation
 scatter (explained logit vs Σ relevance per example, one colour per method; Ali et al. 2022 Fig. 3),
-labelled with the median of the per-item shares (:func:`~rulegraph.evaluate.summary.token_shares`).
+labelled with the median of the per-item shares (:func:`token_shares`).
 
 What is drawn how comes from declarations: a panel's title is the metric's ``title`` and
 direction, its axis the metric's ``x_label``; methods declared ``reference`` (random scores,
@@ -15,7 +15,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..files import save_figure  # noqa: E402
-from .summary import token_shares  # noqa: E402
+
+
+def token_shares(rows: list[dict], method: str) -> list[float]:
+    """Per explained item of ``method``, the share of its own explained value its tokens carry
+    (Σ R over its tokens / its explained logit), sorted; failed items and a logit of 0 left out.
+    Per item, never a ratio of totals: one item with a large logit must not speak for the rest."""
+    mine = [r for r in rows if r["method"] == method and "error" not in r]
+    return sorted(r["relevance_sum"] / r["logit"] for r in mine if r["logit"])
 
 
 def _colours(methods):

@@ -93,17 +93,10 @@ def aggregate(rows: list[dict], methods: list[str], metrics: list[M.Metric], see
     return Summary(table, curves, throughput, n_examples, rows)
 
 
-def token_shares(rows: list[dict], method: str) -> list[float]:
-    """Per explained item of ``method``, the share of its own explained value its tokens carry
-    (Σ R over its tokens / its explained logit), sorted; failed items and a logit of 0 left out.
-    Per item, never a ratio of totals: one item with a large logit must not speak for the rest."""
-    mine = [r for r in rows if r["method"] == method and "error" not in r]
-    return sorted(r["relevance_sum"] / r["logit"] for r in mine if r["logit"])
-
-
 def conservation(summary: Summary, additive: dict[str, bool]) -> dict[str, dict[str, float]]:
-    """Per additive method: the median of :func:`token_shares`, how many items, and how many
+    """Per additive method: the median of :func:`~rulegraph.evaluate.plots.token_shares`, how many items, and how many
     whose tokens carry under half of the explained value or the opposite sign."""
+    from .plots import token_shares
     out = {}
     for method in summary.table:
         shares = token_shares(summary.rows, method) if additive.get(method) else []

@@ -33,7 +33,8 @@ def test_the_scatter_writes_a_png(tmp_path):
 def test_the_shares_are_per_item_not_a_ratio_of_totals():
     """One item with a large logit must not speak for the others: per item 0.5, −1 and 0.9 (median
     0.5, one under half), while the totals' ratio would be (50 − 1 + 0.9) / (100 + 1 + 1) ≈ 0.49."""
-    from rulegraph.evaluate.summary import conservation, token_shares
+    from rulegraph.evaluate.plots import token_shares
+    from rulegraph.evaluate.summary import conservation
     rows = [{"method": "lrp", "logit": 100.0, "relevance_sum": 50.0}, {"method": "lrp", "logit": 1.0, "relevance_sum": -1.0},
             {"method": "lrp", "logit": 1.0, "relevance_sum": 0.9}, {"method": "lrp", "logit": 0.0, "relevance_sum": 0.3},
             {"method": "lrp", "error": "boom"}, {"method": "attention", "logit": 1.0, "relevance_sum": 1.0}]
