@@ -18,7 +18,7 @@ fi
     zennit tabulate matplotlib accelerate onnx onnxscript numpy
 "$DIR/bin/python" -m pip install --quiet --no-deps lxt==2.1 pydec==0.3.0 captum
 # rulegraph itself, so one process can run it beside the peers (benchmarks, `pytest -m peer`)
-"$DIR/bin/python" -m pip install --quiet onnxruntime networkx pyyaml rich click tokenizers pytest hypothesis \
+"$DIR/bin/python" -m pip install --quiet onnxruntime networkx pyyaml rich click tokenizers pytest hypothesis pyarrow \
     safetensors pillow
 "$DIR/bin/python" -m pip install --quiet --no-deps -e "$(cd "$(dirname "$0")/../.." && pwd)"
 "$DIR/bin/python" - <<'PY'
