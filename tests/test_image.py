@@ -330,8 +330,13 @@ def test_a_bad_image_is_one_line_in_python_terms(tmp_path, kwargs, message, monk
     assert message in str(caught.value) and "\n" not in str(caught.value) and "--" not in str(caught.value)
 
 
-def test_an_image_for_a_text_model_names_its_inputs(bert_onnx, picture):
+def test_an_image_for_a_text_model_names_its_inputs(bert_onnx, picture, capsys):
     import rulegraph
+    from rulegraph.cli import main
     with pytest.raises(InputError, match=r"image=… needs a model with a float \(pixel\) input; this model takes "
                                          r"input_ids, .*give text=…"):
         rulegraph.explain(bert_onnx, "attnlrp", image=picture[0])
+    assert main(["explain", str(bert_onnx), "-r", "attnlrp", "--image", str(picture[0])]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "--image needs a model with a float (pixel) input; this model takes input_ids" in line
+    assert "give --text" in line and "\n" not in line
