@@ -18,7 +18,8 @@ import torch
 
 from .errors import InputError
 from .explanation import Explanation
-from .facts import has_positions, output_kind
+from .facts import has_positions, output_kind, roles
+from .image import image_input
 from .ir import Graph
 from .loaders import load
 from .loaders.metadata import export_info, labels as model_labels
@@ -35,7 +36,7 @@ __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] | None = None,
             target: int | str | Sequence[int | str] | None = None, *, text: str | Sequence[str] | None = None,
-            question: str | None = None, tokenizer: Any = None, output: str | None = None,
+            question: str | None = None, image: Any = None, tokenizer: Any = None, output: str | None = None,
             position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
             audit: bool = True, contrast: int | str | Sequence[int | str] | None = None, score: str = "logit",
             objective: str | Objective | None = None, **options: Any) -> Explanation:
@@ -64,6 +65,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     inputs (with one text, ``inputs`` may add what it does not fill); the explanation then carries
     the tokens (``e.tokens``, ``e.texts``). For span QA, ``question="…"`` is encoded before each
     text (the context).
+
+    For a vision model, ``image=`` (a file path, a PIL image, or an array of pixels ``[H, W, C]``)
+    is preprocessed as ``rulegraph explain --image`` does it (:func:`rulegraph.image.image_input`: the
+    input's layout and sides, the export's recorded size and normalization) and fills the model's
+    pixel input; the explanation keeps the pixels, so ``e.plot()`` draws the relevance over the image.
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
@@ -71,6 +77,19 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         given = ", ".join(f"{k}={v!r}" for k, v in options["options"].items())
         raise InputError(f"give {method.name}'s options as keywords ({given}), not options={{…}}")
     graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
+    picture = None
+    if image is not None:
+        if text is not None:
+            raise InputError("give text=… or image=…, not both")
+        if isinstance(image, (list, tuple)):
+            raise InputError("image= takes one image (a file path, a PIL image or an array of pixels), "
+                             f"got a {type(image).__name__}; explain several one by one")
+        picture = image_input(graph, image)
+        if inputs is not None and not isinstance(inputs, dict):
+            raise InputError(f"inputs must be a dict of input name → tensor, got {_kind(inputs)}")
+        if picture.name in (inputs or {}):
+            raise InputError(f"give inputs[{picture.name!r}] or image=…, not both")
+        inputs = {**(inputs or {}), picture.name: picture.tensor}
     encoder = None
     needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
     if text is not None or tokenizer is not None or needs_words:
@@ -98,7 +117,7 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
                                                                                                    output):
                 position = [len(e.tokens) - 1 for e in encoded]       # each text's last token, not padding
     elif inputs is None:
-        raise InputError("give the model's inputs (a dict of input name → tensor) or text=…")
+        raise InputError("give the model's inputs (a dict of input name → tensor), text=… or image=…")
     names = model_labels(graph)
     if isinstance(objective, str):
         objective = parse_objective(objective)
@@ -119,6 +138,7 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     e = explain_with(graph, method, inputs, target, output=output, position=position, device=device, dtype=dtype,
                      special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
                      objective=objective, **options)
+    e.real = _real(graph, inputs, e.relevance)
     if encoded:
         e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]
         e.word_ids = [x.word_ids for x in encoded]
@@ -127,17 +147,34 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         encoder = encoder or _encoder(model, graph, tokenizer, required=False)
         ids = torch.as_tensor(inputs["input_ids"])
         if encoder is not None and ids.dim() == 2:
-            e.tokens = [[encoder.tokenizer.id_to_token(int(i)) or str(int(i)) for i in row] for row in ids.tolist()]
-            e.texts = [encoder.texts(row) for row in ids.tolist()]
+            real = e.real.get("input_ids", torch.ones_like(ids, dtype=torch.bool))
+            rows = [[i for i, kept in zip(row, keep) if kept] for row, keep in zip(ids.tolist(), real.tolist())]
+            e.tokens = [[encoder.tokenizer.id_to_token(i) or str(i) for i in row] for row in rows]
+            e.texts = [encoder.texts(row) for row in rows]
     if encoder is not None and not names:
         name_tokens(e, encoder)
     images = {k: torch.as_tensor(v).detach().cpu() for k, v in (inputs or {}).items()
               if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 4}
-    if images:
+    if picture is not None:             # as the image was preprocessed
+        e.pixels, e.normalization = images, (picture.mean, picture.std)
+    elif images:                        # pixels given as inputs: normalised as the export says
         from .image import preprocessing
         pre = preprocessing(graph.metadata)
         e.pixels, e.normalization = images, (pre["mean"], pre["std"])
     return e
+
+
+def _real(graph: Graph, inputs: Any, relevance: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The positions that hold tokens, by the attention mask given, for the relevance of the token inputs it
+    masks (the ids, the token types) where the batch holds padding (``Explanation.real``)."""
+    found = roles(graph)
+    given = inputs.get(found.mask) if isinstance(inputs, dict) and found.mask is not None else None
+    if given is None:
+        return {}
+    real = torch.as_tensor(given).detach().cpu() != 0
+    if real.dim() != 2 or bool(real.all()):
+        return {}
+    return {k: real for k in (found.ids, found.types) if k in relevance and relevance[k].shape[:2] == real.shape}
 
 
 def name_tokens(e: Explanation, encoder: TextEncoder) -> None:

@@ -42,6 +42,9 @@ class Explanation:
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
     score: str = "logit"                 # "logit", or "logprob" (see rulegraph.passes.base)
     item_of: tuple[int, int] | None = None   # (index, batch size) for an item taken from a batch (``e[i]``)
+    #: input name → ``[batch, positions]`` bool, the positions that hold tokens (its attention mask): an
+    #: item's scores, words and views leave its padding out; an input not named here: every position
+    real: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -56,8 +59,9 @@ class Explanation:
 
     def __getitem__(self, item: int) -> Explanation:
         """Batch item ``item`` as an explanation of batch 1: its scores, tokens, texts, target and
-        output value. The audit is the batch's (the relevance pass sums each node's figures over the
-        batch, so an item's own would need its own walk); ``repr`` says so."""
+        output value, over its own tokens (its padding left out, by its attention mask). The audit is
+        the batch's (the relevance pass sums each node's figures over the batch, so an item's own would
+        need its own walk); ``repr`` says so."""
         i = self._item(item)
         n = self.batch_size
 
@@ -68,12 +72,15 @@ class Explanation:
                 return [v[i]]
             return v
 
+        def own(k: str, v: Tensor) -> Tensor:          # item i's positions that hold tokens (no padding)
+            return one(v)[:, self.real[k][i]] if k in self.real else one(v)
+
         extra = {k: (v[i] if k == "text" and isinstance(v, list) else one(v)) for k, v in self.extra.items()}
         return replace(
             self, output_tensor=one(self.output_tensor), target=[self.target[i]],
             position=self.position[i] if isinstance(self.position, list) else self.position,
-            output_value=[self.output_value[i]], relevance={k: one(v) for k, v in self.relevance.items()},
-            boundary={k: one(v) for k, v in self.boundary.items()},
+            output_value=[self.output_value[i]], relevance={k: own(k, v) for k, v in self.relevance.items()},
+            boundary={k: own(k, v) for k, v in self.boundary.items()}, real={},
             tokens=one(self.tokens), texts=one(self.texts), special=one(self.special), word_ids=one(self.word_ids),
             pixels={k: one(v) for k, v in self.pixels.items()}, extra=extra,
             recorded={k: one(v) for k, v in self.recorded.items()},
@@ -177,10 +184,12 @@ class Explanation:
         return explanation_figure(self, item, ax)
 
     def scores(self, item: int = 0, key: str | None = None) -> list[float]:
-        """Per-position scores of batch item ``item`` for one input (``key``; default the first).
-        The former order ``scores(key, item)`` still works: an int is an item, a str an input name."""
+        """Per-position scores of batch item ``item`` for one input (``key``; default the first), over
+        the item's own tokens (its padding left out, by its attention mask). The former order ``scores(key, item)`` still works: an int is an item, a str an input name."""
         item, key = _item_key(item, key)
-        return self.relevance[self._key(key)][self._item(item)].reshape(-1).tolist()
+        key, item = self._key(key), self._item(item)
+        scores = self.relevance[key][item]
+        return (scores[self.real[key][item]] if key in self.real else scores).reshape(-1).tolist()
 
     def words(self, item: int = 0, key: str | None = None) -> list[tuple[str, float]]:
         """Item ``item``'s scores by word, for any method: the tokens of each word of the tokenizer's
@@ -203,7 +212,9 @@ class Explanation:
             "output": self.output,
             "target": self.target if self.batch_size > 1 else self.target[0],
             "output_value": self.output_value if self.batch_size > 1 else self.output_value[0],
-            "relevance": {k: (v.tolist() if self.batch_size > 1 else v[0].tolist()) for k, v in self.relevance.items()},
+            "relevance": {k: ([self.scores(b, k) for b in range(self.batch_size)] if k in self.real else v.tolist())
+                          if self.batch_size > 1 else (self.scores(0, k) if k in self.real else v[0].tolist())
+                          for k, v in self.relevance.items()},
         }
         if self.position is not None:
             d["position"] = self.position

@@ -1,4 +1,5 @@
-"""Images in and heatmaps out, for vision models (``rulegraph explain MODEL --image PATH``).
+"""Images in and heatmaps out, for vision models (``rulegraph explain MODEL --image PATH``, and
+``rulegraph.explain(model, method, image=…)``: both through :func:`image_input`).
 
 The tensor is built as the model takes it: its layout (NCHW or NHWC, 1 or 3 channels) and its
 height × width are read from the graph input's declared shape (:func:`layout_of`), else from what
@@ -48,6 +49,41 @@ class Layout:
         return "NHWC" if self.channels_last else "NCHW"
 
 
+@dataclass(frozen=True)
+class ImageInput:
+    """An image as a model takes it: the graph input it fills, the tensor, the layout, the per-channel
+    normalization it was preprocessed with, and what was done to it (:func:`load`'s note)."""
+
+    name: str
+    tensor: "torch.Tensor"
+    layout: Layout
+    mean: tuple
+    std: tuple
+    note: str
+
+    def describe(self) -> str:
+        """One line: the input, its layout and shape, what was done to the image."""
+        return f"{self.name} {self.layout.name} {'×'.join(map(str, self.tensor.shape))}: {self.note}"
+
+
+def image_input(graph, image, *, size=None, resize: int | None = None, mean: Sequence[float] | None = None,
+                std: Sequence[float] | None = None) -> ImageInput:
+    """``image`` (a path, a PIL image or an array, :func:`load`) preprocessed for ``graph``'s pixel input
+    (its first float input): the layout and sides it declares, else the export's recorded size and
+    normalization (:func:`preprocessing`). The one preprocessing of ``rulegraph explain --image`` and
+    ``rulegraph.explain(…, image=…)``; a model without a float input is refused naming its inputs."""
+    pixels = next((i for i in graph.inputs if i.is_float), None)
+    if pixels is None:
+        names = ", ".join(graph.input_names)
+        raise InputError(f"image=… needs a model with a float (pixel) input; this model takes {names} "
+                         "(give text=… or inputs=…)",
+                         cli=f"--image needs a model with a float (pixel) input; this model takes {names} (give --text)")
+    layout = layout_of(pixels.name, pixels.shape)
+    pre = preprocessing(graph.metadata, size=size, resize=resize, mean=mean, std=std, layout=layout)
+    x, note = load(image, **pre)
+    return ImageInput(pixels.name, x, layout, pre["mean"], pre["std"], note)
+
+
 def _fixed(d) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
@@ -59,15 +95,16 @@ def layout_of(name: str, shape: Sequence | None) -> Layout:
         return Layout()
     shape = tuple(shape)
     if len(shape) != 4:
-        raise InputError(f"--image: input {name} has shape {list(shape)}, not an image's "
-                         "[N, C, H, W] (NCHW) or [N, H, W, C] (NHWC) with C = 1 or 3")
+        what = (f"input {name} has shape {list(shape)}, not an image's [N, C, H, W] (NCHW) or [N, H, W, C] "
+                "(NHWC) with C = 1 or 3")
+        raise InputError(f"image=…: {what}", cli=f"--image: {what}")
     first, last = _fixed(shape[1]), _fixed(shape[3])
     if first in CHANNELS or (first is None and last not in CHANNELS):
         return Layout(False, first or 3, _fixed(shape[2]), _fixed(shape[3]))
     if last in CHANNELS:
         return Layout(True, last, _fixed(shape[1]), _fixed(shape[2]))
-    raise InputError(f"--image: input {name} has shape {list(shape)}: no 1 or 3 channels on axis 1 (NCHW) "
-                     "or axis 3 (NHWC)")
+    what = f"input {name} has shape {list(shape)}: no 1 or 3 channels on axis 1 (NCHW) or axis 3 (NHWC)"
+    raise InputError(f"image=…: {what}", cli=f"--image: {what}")
 
 
 def parse_size(text: str | int | Sequence[int] | None) -> tuple[int, int] | None:
@@ -120,15 +157,16 @@ def preprocessing(metadata: dict[str, str], *, size=None, resize: int | None = N
     return dict(size=hw, resize=resize, mean=mean, std=std, channels_last=layout.channels_last)
 
 
-def load(path: str | Path, *, size=224, resize: int | None = 256, mean: Sequence[float] = IMAGENET_MEAN,
+def load(path, *, size=224, resize: int | None = 256, mean: Sequence[float] = IMAGENET_MEAN,
          std: Sequence[float] = IMAGENET_STD, channels_last: bool = False) -> tuple[torch.Tensor, str]:
-    """The image at ``path`` preprocessed (see the module docstring) as ``[1, C, H, W]`` (or
-    ``[1, H, W, C]``, ``channels_last``), C the length of ``mean``, and a note of what was done
-    to it: the sizes, resized and cropped or not."""
+    """The image ``path`` (a file path, a PIL image, or an array of pixels as :func:`_picture` reads
+    it) preprocessed (see the module docstring) as ``[1, C, H, W]`` (or ``[1, H, W, C]``,
+    ``channels_last``), C the length of ``mean``, and a note of what was done to it: the sizes,
+    resized and cropped or not."""
     import numpy as np
     import torch
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if isinstance(size, int):
         size = (size, size)
@@ -138,15 +176,12 @@ def load(path: str | Path, *, size=224, resize: int | None = 256, mean: Sequence
         raise InputError(f"mean and std need 3 values (R, G, B), or 1 for a grey model; got {len(mean)} and {len(std)}")
     if any(s <= 0 for s in std):
         raise InputError(f"std values must be positive, got {list(std)}")
-    try:
-        img = Image.open(path).convert("RGB" if channels == 3 else "L")
-    except FileNotFoundError:
-        raise InputError(f"image not found: {path}") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise InputError(f"cannot read {path} as an image: {exc}") from None
+    img = _picture(path).convert("RGB" if channels == 3 else "L")
     w, h = img.size
     if height is None and width is None:
-        raise InputError("--image: the model fixes neither height nor width; give --size " + SIZE_FORMS)
+        raise InputError("the model fixes neither the height nor the width of its image: preprocess it with "
+                         "rulegraph.image.load_image(image, size=N or (H, W)) and give it as inputs={name: tensor}",
+                         cli="--image: the model fixes neither height nor width; give --size " + SIZE_FORMS)
     if height is None or width is None:       # a free side: resize to the fixed one, keep the aspect ratio
         scale = height / h if height is not None else width / w
         height, width = height or max(1, round(h * scale)), width or max(1, round(w * scale))
@@ -174,6 +209,42 @@ def load(path: str | Path, *, size=224, resize: int | None = 256, mean: Sequence
     x = (x - torch.tensor(mean)) / torch.tensor(std)
     x = x if channels_last else x.permute(2, 0, 1)
     return x.unsqueeze(0).float().contiguous(), note
+
+
+def _picture(image):
+    """``image`` as a PIL image: a file path (opened), a PIL image, or an array (numpy or torch) of
+    pixels ``[H, W]``, ``[H, W, C]`` (C 1, 3 or 4, as PIL and imageio give them) or ``[C, H, W]``
+    (C 1 or 3, as torch does), uint8 0–255 or float 0–1 (read as 8 bits, as an image file holds them)."""
+    import numpy as np
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(image, Image.Image):
+        return image
+    if isinstance(image, (str, Path)):
+        try:
+            picture = Image.open(image)
+            picture.load()
+            return picture
+        except FileNotFoundError:
+            raise InputError(f"image not found: {image}") from None
+        except (UnidentifiedImageError, OSError) as exc:
+            raise InputError(f"cannot read {image} as an image: {exc}") from None
+    if not (hasattr(image, "shape") and hasattr(image, "dtype")):
+        raise InputError(f"an image is a file path, a PIL image or an array of pixels, got a {type(image).__name__}")
+    a = image.detach().cpu().numpy() if hasattr(image, "detach") else np.asarray(image)
+    if a.ndim == 3 and a.shape[0] in CHANNELS and a.shape[2] not in (*CHANNELS, 4):
+        a = a.transpose(1, 2, 0)                    # [C, H, W] → [H, W, C]
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[..., 0]
+    if a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in (3, 4)):
+        raise InputError(f"an image array is [H, W], [H, W, C] (C 1, 3 or 4) or [C, H, W] (C 1 or 3), got shape "
+                         f"{list(a.shape)}; for a preprocessed tensor give inputs={{name: tensor}}")
+    if a.dtype == np.uint8:
+        return Image.fromarray(a)
+    if a.dtype.kind != "f" or a.size == 0 or not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+        raise InputError(f"an image array holds uint8 pixels (0–255) or floats in [0, 1], got {a.dtype} "
+                         + (f"from {a.min():.3g} to {a.max():.3g}" if a.dtype.kind == "f" and a.size else ""))
+    return Image.fromarray(np.rint(a * 255).astype(np.uint8))
 
 
 def load_image(path: str | Path, **kwargs) -> torch.Tensor:

@@ -64,8 +64,8 @@ class TextEncoder:
         """The tokenizer given (see :meth:`__init__`), or the ``tokenizer.json`` beside the model file."""
         images = [i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 4]
         if images and all(i.is_float for i in graph.inputs):
-            raise InputError(f"this model takes an image (input {images[0].name!r}), not text; give inputs="
-                             f"{{{images[0].name!r}: rulegraph.image.load_image(PATH)}}",
+            raise InputError(f"this model takes an image (input {images[0].name!r}), not text; give image=PATH "
+                             "(a path, a PIL image or an array)",
                              cli=f"this model takes an image (input {images[0].name!r}), not text; give --image PATH")
         if tokenizer is None:
             if model_path is None:

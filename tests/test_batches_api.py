@@ -21,9 +21,8 @@ def test_a_batch_has_a_length_items_and_iteration(batch, bert_onnx):
         item, alone = batch[i], rulegraph.explain(bert_onnx, "attnlrp", text=text, dtype=torch.float64)
         assert item.tokens == alone.tokens and item.texts == alone.texts and item.extra["text"] == text
         assert item.target == [batch.target[i]] and item.output_value == [batch.output_value[i]]
-        n = len(alone.tokens[0])
         assert item.scores() == batch.scores(i) and item.words() == batch.words(i)
-        assert item.scores()[:n] == pytest.approx(alone.scores(), abs=1e-9)
+        assert item.scores() == pytest.approx(alone.scores(), abs=1e-9)        # its own tokens, no padding
         assert item.to_dict()["relevance"]["input_ids"] == item.scores()
     assert batch[-1].scores() == batch.scores(2)
 
@@ -116,7 +115,7 @@ def test_text_on_an_image_model_says_to_give_an_image(capsys, tmp_path):
     model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
     line = _cli_error(capsys, "explain", model, "-r", "epsilon-gamma-box", "-t", "a cat")
     assert "this model takes an image (input 'pixel_values'), not text; give --image PATH" in line
-    with pytest.raises(InputError, match=r"give inputs=\{'pixel_values': rulegraph.image.load_image\(PATH\)\}"):
+    with pytest.raises(InputError, match=r"not text; give image=PATH \(a path, a PIL image or an array\)"):
         rulegraph.explain(model, "epsilon-gamma-box", text="a cat")
 
 
@@ -160,3 +159,36 @@ def test_the_command_line_passes_igs_steps_to_generation(capsys, causal_lm):
         runs.append(json.loads(capsys.readouterr().out)["steps"][0]["scores"])
     direct = rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=1, steps=4, dtype=torch.float64)
     assert runs[0] == pytest.approx(direct.steps[0].scores, abs=1e-12) and runs[0] != pytest.approx(runs[1], abs=1e-9)
+
+
+def _bars(figure) -> int:
+    return max(len(a.patches) for a in figure.axes)
+
+
+def test_an_item_covers_its_own_tokens_in_every_view(batch):
+    """Item 1 ("w4 w5": 4 tokens with [CLS]/[SEP]) of a batch padded to 6: its scores, words, repr,
+    page, figure and JSON hold its 4 tokens, as its explanation alone does; so do the batch's views of it."""
+    n = [len(t) for t in batch.tokens]
+    assert n == [5, 4, 6] and batch.relevance["input_ids"].shape == (3, 6)       # padded to the longest
+    item = batch[1]
+    assert len(item.scores()) == len(batch.scores(1)) == 4 and item.relevance["input_ids"].shape == (1, 4)
+    assert item.boundary["input_ids"].shape[:2] == (1, 4)
+    assert [w for w, _ in item.words()] == ["w4", "w5"] == [w for w, _ in batch.words(1)]
+    assert len(item.to_dict()["relevance"]["input_ids"]) == 4
+    assert [len(r) for r in batch.to_dict()["relevance"]["input_ids"]] == [5, 4, 6]
+    assert _bars(item.plot()) == _bars(batch.plot(1)) == 4
+    assert item.to_html().count('class="tok') == batch[0].to_html().count('class="tok') - 1
+
+
+def test_inputs_with_a_mask_are_trimmed_as_text_is(bert_onnx, batch):
+    """The ids and mask given as tensors: the items' scores and tokens leave the padding out as with text=."""
+    ids = torch.zeros(3, 6, dtype=torch.int64)
+    mask = torch.zeros(3, 6, dtype=torch.int64)
+    for b, text in enumerate(TEXTS):
+        one = rulegraph.encode(bert_onnx, text).inputs["input_ids"][0]
+        ids[b, :len(one)], mask[b, :len(one)] = one, 1
+    e = rulegraph.explain(bert_onnx, "attnlrp", {"input_ids": ids, "attention_mask": mask,
+                                                 "token_type_ids": torch.zeros_like(ids)}, dtype=torch.float64)
+    for i in range(3):
+        assert e.tokens[i] == batch.tokens[i] and e[i].tokens == [batch.tokens[i]]
+        assert e.scores(i) == pytest.approx(batch.scores(i), abs=1e-12) == e[i].scores()

@@ -264,3 +264,79 @@ def test_heatmap_beside_the_denormalised_input(tmp_path):
 def write_heatmap(relevance, path, *, image=None, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     """The PNG ``rulegraph explain --png`` writes for an image."""
     return save(image_figure(relevance, image, mean=mean, std=std), path)
+
+
+# -- explain(model, method, image=…): the command line's preprocessing, in Python ---------------
+
+def test_explain_takes_an_image_as_the_command_line_does(tmp_path, picture):
+    """``image=`` (a path, a PIL image, an array) goes through ``--image``'s preprocessing: the model's
+    16 × 16 read off its input, no ``size=`` given; the explanation keeps the pixels for ``plot``."""
+    import json
+
+    import rulegraph
+    path, arr = picture
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    e = rulegraph.explain(model, "epsilon-gamma-box", image=path, dtype=torch.float64)
+    out = tmp_path / "e.json"
+    result = CliRunner().invoke(cli, ["explain", str(model), "--rules", "epsilon-gamma-box", "--image", str(path),
+                                      "--json", str(out), "--dtype", "float64"])
+    assert result.exit_code == 0, result.output
+    cli_relevance = torch.tensor(json.loads(out.read_text())["relevance"]["pixel_values"], dtype=torch.float64)
+    assert torch.equal(e.relevance["pixel_values"][0], cli_relevance)
+    assert torch.equal(e.pixels["pixel_values"], load_image(path, size=16, resize=16))
+    assert e.normalization == (IMAGENET_MEAN, IMAGENET_STD)
+    for same in (Image.open(path), arr, torch.from_numpy(arr).permute(2, 0, 1), arr / 255.0):
+        other = rulegraph.explain(model, "epsilon-gamma-box", image=same, dtype=torch.float64)
+        assert torch.equal(other.relevance["pixel_values"], e.relevance["pixel_values"])
+    figure = e.plot()
+    assert [a.get_title() for a in figure.axes[:2]] == ["input", "overlay"]      # the picture, relevance over it
+    shown = figure.axes[0].get_images()[0].get_array()                          # the picture, denormalised
+    mean, std = (torch.tensor(v).view(3, 1, 1) for v in e.normalization)
+    expected = (e.pixels["pixel_values"][0] * std + mean).permute(1, 2, 0).numpy()
+    np.testing.assert_allclose(np.asarray(shown, dtype=np.float64), expected, atol=1e-6)
+
+
+def test_a_vit_in_memory_takes_its_own_image_size(tmp_path, picture):
+    """A 64-px ViT built in memory: the image is resized to 64 × 64 from its config, without size=."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    import rulegraph
+    torch.manual_seed(0)
+    vit = ViTForImageClassification(ViTConfig(image_size=64, patch_size=16, num_channels=3, hidden_size=16,
+                                              num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                              num_labels=3)).eval()
+    e = rulegraph.explain(vit, "attnlrp", image=picture[0])
+    x = load_image(picture[0], size=64, resize=64)
+    assert e.pixels["pixel_values"].shape == (1, 3, 64, 64) and torch.equal(e.pixels["pixel_values"], x)
+    with torch.no_grad():
+        assert e.output_value[0] == pytest.approx(float(vit(x).logits[0, e.target[0]]), abs=1e-5)
+    assert e.audit.ok and e.plot() is not None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"image": "missing.png"}, "image not found: missing.png"),
+    ({"image": "x.png", "text": "w1 w2"}, "give text=… or image=…, not both"),
+    ({"image": ["a.png", "b.png"]}, "image= takes one image"),
+    ({"image": np.zeros((2, 4, 4, 3), np.uint8)}, "an image array is"),
+    ({"image": np.full((4, 4, 3), 2.0)}, "floats in [0, 1]"),
+    ({"image": 3}, "an image is a file path, a PIL image or an array"),
+])
+def test_a_bad_image_is_one_line_in_python_terms(tmp_path, kwargs, message, monkeypatch):
+    import rulegraph
+    monkeypatch.chdir(tmp_path)
+    model = cnn.onnx(cnn.build("cnn"), tmp_path / "cnn.onnx", cnn.image(1, 16))
+    with pytest.raises(InputError) as caught:
+        rulegraph.explain(model, "epsilon-gamma-box", **kwargs)
+    assert message in str(caught.value) and "\n" not in str(caught.value) and "--" not in str(caught.value)
+
+
+def test_an_image_for_a_text_model_names_its_inputs(bert_onnx, picture, capsys):
+    import rulegraph
+    from rulegraph.cli import main
+    with pytest.raises(InputError, match=r"image=… needs a model with a float \(pixel\) input; this model takes "
+                                         r"input_ids, .*give text=…"):
+        rulegraph.explain(bert_onnx, "attnlrp", image=picture[0])
+    assert main(["explain", str(bert_onnx), "-r", "attnlrp", "--image", str(picture[0])]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "--image needs a model with a float (pixel) input; this model takes input_ids" in line
+    assert "give --text" in line and "\n" not in line

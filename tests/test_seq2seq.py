@@ -20,7 +20,7 @@ from rulegraph.cli import main
 from rulegraph.errors import InputError, ModelError
 from rulegraph.generation import GeneratedToken, Generation
 
-# T5's torch.export program keeps an in-place add (aten.add_) the fx loader does not lower: ONNX only
+# T5 in memory (its torch.export program functionalized): test_t5_in_memory_equals_its_onnx_export
 CASES = [("bart", "torchscript"), ("t5", "torchscript"), ("marian", "torchscript"), ("t5", "dynamo"),
          ("marian", "torch.export")]
 
@@ -204,3 +204,21 @@ def test_rulegraph_export_reads_the_task_off_the_config(tmp_path):
     with torch.no_grad():
         expected = module(**feeds, use_cache=False).logits
     torch.testing.assert_close(rulegraph.run(graph, feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_t5_in_memory_equals_its_onnx_export(tmp_path):
+    """A T5 module in memory: its torch.export program keeps an in-place add (the relative-position
+    buckets), functionalized before lowering; each explained step then equals the ONNX export's."""
+    module = tiny.seq2seq("t5")
+    path = tiny.seq2seq_onnx(module, tmp_path / "model.onnx")
+    feeds = prefixed(module, 5, 4)
+    memory = rulegraph.generate(module, "attnlrp", inputs=feeds, dtype=torch.float64)
+    exported = rulegraph.generate(path, "attnlrp", inputs=feeds, dtype=torch.float64)
+    assert memory.rows == exported.rows and [s.token for s in memory.steps] == [s.token for s in exported.steps]
+    # the export holds float32 constants (the relative-position buckets, ε): agreement to ~1e-5 of the largest
+    scale = float(torch.nan_to_num(exported.matrix).abs().max())
+    torch.testing.assert_close(memory.matrix, exported.matrix, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
+    assert all(abs(s.residual) <= 1e-10 * abs(s.output_value) for s in memory.steps)       # conserved
+    greedy = rulegraph.generate(module, "attnlrp", text="w1 w2 w3", max_new_tokens=2, tokenizer=tiny.lm_tokenizer(),
+                                ignore_eos=True)
+    assert len(greedy.steps) == 2 and [r.strip() for r in greedy.rows[:3]] == ["w1", "w2", "w3"]

@@ -71,16 +71,13 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         options = pass_arguments(RuleSet.load(rules), opts)
     reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
     if image_path is not None:
-        from ..image import layout_of, load, preprocessing
-        pixels = next((i for i in graph.inputs if i.is_float), None)
-        if pixels is None or texts:
-            raise InputError("--image needs a model with a float (pixel) input, and no --text")
-        layout = layout_of(pixels.name, pixels.shape)
-        pre = preprocessing(graph.metadata, size=image_size, resize=image_resize, mean=image_mean, std=image_std,
-                            layout=layout)
-        x, note = load(image_path, **pre)
-        err.print(f"[dim]{escape(pixels.name)} {layout.name} {'×'.join(map(str, x.shape))}: {escape(note)}[/]")
-        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), pixels.name: x}}]
+        from ..image import image_input
+        if texts:
+            raise InputError("give --text or --image, not both")
+        picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+        pre = {"mean": picture.mean, "std": picture.std}
+        err.print(f"[dim]{escape(picture.describe())}[/]")
+        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
     pngs = render.png_paths(png_path, len(requests))

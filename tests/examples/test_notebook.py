@@ -2,7 +2,7 @@
 interpreter), every cell without error, and what it shows holds up: each result type's HTML view
 (``_repr_html_`` of an explanation, a batch, a baseline, a generation, an encoder–decoder's
 generation, an image explanation) loaded in headless Chromium has a coloured span per token, a matrix
-cell per row and generated token, a picture that decodes, and leaves the notebook's own page alone;
+cell per row and generated token (a T5 in memory too), a picture (an image given as ``image=``) that decodes, and leaves the notebook's own page alone;
 the figures are there. The notebook's results are read back from the kernel after its last cell."""
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from browser import CHROMIUM, bare_page, open_page, screenshot_is_not_blank
+from rulegraph.image import IMAGENET_MEAN, IMAGENET_STD
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook" / "rulegraph.ipynb"
 #: the cells' tags whose HTML output is checked; each names the variable it shows
 VIEWS = {"classifier": "e", "batch": "batch", "baseline": "ig", "generation": "g", "encoder-decoder": "s",
-         "image": "v"}
+         "t5": "t", "image": "v"}
 #: run after the notebook's cells: what the views should show, from the objects themselves
 FACTS = """
 import json as _json
@@ -25,8 +26,9 @@ _facts = {tag: {"texts": x.texts, "scores": [x.scores(None, i) for i in range(x.
                 "audited": x.audit is not None}
           for tag, x in {"classifier": e, "batch": batch, "baseline": ig}.items()}
 _facts.update({tag: {"rows": x.rows, "columns": x.columns, "matrix": x.to_dict()["matrix"], "groups": x.groups}
-               for tag, x in {"generation": g, "encoder-decoder": s}.items()})
-_facts["image"] = {"labels": v.labels, "target": v.target}
+               for tag, x in {"generation": g, "encoder-decoder": s, "t5": t}.items()})
+_facts["image"] = {"labels": v.labels, "target": v.target, "pixels": list(v.pixels["pixel_values"].shape),
+                   "normalization": v.normalization}
 print(_json.dumps(_facts))
 """
 
@@ -80,6 +82,10 @@ def test_the_notebook_runs_and_shows_every_result(executed):
     assert len(figures) >= 4                     # e.plot(), the rule set beside ig, g.plot(), v.plot()
     assert facts["classifier"]["audited"] and not facts["baseline"]["audited"]
     assert len(facts["batch"]["texts"]) == 3 and facts["image"]["labels"] == ["landscape", "portrait", "still life"]
+    assert facts["image"]["pixels"] == [1, 3, 32, 32]            # image=: a 64 × 48 picture at the ViT's own size
+    assert facts["image"]["normalization"] == [list(IMAGENET_MEAN), list(IMAGENET_STD)]
+    t5 = facts["t5"]                                             # a T5 in memory, generating greedily
+    assert len(t5["columns"]) == 3 and t5["groups"].count("source") == 7          # the source's seven words
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install "
@@ -100,7 +106,7 @@ def test_the_notebooks_html_views_in_chromium(executed, tmp_path):
             assert [float(s["score"]) for s in spans] == pytest.approx(scores[:len(texts)], rel=1e-5, abs=1e-9)
             assert all(s["width"] > 0 and s["ink"] in ("rgb(0, 0, 0)", "rgb(255, 255, 255)") for s in spans)
         assert shown["transparent"] == 0 and (shown["tables"] > 0) == expected["audited"], tag
-    for tag in ("generation", "encoder-decoder"):
+    for tag in ("generation", "encoder-decoder", "t5"):
         (matrix,) = report["views"][tag]["matrices"]
         expected = facts[tag]
         assert matrix["header"] == len(expected["columns"]) and [r["token"] for r in matrix["rows"]] == expected["rows"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import warnings
 
 import pytest
@@ -29,6 +30,7 @@ from rulegraph.errors import UnsupportedOpError  # noqa: E402
 from rulegraph.exporters import HFClassifier, export_fx, export_onnx  # noqa: E402
 from rulegraph.interpreter import prepare  # noqa: E402
 from rulegraph.loaders.fx import LOWERINGS, load_fx  # noqa: E402
+from rulegraph.loaders.fx.program import functional, mutates  # noqa: E402
 from rulegraph.ruleset import RuleSet, shipped_rule_sets  # noqa: E402
 
 VOCAB = 100
@@ -208,10 +210,11 @@ def test_unsupported_aten_op_names_node_target_and_choices() -> None:
         load_fx(ep)
     message = str(info.value)
     assert "'cumprod'" in message and "aten.cumprod.default" in message
-    assert "did you mean" in message and "valid: " in message
+    assert "did you mean" in message and "valid: " not in message
     suggested = message.split("did you mean ")[1].split("?")[0].split(" or ")
     assert suggested and all(s.strip("'") in LOWERINGS for s in suggested)       # the closest lowered targets
-    assert "\n" not in message
+    assert message.endswith("export the model to ONNX with `rulegraph export` and explain the .onnx file")
+    assert "\n" not in message and len(message) < 300
 
 
 class _Unlowered(torch.nn.Module):
@@ -226,6 +229,46 @@ def test_every_unlowered_target_is_named_at_once() -> None:
     assert message.startswith("fx node 'cumprod': target aten.cumprod.default has no lowering")
     assert "(nor do 1 more target(s): aten.erfinv.default (1 node(s), first 'erfinv'))" in message
     assert "did you mean" in message and "\n" not in message
+
+
+class _ManyUnlowered(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.cumprod(x, dim=1) + torch.erfinv(x.tanh()) + torch.special.i0(x) + torch.lgamma(x)
+                + torch.digamma(x.abs() + 1))
+
+
+def test_a_refusal_names_a_few_targets_and_the_next_step() -> None:
+    with pytest.raises(UnsupportedOpError) as info:
+        load_fx(torch.export.export(_ManyUnlowered(), (torch.randn(2, 3),)))
+    message = str(info.value)
+    assert re.findall(r"target (aten\.\w+)\.|(aten\.\w+)\.default \(1 node", message) == [
+        ("aten.cumprod", ""), ("", "aten.erfinv"), ("", "aten.special_i0")]
+    assert "and 2 more" in message and "lgamma" not in message
+    assert "`rulegraph export`" in message and "\n" not in message and len(message) < 400
+
+
+class _InPlace(torch.nn.Module):
+    """In-place arithmetic on an intermediate, read before and after the mutation (as T5's
+    ``relative_buckets += …``): only a functional lowering keeps both readers right."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        before = y.sum(-1, keepdim=True)
+        y.add_(x)
+        y.mul_(3)
+        return y + before
+
+
+def test_in_place_ops_are_functionalized_before_lowering() -> None:
+    ep = torch.export.export(_InPlace(), (torch.randn(2, 3),))
+    assert mutates(ep.graph_module)
+    graph = load_fx(ep)
+    assert {n.op for n in graph.nodes} >= {"Add", "Mul"}
+    x = torch.randn(2, 3)
+    got = rulegraph.run(graph, {graph.input_names[0]: x})[graph.outputs[0]]
+    torch.testing.assert_close(got, _InPlace()(x))         # (2x + x)·3 + Σ 2x: both readers of y right
+    plain = torch.export.export(_Cumprod(), (torch.randn(2, 3),))
+    assert not mutates(plain.graph_module) and functional(plain) is plain      # nothing in place: lowered as it is
 
 
 def test_load_rejects_other_objects() -> None:

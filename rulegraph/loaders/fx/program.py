@@ -23,10 +23,13 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
     """Lower a :func:`torch.export.export` program (or the GraphModule it wraps) to the IR.
 
     ``opset`` is the ONNX opset the lowering mirrors (18 by default; from 20 on
-    ``aten.gelu`` becomes a ``Gelu`` node). Raises :class:`UnsupportedOpError` naming every
-    fx target without a lowering at once, and :class:`ModelError` for programs it cannot read.
+    ``aten.gelu`` becomes a ``Gelu`` node). A program that mutates tensors in place (``aten.add_``,
+    T5's relative-position buckets) is functionalized first (:func:`functional`). Raises
+    :class:`UnsupportedOpError` naming the fx targets without a lowering in one line, and
+    :class:`ModelError` for programs it cannot read.
     """
     if isinstance(program, torch.export.ExportedProgram):
+        program = functional(program)
         gm, signature = program.graph_module, program.graph_signature
         source = "fx:ExportedProgram"
     elif isinstance(program, fx.GraphModule):
@@ -77,9 +80,35 @@ def load_fx(program: "torch.export.ExportedProgram | fx.GraphModule", *, opset: 
     return Graph(nodes, inputs, outputs, constants, opset=opset, name=b.root_name, source=source)
 
 
+def mutates(gm: fx.GraphModule) -> bool:
+    """Whether the graph calls an op that writes into one of its arguments (``aten.add_``, ``aten.copy_``…)."""
+    return any(n.op == "call_function" and getattr(getattr(n.target, "_schema", None), "is_mutable", False)
+               for n in gm.graph.nodes)
+
+
+def functional(program: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
+    """``program`` with its in-place ops replaced by their functional forms, where it has any.
+
+    ``torch.export`` returns its training IR, which keeps in-place ops (``x += y`` as ``aten.add_``);
+    ``run_decompositions`` with an empty table functionalizes it (every mutation an out-of-place op
+    whose result later readers take, a buffer's a program output) and decomposes nothing else.
+    A program without in-place ops is returned as it is, so its lowering is unchanged."""
+    if not mutates(program.graph_module):
+        return program
+    try:
+        return program.run_decompositions({})
+    except Exception:           # torch cannot functionalize it: the refusal names the in-place ops left
+        return program
+
+
+#: the unlowered targets a refusal names (the others are counted)
+NAMED = 3
+
+
 def _refuse_unlowered(gm: fx.GraphModule) -> None:
-    """One error for every aten target the program calls that has no lowering: the first with its
-    node and the closest lowered targets, the others with their node count and first node."""
+    """One short line for the aten targets the program calls that have no lowering: the first with its
+    node and the closest lowered targets, up to :data:`NAMED` in all with their node counts, and the next
+    step (an ONNX export)."""
     missing: dict[str, list[str]] = {}
     for n in gm.graph.nodes:
         if n.op == "call_function" and target_name(n.target) not in LOWERINGS:
@@ -87,10 +116,13 @@ def _refuse_unlowered(gm: fx.GraphModule) -> None:
     if not missing:
         return
     (first, names), *others = missing.items()
-    more = "; ".join(f"{t} ({len(ns)} node(s), first {ns[0]!r})" for t, ns in others)
+    close = choices(LOWERINGS, first).partition("valid: ")[0].strip()
+    more = "; ".join(f"{t} ({len(ns)} node(s), first {ns[0]!r})" for t, ns in others[:NAMED - 1])
+    more += f"; and {len(others) - NAMED + 1} more" if len(others) >= NAMED else ""
     also = f" (nor do {len(others)} more target(s): {more})" if others else ""
-    raise UnsupportedOpError(f"fx node {names[0]!r}: target {first} has no lowering in rulegraph's fx loader{also}; "
-                             f"{choices(LOWERINGS, first)}")
+    hint = f" ({close.rstrip('? ')}?)" if close else ""
+    raise UnsupportedOpError(f"fx node {names[0]!r}: target {first} has no lowering in rulegraph's fx loader{hint}{also}; "
+                             "export the model to ONNX with `rulegraph export` and explain the .onnx file")
 
 
 def _program_tensor(program, target: str, name: str) -> Tensor:
