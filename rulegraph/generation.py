@@ -80,6 +80,27 @@ class GeneratedToken:
 
 
 @dataclass
+class Span:
+    """The explained tokens taken together as one objective (:func:`rulegraph.objective.span`): the sum
+    of their logits (or log-probabilities, ``score="logprob"``), each read at the position that
+    predicts it, explained in one relevance walk on the whole sequence. The relevance is linear in
+    the seed for the rule sets, so ``scores`` equal the sum of the steps' columns (up to rounding)."""
+
+    objective: str                   # the expression explained (rulegraph.objective's grammar)
+    output_value: float              # the explained scalar Σ w·z (log p linearised, p held constant)
+    value: float                     # the expression itself (Σ log p for log-probabilities)
+    scores: list[float]              # relevance of every row
+    absorbed: float | None = None    # the walk's audit
+    breaks: float | None = None
+    residual: float | None = None
+    relative_error: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("objective", "output_value", "value", "scores", "absorbed", "breaks",
+                                              "residual", "relative_error")}
+
+
+@dataclass
 class Generation:
     """The explained generation: ``matrix[row, step]`` is the relevance of row token ``rows[row]``
     for generated token ``columns[step]`` (NaN where the step does not see the row)."""
@@ -91,6 +112,7 @@ class Generation:
     mode: str                        # "greedy" or "continuation"
     prompt: str | None = None        # the prompt (or source) text, when given as text
     continuation: str | None = None  # the generated (or given) text, decoded
+    span: Span | None = None         # the explained tokens as one objective (``span=True``)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -103,6 +125,15 @@ class Generation:
         for t, s in enumerate(self.steps):
             m[:len(s.scores), t] = torch.tensor(s.scores, dtype=torch.float64)
         return m
+
+    def drawn(self) -> tuple[list[str], Tensor]:
+        """What the views draw: a header per column (the step's number and token, then ``Σ span``
+        when the span was explained) and the matrix with the span's column after the steps'."""
+        headers = [f"{i + 1} {c}" for i, c in enumerate(self.columns)]
+        if self.span is None:
+            return headers, self.matrix
+        column = torch.tensor(self.span.scores, dtype=torch.float64)[:len(self.rows), None]
+        return headers + ["Σ span"], torch.cat([self.matrix, column], 1)
 
     def totals(self) -> dict[str, Tensor]:
         """Per row group (in row order), its summed relevance for each step."""
@@ -126,7 +157,8 @@ class Generation:
         more = f", … ({len(self.steps)} in all)" if len(self.steps) > 8 else ""
         return (f"Generation({self.method}, {self.mode}: {len(self.steps)} token(s), {len(self.rows)} rows "
                 f"({', '.join(f'{g} {self.groups.count(g)}' for g in dict.fromkeys(self.groups))}))\n"
-                f"  tokens: {shown}{more}")
+                f"  tokens: {shown}{more}"
+                + ("" if self.span is None else f"\n  span (the tokens together): explained {self.span.output_value:.4g}"))
 
     def _repr_html_(self) -> str:
         from .render.page import generation_fragment
@@ -152,7 +184,8 @@ class Generation:
                 "rows": self.rows, "groups": self.groups, "columns": self.columns,
                 "matrix": [[_finite(x) for x in row] for row in self.matrix.tolist()],
                 "shares": {g: [_finite(x) for x in s.tolist()] for g, s in self.shares().items()},
-                "steps": [s.to_dict() for s in self.steps], **self.extra}
+                "steps": [s.to_dict() for s in self.steps],
+                **({"span": self.span.to_dict()} if self.span is not None else {}), **self.extra}
 
 
 def _finite(x: float) -> float | None:
@@ -198,7 +231,8 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
              tokenizer: str | Path | None = None, batch: int = 1,
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
              score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
-             steps: int | None = None, options: dict[str, Any] | None = None, **method_options: Any) -> Generation:
+             steps: int | None = None, options: dict[str, Any] | None = None, span: bool = False,
+             **method_options: Any) -> Generation:
     """Generate up to ``max_new_tokens`` tokens greedily after a prompt (or take ``continuation``)
     and explain each.
 
@@ -221,13 +255,16 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     one with it (IG), its option, refused where it would be read as the number of tokens. ``batch``:
     continuation steps explained per call (each call's audit is the sum over its steps).
     ``progress`` is called with the number of steps done after each call. ``score``: as in
-    :func:`rulegraph.explain`.
+    :func:`rulegraph.explain`. ``span``: also explain the explained tokens together, as one
+    objective (the sum of their logits, or log-probabilities with ``score="logprob"``) in one more
+    forward and walk (:class:`Span`, ``Generation.span``; a rule set's, as objectives are).
     """
     from .interpreter import prepare
     from .loaders import load
     from .methods import explain_with, get
     from .passes import prepared
     from .objective import QUANTITIES
+    from .objective import span as span_objective
     from .text import TextEncoder
 
     if options is not None:
@@ -264,6 +301,11 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
     if not chosen.rule_set and score != "logit":
         raise InputError(f"score='logprob' is supported by rule sets; {chosen.name} is a baseline")
+    if not isinstance(span, bool):
+        raise InputError(f"span must be True or False, got {span!r}")
+    if span and not chosen.rule_set:
+        raise InputError(f"span=True explains the tokens as one objective, which rule sets do; {chosen.name} is a "
+                         "baseline (its matrix has the steps' columns only)")
     resolved = chosen.resolve(method_options)
     graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.rule_set \
         else load(model)
@@ -344,6 +386,17 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
             if progress:
                 progress(len(positions))
     shown = sequence[:-1]
+    together = None
+    if span and found:
+        objective = span_objective([s.token for s in found], found[0].position, score)
+        e = explain_with(graph, chosen, layout.feeds(shown), None, output=output, device=device, dtype=dtype,
+                         audit=audit, objective=objective, **resolved)
+        c = e.audit.conservation if audit and e.audit is not None else None
+        together = Span(objective=objective.text, output_value=e.output_value[0],
+                        value=e.extra["objective_value"][0], scores=layout.rows(e, 0, len(shown) - 1),
+                        absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
+                        residual=None if c is None else c.residual,
+                        relative_error=None if c is None else c.relative_error)
     if encoder_decoder:
         rows = _texts(encoder, prompt) + _texts(encoder, shown)
         groups = ["source"] * len(prompt) + ["target"] * len(shown)
@@ -353,7 +406,8 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     return Generation(
         rows=rows, groups=groups, steps=found, method=chosen.name,
         mode="greedy" if given is None else "continuation", prompt=text,
-        continuation=encoder.tokenizer.decode([s.token for s in found]) if encoder is not None else None)
+        continuation=encoder.tokenizer.decode([s.token for s in found]) if encoder is not None else None,
+        span=together)
 
 
 def _has_prefix(inputs: Any) -> bool:

@@ -1,13 +1,20 @@
-"""Explained scalars beyond one logit: a small linear expression over one output position.
+"""Explained scalars beyond one logit: a small linear expression of a model's output.
 
     logit[" Paris"] - logit[" London"]          # a contrast, tokens given as text
     logprob[3] + logprob[5]                     # the log-probability of either of two tokens' sum
     0.5 * logit[2] - 2 * logprob["good"]
+    logprob[" Paris"]@4 + logprob["."]@5        # a span: terms read at positions 4 and 5
 
-Grammar: terms joined by ``+`` and ``-``; a term is ``[NUMBER *] KIND[TOKEN]`` with KIND
+Grammar: terms joined by ``+`` and ``-``; a term is ``[NUMBER *] KIND[TOKEN][@POSITION]`` with KIND
 ``logit`` or ``logprob`` and TOKEN a class / vocabulary id (an integer) or the text of one token
 in quotes (``"…"`` or ``'…'``, tokenized with the model's tokenizer). At most
 :data:`MAX_TERMS` terms and :data:`MAX_LENGTH` characters; nothing in it is evaluated as code.
+Without ``@`` every term reads the explained position (``position=``, default the last); with it,
+each term reads the ``[batch, positions, classes]`` output at its own position, every term has
+one, and the expression is a *span* objective: :func:`span` builds the one of a continuation
+(the sum of its tokens' log-probabilities, or logits, each read at the position that predicts it),
+explained in one relevance walk (the question of LXT's users on spans, answered there by one
+backward pass on the sum of the chosen logits).
 
 A dense output (a ``[batch, channels, H, W]`` map, e.g. a segmentation's or a depth model's) has no
 classes to pick: ``region[y0:y1, x0:x1]`` (``--region y0:y1,x0:x1``) explains the sum of the map over
@@ -27,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -43,7 +50,7 @@ MAX_COEFFICIENT = 1e6
 _TERM = re.compile(r"""\s*(?P<sign>[+-])?\s*(?:(?P<coef>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)\s*\*\s*)?
                        (?P<quantity>[A-Za-z_]\w*)\s*\[\s*
                        (?:(?P<id>\d+)|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:[^'\\]|\\.)*)')
-                       \s*\]\s*""", re.VERBOSE)
+                       \s*\]\s*(?:@\s*(?P<position>\d+)\s*)?""", re.VERBOSE)
 
 
 _REGION = re.compile(r"\s*region\s*\[\s*(\d+)\s*:\s*(\d+)\s*,\s*(\d+)\s*:\s*(\d+)\s*\]\s*")
@@ -62,6 +69,7 @@ class Term:
     coefficient: float
     quantity: str               # "logit" or "logprob"
     token: int | str            # a class / vocabulary id, or the text of one token (before resolve)
+    position: int | None = None  # the output position the term reads (``@N``); None: the explained one
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,11 @@ class Objective:
     @property
     def tokens(self) -> list[int | str]:
         return [t.token for t in self.terms]
+
+    @property
+    def positions(self) -> list[int] | None:
+        """The output positions the terms read (``@N``), in order; ``None`` when they read the explained one."""
+        return sorted({t.position for t in self.terms}) if self.terms and self.terms[0].position is not None else None
 
     def resolve(self, to_id: Callable[[str], int]) -> Objective:
         """Token texts replaced by their ids (``to_id`` raises :class:`InputError` for a text
@@ -97,7 +110,16 @@ class Objective:
 
     def seed(self, picked: torch.Tensor) -> torch.Tensor:
         """``[batch, classes]`` weights w of the logits: Σ c·e_t for ``logit`` terms and
-        Σ c·(e_t − p) for ``logprob`` terms, p = softmax(picked) held constant."""
+        Σ c·(e_t − p) for ``logprob`` terms, p = softmax(picked) held constant. For a span
+        (terms with positions), ``picked`` is the whole ``[batch, positions, classes]`` output and the
+        seed has its shape: each position's rows are the weights of the terms that read it."""
+        if self.positions is not None:
+            self.check_positions(picked)
+            seed = torch.zeros_like(picked)
+            for position in self.positions:
+                terms = tuple(replace(t, position=None) for t in self.terms if t.position == position)
+                seed[:, position] = replace(self, terms=terms).seed(picked[:, position])
+            return seed
         self.check(picked.shape[-1])
         seed = torch.zeros_like(picked)
         p = picked.detach().softmax(-1) if any(t.quantity == "logprob" for t in self.terms) else None
@@ -106,6 +128,17 @@ class Objective:
             if t.quantity == "logprob":
                 seed -= t.coefficient * p
         return seed
+
+    def check_positions(self, out: torch.Tensor) -> None:
+        """A span reads a ``[batch, positions, classes]`` output at positions it has."""
+        if out.dim() != 3:
+            raise InputError(f"objective {self.text!r}: terms with @POSITION read a [batch, positions, classes] "
+                             f"output; this output has shape {tuple(out.shape)}")
+        bad = [p for p in self.positions if p >= out.shape[1]]
+        if bad:
+            raise InputError(f"objective {self.text!r}: position {bad[0]} is out of range; the output has "
+                             f"{out.shape[1]} positions (0…{out.shape[1] - 1})")
+        self.check(out.shape[-1])
 
     def region_seed(self, out: torch.Tensor) -> torch.Tensor:
         """The indicator of the region over the last two axes of ``out`` (``[batch, …, H, W]``), every channel."""
@@ -130,8 +163,23 @@ class Objective:
         logp = z.log_softmax(-1)
         total = torch.zeros(z.shape[0], dtype=torch.float64)
         for t in self.terms:
-            total += t.coefficient * (z if t.quantity == "logit" else logp)[:, t.token]
+            at = (slice(None),) if t.position is None else (slice(None), t.position)
+            total += t.coefficient * (z if t.quantity == "logit" else logp)[(*at, t.token)]
         return total.tolist()
+
+
+def span(tokens: Sequence[int], first: int, quantity: str = "logprob") -> Objective:
+    """The span objective of a continuation: Σ_i ``quantity[tokens[i]]@(first + i)``, each token read at
+    the position that predicts it (``first`` predicts the first token). Built, not parsed: a span as
+    long as the sequence is allowed (the output's positions bound it)."""
+    if quantity not in QUANTITIES:
+        raise InputError(f"a span explains one of {', '.join(QUANTITIES)}; got {quantity!r}")
+    if not tokens:
+        raise InputError("the span has no tokens")
+    if first < 0:
+        raise InputError(f"the span's first position must be ≥ 0, got {first}")
+    terms = tuple(Term(1.0, quantity, int(t), first + i) for i, t in enumerate(tokens))
+    return Objective(" + ".join(f"{quantity}[{t.token}]@{t.position}" for t in terms), terms)
 
 
 def parse(text: str) -> Objective:
@@ -164,7 +212,13 @@ def parse(text: str) -> Objective:
                              f"coefficients are at most {MAX_COEFFICIENT:g} in magnitude")
         quoted = m.group("dq") if m.group("dq") is not None else m.group("sq")
         token = int(m.group("id")) if m.group("id") is not None else re.sub(r"\\(.)", r"\1", quoted)
-        terms.append(Term(coefficient, m.group("quantity"), token))
+        position = None if m.group("position") is None else int(m.group("position"))
+        if terms and (position is None) != (terms[0].position is None):
+            raise InputError(f"objective {text!r}: the term at column {m.start('quantity') + 1} "
+                             f"{'has no' if position is None else 'has a'} @POSITION and the first "
+                             f"{'has one' if position is None else 'has none'}; give every term a position "
+                             "(a span) or none (the explained position)")
+        terms.append(Term(coefficient, m.group("quantity"), token, position))
         if len(terms) > MAX_TERMS:
             raise InputError(f"objective has more than {MAX_TERMS} terms")
         at = m.end()

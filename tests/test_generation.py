@@ -149,3 +149,33 @@ def test_greedy_generation_stops_after_the_end_of_sequence_token_unless_told_not
     again = rulegraph.generate(graph, "gi", text=PROMPT, max_new_tokens=4, ignore_eos=True,
                                tokenizer=path.parent / "tokenizer.json")
     assert len(again.steps) == 4 and all(0 < s.probability <= 1 for s in again.steps)
+
+
+@pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))
+@pytest.mark.parametrize("score", ["logit", "logprob"])
+def test_the_span_in_one_walk_is_the_sum_of_its_steps(causal_lm, rules, score):
+    """span=True explains the continuation's summed logits (log-probabilities) in one more walk; the
+    rules are linear in the seed, so its scores are the sum of the steps' columns, and it conserves."""
+    _, path = causal_lm
+    g = rulegraph.generate(path, rules, text=PROMPT, continuation="w7 w8 w9", dtype=torch.float64, score=score,
+                           span=True)
+    assert g.span.output_value == pytest.approx(sum(s.output_value for s in g.steps), abs=1e-12)
+    torch.testing.assert_close(torch.tensor(g.span.scores, dtype=torch.float64), g.matrix.nan_to_num().sum(1),
+                               rtol=0, atol=1e-12)
+    assert g.span.relative_error < 1e-10
+    if score == "logprob":          # the expression itself: Σ log p of the span's tokens
+        assert g.span.value == pytest.approx(sum(s.logprob for s in g.steps), abs=1e-12)
+    headers, drawn = g.drawn()
+    assert headers[-1] == "Σ span" and drawn.shape == (len(g.rows), len(g.steps) + 1)
+    assert g.to_dict()["span"]["objective"] == g.span.objective
+
+
+def test_the_span_of_a_greedy_generation_and_its_refusals(causal_lm):
+    _, path = causal_lm
+    g = rulegraph.generate(path, "attnlrp", text=PROMPT, max_new_tokens=3, dtype=torch.float64, span=True)
+    assert g.span.output_value == pytest.approx(sum(s.output_value for s in g.steps), abs=1e-12)
+    assert rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=2).span is None
+    with pytest.raises(InputError, match="span=True explains the tokens as one objective, which rule sets do; ig"):
+        rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=2, span=True)
+    with pytest.raises(InputError, match="span must be True or False"):
+        rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=2, span="yes")

@@ -29,7 +29,7 @@ from .options import (OUTPUT, Grouped, image_options, input_options, method_opti
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
-                batch, ignore_eos, **opts):
+                batch, span, ignore_eos, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
@@ -46,6 +46,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         raise InputError("-o/--option sets options of a --method; rule sets take none")
     if generate_n is None and continuation is None and batch != 1:
         raise InputError("--batch applies to --continuation")
+    if generate_n is None and continuation is None and not steps and span:
+        raise InputError("--span applies to --generate N or --continuation TEXT (their tokens, explained together); "
+                         "for other sums of logits give --objective, e.g. \"logit[5]@3 + logit[9]@4\"")
     graph = load_model(model)
     options = {}
     if method:
@@ -66,7 +69,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
-                                  ignore_eos)
+                                  ignore_eos, span)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
     reads = read_files(model, tokenizer, rules, raw_inputs, image_path)

@@ -15,7 +15,7 @@ from .options import Bounded, pass_arguments
 
 
 def generation_options(f):
-    """``--generate N``, ``--continuation TEXT`` and ``--batch K`` of ``explain`` (and the
+    """``--generate N``, ``--continuation TEXT``, ``--batch K`` and ``--span`` of ``explain`` (and the
     deprecated ``--steps``, now ``--continuation`` with ``-i decoder_input_ids=…``)."""
     for decorator in reversed([
         click.option("--generate", "generate_n", type=Bounded(int, 1), default=None, metavar="N",
@@ -27,6 +27,10 @@ def generation_options(f):
         click.option("--batch", "batch", type=Bounded(int, 1), default=1, show_default=True, metavar="K",
                      help="with --continuation and a rule set: steps explained per call (more memory, "
                           "fewer calls; the audit is then per call)"),
+        click.option("--span", is_flag=True,
+                     help="with --generate/--continuation and a rule set: also explain the tokens together, as one "
+                          "objective (the sum of their logits, or log-probabilities with --score logprob), in one "
+                          "more walk: the matrix's last column, Σ span"),
         click.option("--ignore-eos", is_flag=True,
                      help="with --generate: go on after the end-of-sequence token (default: stop after it)"),
         click.option("--steps", is_flag=True, hidden=True),
@@ -36,7 +40,8 @@ def generation_options(f):
 
 
 def explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs, steps,
-                       continuation, batch, opts, json_path, html_path, png_path, force, ignore_eos=False) -> None:
+                       continuation, batch, opts, json_path, html_path, png_path, force, ignore_eos=False,
+                       span=False) -> None:
     """Refuse what does not apply to generation, run it with a progress bar, show and write it."""
     import torch
 
@@ -73,7 +78,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
                      batch=batch, output=opts["output_name"], device=opts["device"],
                      dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit", ignore_eos=ignore_eos,
-                     progress=lambda k: progress.advance(task, k), **options)
+                     progress=lambda k: progress.advance(task, k), span=span, **options)
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):
         if g.continuation is not None:

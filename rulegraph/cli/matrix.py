@@ -41,6 +41,15 @@ def steps_table(g: Generation, k: int = 5) -> Table:
         share = ["—" if x != x else f"{100 * x:.0f}%" for x in (float(v[i]) for v in shares.values())]
         t.add_row(str(i + 1), escape(repr(s.text)), f"{s.probability:.3g}", f"{s.output_value:.4g}",
                   *share, residual, cell)
+    if g.span is not None:                       # the tokens as one objective: its own row, on its own scale
+        top = sorted(range(len(g.span.scores)), key=lambda r: -g.span.scores[r])[:k]
+        cell = Text()
+        for r in top:
+            colour = shade(g.span.scores[r], column_scales[-1])
+            cell.append(names[r], style=f"{ink(colour)} on {css(colour)}")
+            cell.append(f" {g.span.scores[r]:+.3g}  ")
+        t.add_row("Σ", "the span", "", f"{g.span.output_value:.4g}", *([""] * len(shares)),
+                  "" if g.span.residual is None else f"{g.span.residual:+.2e}", cell)
     return t
 
 
@@ -50,8 +59,9 @@ def matrix_table(g: Generation) -> Table | None:
         return None
     t = Table(title="relevance of each row token (rows) for each generated token (columns)")
     t.add_column("row")
-    for i, c in enumerate(g.columns):             # the step's number: a token generated twice is two columns
-        t.add_column(escape(f"{i + 1} {c.strip() or repr(c)}"), justify="right")
+    for header in g.drawn()[0]:                   # the step's number: a token generated twice is two columns
+        number, _, token = header.partition(" ")
+        t.add_column(escape(f"{number} {token.strip() or repr(token)}"), justify="right")
     for tok, group, cells in matrix_cells(g):
         t.add_row(escape(tok.strip() or repr(tok)) + (f" [dim]({group})[/]" if group != g.groups[0] else ""),
                   *("" if cell is None else Text(f"{cell[0]:+.2g}", style=f"{ink(cell[1])} on {css(cell[1])}")

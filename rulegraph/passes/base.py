@@ -119,7 +119,8 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
     ``e.extra["objective"]`` and ``["objective_value"]`` for an objective."""
     if objective is not None:
         e.extra["objective"] = objective.text
-        e.extra["objective_value"] = objective.value(out if objective.region else _picked(out, e.position))
+        whole = objective.region is not None or objective.positions is not None
+        e.extra["objective_value"] = objective.value(out if whole else _picked(out, e.position))
         return
     if contrast is None and score == "logit":
         return
@@ -397,12 +398,18 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     the target; with ``contrast``, +1 at the target and −1 at the contrast; with
     ``score="logprob"`` (and no contrast), ``e_target − softmax`` over the classes, the
     softmax held constant; with an ``objective``, its weights (the targets reported are its
-    first term's token; see the module docstring)."""
+    first term's token; for a span objective, whose terms name their positions, the position
+    reported is the last of them; see the module docstring)."""
     shape = out.shape
     if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position
         if position is not None:
             raise InputError(f"position {position} was given, but the objective {objective.text!r} sums a region")
         return objective.region_seed(out), [0] * out.shape[0], None
+    if objective is not None and objective.positions is not None:  # a span: each term at its own position
+        if position is not None:
+            raise InputError(f"position {position} was given, but the objective {objective.text!r} names the "
+                             "position of each term (@N)")
+        return objective.seed(out), [objective.terms[0].token] * out.shape[0], objective.positions[-1]
     if out.dim() == 1:
         out = out.unsqueeze(-1)
     batch = out.shape[0]

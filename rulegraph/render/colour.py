@@ -139,15 +139,18 @@ def verdict(e) -> str:
 
 
 def scales(g) -> list[float]:
-    """Each step's largest |relevance|: a column's colours are on its own scale."""
-    return [max((abs(x) for x in s.scores), default=0.0) or 1.0 for s in g.steps]
+    """Each drawn column's largest |relevance| (every step's, then the span's): a column's colours are
+    on its own scale."""
+    matrix = g.drawn()[1].nan_to_num()
+    return [float(matrix[:, c].abs().max()) or 1.0 if len(matrix) else 1.0 for c in range(matrix.shape[1])]
 
 
 def matrix_cells(g):
-    """Per matrix row: its token, its group, and per step ``(value, colour)`` or ``None`` where the
-    step does not see the row (the row comes after the step's position)."""
+    """Per matrix row: its token, its group, and per drawn column (:meth:`Generation.drawn`: each step,
+    then the span's) ``(value, colour)`` or ``None`` where the step does not see the row (the row
+    comes after the step's position)."""
     columns = scales(g)
-    matrix = g.matrix
+    matrix = g.drawn()[1]
     for r, (tok, group) in enumerate(zip(g.rows, g.groups)):
-        values = [float(matrix[r, c]) for c in range(len(g.steps))]
+        values = [float(matrix[r, c]) for c in range(matrix.shape[1])]
         yield tok, group, [None if math.isnan(x) else (x, shade(x, columns[c])) for c, x in enumerate(values)]

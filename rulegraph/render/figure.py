@@ -71,7 +71,8 @@ def generation_figure(g, title: str = "", ax=None):
 
     from .colour import scales
     plt = _pyplot()
-    m = g.matrix.numpy() / np.array(scales(g))[None, :]
+    headers, matrix = g.drawn()
+    m = matrix.numpy() / np.array(scales(g))[None, :]
     rows, cols = m.shape
     if ax is None:
         fig, ax = plt.subplots(figsize=(min(2 + 0.6 * cols, 14), min(1.5 + 0.22 * rows, 40)))
@@ -82,10 +83,12 @@ def generation_figure(g, title: str = "", ax=None):
     every = max(1, rows // 60)
     labels = [t.strip() or repr(t) for t in g.rows]
     ax.set_yticks(range(0, rows, every), [labels[r] for r in range(0, rows, every)], fontsize=8)
-    ax.set_xticks(range(cols), [f"{i + 1}\n{t.strip() or repr(t)}" for i, t in enumerate(g.columns)], rotation=0,
+    ax.set_xticks(range(cols), [f"{n}\n{t.strip() or repr(t)}" for n, _, t in (h.partition(" ") for h in headers)], rotation=0,
                   fontsize=8)
     if g.groups and g.groups[-1] != g.groups[0]:
         ax.axhline(g.groups.index(g.groups[-1]) - 0.5, color="black", linewidth=0.8)
+    if g.span is not None:                          # the span's column: the steps taken together
+        ax.axvline(len(g.steps) - 0.5, color="black", linewidth=0.8)
     ax.set_xlabel("generated token")
     ax.set_ylabel(" and ".join(dict.fromkeys(g.groups)) + " tokens")
     ax.set_title(title or f"{g.method}: relevance per generated token", fontsize=10)

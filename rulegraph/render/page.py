@@ -178,7 +178,7 @@ def _audit(e) -> str:
 
 def generation_fragment(g, model: str = "") -> str:
     """The matrix as a coloured table (hover for exact values) and the steps, without the page."""
-    head = "".join(f"<th><div>{i + 1} {html.escape(c)}</div></th>" for i, c in enumerate(g.columns))
+    head = "".join(f"<th><div>{html.escape(c)}</div></th>" for c in g.drawn()[0])
     body = []
     for tok, group, cells in matrix_cells(g):
         tds = "".join('<td class="none"></td>' if cell is None else
@@ -190,6 +190,10 @@ def generation_fragment(g, model: str = "") -> str:
         f"<tr><td>{i + 1}</td><td>{html.escape(s.text)}</td><td>{s.probability:.3g}</td><td>{s.output_value:.5g}</td>"
         + "".join(f"<td>{'—' if v[i] != v[i] else f'{100 * float(v[i]):.0f}%'}</td>" for v in shares.values())
         + f"<td>{'' if s.residual is None else f'{s.residual:+.2e}'}</td></tr>" for i, s in enumerate(g.steps))
+    if g.span is not None:
+        steps += (f"<tr><td>Σ</td><td>the span</td><td></td><td>{g.span.output_value:.5g}</td>"
+                  + "<td></td>" * len(shares)
+                  + f"<td>{'' if g.span.residual is None else f'{g.span.residual:+.2e}'}</td></tr>")
     prompt = html.escape(g.prompt or "")
     generated = html.escape(g.continuation or "")
     model_line = f"model {html.escape(model)}, " if model else ""

@@ -114,3 +114,18 @@ def test_what_generation_cannot_take_is_one_line(bart, capsys, extra, message):
     assert main(["explain", str(bart), "-r", "gi", "-t", SOURCE, "--generate", "2", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_span_is_the_last_column(causal_lm, tmp_path, capsys):
+    _, path = causal_lm
+    out = tmp_path / "span.json"
+    assert main(["explain", str(path), "-r", "attnlrp", "--continuation", "w7 w8", "-t", PROMPT, "--span",
+                 "--dtype", "float64", "--json", str(out), "--html", str(tmp_path / "span.html")]) == 0, \
+        capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "the span" in printed and "Σ span" in printed
+    d = json.loads(out.read_text())
+    assert d["span"]["output_value"] == pytest.approx(sum(s["output_value"] for s in d["steps"]), abs=1e-12)
+    assert "Σ span" in (tmp_path / "span.html").read_text()
+    assert main(["explain", str(path), "-r", "gi", "-t", PROMPT, "--span"]) == 2
+    assert "--span applies to --generate N or --continuation TEXT" in capsys.readouterr().err
