@@ -14,7 +14,8 @@ onnxruntime's own output. :func:`measure` says both, so the reader can tell the 
 * **spread**: onnxruntime's own output under a one-ulp nudge of its float input, the same measure
   between the nudged and the plain run, the largest over :data:`NUDGES` nudges. A nudge moves every
   element of the input one ulp up or down (``nextafter``), by a fixed pseudo-random sign per element
-  (a nudge of every element the same way is nearly a change of scale, which a LayerNorm cancels). The
+  (a nudge of every element the same way is nearly a change of scale, which a LayerNorm cancels; the
+  nudge of a float input is taken in float32, where the run's inputs are float64). The
   float input is the graph's float inputs where it has any (an image); a token model's is the float
   tables its ids read (every initializer of rank ≥ 2 a ``Gather`` picks rows from). To nudge those, the
   session loads the file's model with each table ``T`` read as ``T + N``, ``N`` a new input that is 0 in
@@ -28,7 +29,9 @@ than the spread measured says rulegraph's forward moved more than these nudges m
 The difference is *within the graph's rounding* where it is at most the spread. Only graphs with such
 rounding are measured (a float graph or one with integer weights only gets nothing); without
 onnxruntime, or where it cannot compute the value from the file, a note says why. onnxruntime's sessions
-are kept on the graph (:mod:`rulegraph.sessions`): three per graph and explained value at most.
+are kept on the graph (:mod:`rulegraph.sessions`): two per graph and explained value at most (the file's, and
+for a token model the one that nudges its tables); an explanation with an audit costs 1 + :data:`NUDGES`
+onnxruntime runs.
 """
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 A session returns any value the file's nodes compute, not only its outputs: a value that is not one is
 added to the outputs of the model the session loads (a final Softmax's logits, which rulegraph explains).
-A session may override initializers (``SessionOptions.add_initializer``) without rewriting the file.
 Used by the perturbation baselines' onnxruntime runtime (:mod:`rulegraph.methods.sequences`) and by the
 rounding check of quantized graphs (:mod:`rulegraph.rounding`).
 """
@@ -51,11 +50,10 @@ def file_source(graph: Graph, output: str):
     return sessions[key]
 
 
-def session(graph: Graph, output: str, *, initializers: Mapping[str, np.ndarray] | None = None, name: str = "",
-            source: str | bytes | None = None):
-    """One onnxruntime session per graph, ``output``, thread count and ``name`` (a session whose
-    ``initializers`` override the model's, or that loads another ``source`` than the file: one name each),
-    kept on the graph. ``output`` must be computed by the file (:func:`file_source` is not None)."""
+def session(graph: Graph, output: str, *, name: str = "", source: str | bytes | None = None):
+    """One onnxruntime session per graph, ``output``, thread count and ``name`` (a session that loads another
+    ``source`` than the file: one name each), kept on the graph. ``output`` must be computed by the file
+    (:func:`file_source` is not None)."""
     import onnxruntime as ort
     sessions = graph.cache.sessions
     key = (output, torch.get_num_threads(), name)
@@ -63,13 +61,8 @@ def session(graph: Graph, output: str, *, initializers: Mapping[str, np.ndarray]
         options = ort.SessionOptions()
         options.intra_op_num_threads = key[1]
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")   # no busy cores between runs
-        held = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for v in (initializers or {}).values()]
-        for k, v in zip(initializers or {}, held):
-            options.add_initializer(k, v)
-        made = ort.InferenceSession(source if source is not None else file_source(graph, output), options,
-                                    providers=["CPUExecutionProvider"])
-        made._rulegraph_initializers = held          # the overrides must outlive the session that reads them
-        sessions[key] = made
+        sessions[key] = ort.InferenceSession(source if source is not None else file_source(graph, output), options,
+                                             providers=["CPUExecutionProvider"])
     return sessions[key]
 
 
