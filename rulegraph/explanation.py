@@ -126,6 +126,7 @@ class Explanation:
         if self.audit is not None:
             lines.append(self._audit_line()
                          + (f" (batch audit: the batch's {self.item_of[1]} items summed)" if self.item_of else ""))
+            lines += self._rounding_lines()
         return "\n".join(lines)
 
     def _batch_repr(self) -> str:
@@ -141,6 +142,7 @@ class Explanation:
                 lines.append(f"{head}: {tokens}   for: {pro}")
         if self.audit is not None:
             lines.append(self._audit_line() + f" (the batch's {self.batch_size} items summed)")
+            lines += self._rounding_lines()
         return "\n".join(lines)
 
     def _brief(self, item: int, key: str, width: int = 100) -> tuple[str, str, str]:
@@ -158,6 +160,10 @@ class Explanation:
         c = self.audit.conservation
         return (f"  audit: residual {c.residual:+.3g} (rel {c.relative_error:.1e}) "
                 f"{'ok' if self.audit.ok else 'FLAGGED'}, absorbed {c.absorbed:+.4g}, breaks {c.breaks:+.4g}")
+
+    def _rounding_lines(self) -> list[str]:
+        """A quantized graph's forward against onnxruntime's, beside its own rounding (rulegraph.rounding)."""
+        return [f"  {self.extra['rounding']['line']}"] if "rounding" in self.extra else []
 
     def _repr_html_(self) -> str:
         from .render.page import explanation_fragment

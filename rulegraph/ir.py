@@ -53,7 +53,7 @@ class GraphCache:
     canonized: dict = field(default_factory=dict)        # canonizer names → canonized Graph
     attention: list | None = None                        # the attention probabilities' values, in block order
     heads: list | None = None                            # heads.AttentionBlock per attention block
-    sessions: dict = field(default_factory=dict)         # onnxruntime sessions by thread count
+    sessions: dict = field(default_factory=dict)         # onnxruntime sessions by (output, thread count); methods.sequences
     boundary: Any = None                                 # boundary.Walk: the embedding lookups and their index paths
     folded: dict = field(default_factory=dict)           # constant values computed from initializers (boundary.constant_value)
     dependent: dict | None = None                        # values depending on a lookup's input (boundary.dependent)

@@ -133,6 +133,8 @@ def summary_table(e: Explanation, item: int = 0) -> Table:
         t.add_row("absorbed (biases, constants, ε)", fmt(c.absorbed))
         t.add_row("expected breaks (by rule design)", f"{fmt(c.breaks)}  in {len(e.audit.expected)} node(s)")
         t.add_row("unexplained residual", f"{fmt(c.residual)}  rel {c.relative_error:.2e} {flag}")
+        if "rounding" in e.extra:           # a graph rounding activations to integers (rulegraph.rounding)
+            t.add_row("quantized graph", escape(e.extra["rounding"]["line"]))
         if c.stranded:
             t.add_row("stranded (no rule)", escape(", ".join(f"{k}: {fmt(v)}" for k, v in c.stranded.items())))
         if e.audit.unexpected:

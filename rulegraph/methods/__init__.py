@@ -42,7 +42,8 @@ from ..explanation import Explanation
 from ..interpreter import as_tensor
 from ..options import PASS_OPTIONS, RULE_SET_OPTIONS
 from ..passes import apply
-from ..passes.base import check_arguments
+from ..canonize.final_softmax import only
+from ..passes.base import PROBABILITY, check_arguments, explained_value
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
 from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
@@ -147,15 +148,22 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     ``options``: the method's declared options (see ``rulegraph methods``). ``contrast``,
     ``target_score`` and ``objective``: ``contrast``, ``score`` and ``objective`` of
     :func:`rulegraph.explain` (``target_score`` named so as not to take a method's own ``score``
-    option); rule sets only (baselines refuse them).
+    option); rule sets only (baselines refuse them), but for ``target_score="probability"``. Every method
+    explains the same value: an output a final Softmax or LogSoftmax produces is explained as its logits,
+    a baseline's graph cut to them (``e.extra["final"]`` says so), unless ``target_score="probability"``
+    (:func:`rulegraph.passes.base.explained_value`).
     """
     m = method if isinstance(method, Method) else get(method)
-    if (contrast is not None or target_score != "logit" or objective is not None) and not m.rule_set:
+    if (contrast is not None or target_score not in ("logit", PROBABILITY) or objective is not None) and not m.rule_set:
         raise InputError(f"contrast, score='logprob' and objective are supported by rule sets; {m.name} is a baseline")
     resolved = m.resolve(options)
     if m.rule_set:
         contrast, target_score = explained(resolved, contrast, target_score)
     graph, ruleset = m.prepared(model)
+    final = None
+    if not m.rule_set:          # as a rule set's prologue decides (passes.base.admit): a final Softmax's logits
+        output, final = explained_value(graph, output or graph.outputs[0], target_score)
+        graph = only(graph, output) if final is not None else graph
     if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
         check_arguments(inputs, None, None)             # says what is wrong with them
     feeds = {k: as_tensor(k, v) for k, v in inputs.items()}
@@ -163,6 +171,8 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
                       objective, ruleset)
     e = m.run(request, **resolved)
     e.method = m.name
+    if final is not None:
+        e.extra["final"] = dict(final)
     e.extra.setdefault("method", m.name)
     shown = {o.name: resolved[o.name] for o in m.options     # not the API's inputs (word ids…), nor what
              if o.cli and o not in RULE_SET_OPTIONS}              # e.contrast / e.extra record already

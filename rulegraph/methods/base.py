@@ -47,7 +47,8 @@ class Request:
     vocab: Vocab | None = None
     audit: bool = True
     contrast: int | list[int] | None = None  # subtracted class (rulegraph.passes.base.select)
-    score: str = "logit"                     # the explained quantity: "logit" or "logprob"
+    score: str = "logit"                     # the explained quantity: "logit" or "logprob" ("probability": a baseline
+                                             # explains a final Softmax's output, not the logits before it)
     objective: Any = None                    # a rulegraph.objective.Objective explained instead
     ruleset: RuleSet | None = None           # the rule set ``graph`` was canonized for
 

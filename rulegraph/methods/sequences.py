@@ -5,7 +5,6 @@ Used by the perturbation baselines (leave-one-out) and by ``rulegraph evaluate``
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -14,6 +13,7 @@ from ..errors import InputError
 from ..facts import roles, token_feeds, token_input  # noqa: F401  (token_input re-exported)
 from ..interpreter import prepare
 from ..ir import Graph, Node
+from ..sessions import NUMPY, file_source, onnx_file, session
 from ..tokens import RUNTIMES, REMOVALS, ZERO, Tokens, Vocab  # noqa: F401  (re-exported)
 
 Tensor = torch.Tensor
@@ -39,42 +39,25 @@ def batch(graph: Graph, encoded: Sequence, pad: int) -> tuple[dict[str, Tensor],
     return token_feeds(graph, ids, mask=mask, types=types), special
 
 
-def _onnx_file(graph: Graph) -> str | None:
-    path = graph.source.removeprefix("onnx:") if graph.source.startswith("onnx:") else None
-    return path if path and Path(path).is_file() else None
-
-
-def resolve_runtime(runtime: str, graph: Graph, device: str, dtype: torch.dtype, zeroed: bool = False) -> str:
+def resolve_runtime(runtime: str, graph: Graph, device: str, dtype: torch.dtype, zeroed: bool = False,
+                    output: str | None = None) -> str:
     """``runtime`` with ``auto`` decided; an explicit ``onnxruntime`` that cannot run is an input error.
-    ``zeroed``: sequences may hold zero embeddings, which only the interpreter can feed."""
+    ``zeroed``: sequences may hold zero embeddings, which only the interpreter can feed. ``output`` (default
+    the graph's first): the value read, which the file must compute (a final Softmax's logits are not its
+    output, but onnxruntime returns them where the file names them)."""
     if runtime not in RUNTIMES:
         raise InputError(f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)}")
     if zeroed and runtime == "onnxruntime":
         raise InputError("removal 'zero' feeds zero embeddings inside the graph, which the onnxruntime runtime "
                          "cannot; use --runtime rulegraph or auto")
-    possible = _onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32 and not zeroed
+    possible = onnx_file(graph) is not None and str(device) == "cpu" and dtype == torch.float32 and not zeroed \
+        and file_source(graph, output or graph.outputs[0]) is not None
     if runtime == "auto":
         return "onnxruntime" if possible else "rulegraph"
     if runtime == "onnxruntime" and not possible:
-        raise InputError("the onnxruntime runtime needs a model loaded from an .onnx file, on the CPU, in float32")
+        raise InputError("the onnxruntime runtime needs a model loaded from an .onnx file that computes the "
+                         "explained value, on the CPU, in float32")
     return runtime
-
-
-#: onnxruntime's input types → numpy dtypes (token ids and masks are int64 or int32 in exports)
-_NUMPY = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32", "tensor(bool)": "bool"}
-
-
-def _onnxruntime_session(graph: Graph):
-    """One onnxruntime session per graph and thread count (kept on the graph, like its bindings)."""
-    import onnxruntime as ort
-    sessions = graph.cache.sessions
-    threads = torch.get_num_threads()
-    if threads not in sessions:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")   # no busy cores between runs
-        sessions[threads] = ort.InferenceSession(_onnx_file(graph), options, providers=["CPUExecutionProvider"])
-    return sessions[threads]
 
 
 def fixed_batch(graph: Graph) -> int | None:
@@ -118,10 +101,10 @@ class TokenModel:
                  max_rows: int = 256, runtime: str = "rulegraph", zeroed: bool = False):
         self.graph = graph
         self.output = output or graph.outputs[0]
-        self.runtime = resolve_runtime(runtime, graph, device, dtype, zeroed)
+        self.runtime = resolve_runtime(runtime, graph, device, dtype, zeroed, self.output)
         self.lookup = zero_embedding_lookup(graph) if zeroed else None
         self.plan = prepare(graph, device, dtype) if self.runtime == "rulegraph" else None
-        self.session = _onnxruntime_session(graph) if self.runtime == "onnxruntime" else None
+        self.session = session(graph, self.output) if self.runtime == "onnxruntime" else None
         self.ids = token_input(graph)
         names = [i.name for i in graph.inputs]
         self.mask, self.types = roles(graph).mask, roles(graph).types
@@ -226,7 +209,7 @@ class TokenModel:
         """The chosen output for one padded batch, from onnxruntime or the plan (``overrides``: values
         the plan uses instead of computing them)."""
         if self.session is not None:
-            arrays = {i.name: feeds[i.name].numpy().astype(_NUMPY.get(i.type, "int64"))
+            arrays = {i.name: feeds[i.name].numpy().astype(NUMPY.get(i.type, "int64"))
                       for i in self.session.get_inputs()}
             return torch.from_numpy(self.session.run([self.output], arrays)[0])
         return self.plan.run(feeds, keep=frozenset(), overrides=overrides)[self.output]

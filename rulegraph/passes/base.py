@@ -61,6 +61,7 @@ from ..lifetimes import Recycler
 from ..loaders import load
 from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
+from ..rounding import measure
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
@@ -85,6 +86,7 @@ class Forward:
     mapping: BoundaryMap | None = None  # how each boundary value maps to its input's positions (boundary.py)
     final: dict | None = None           # the final Softmax / LogSoftmax explained as its logits (Admitted.final)
     recycler: Recycler | None = None    # the explanation's, where the forward and the walk keep large tensors
+    inputs: Mapping[str, Any] | None = None   # the inputs the forward ran on (the rounding check runs them again)
 
     @property
     def out(self) -> Tensor:
@@ -108,6 +110,9 @@ class Forward:
         describe(e, self.out, self.contrast, self.score, self.objective)
         if self.final is not None:
             e.extra["final"] = dict(self.final)
+        rounding = measure(self.graph, self.inputs, self.output, self.out) if audit is not None and self.inputs else None
+        if rounding is not None:            # a graph rounding activations to integers: its own spread beside ours
+            e.extra["rounding"] = rounding.to_dict()
         return e
 
 
@@ -236,7 +241,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     contrasts = None if contrast is None else runner_up(_picked(out, position), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping, admitted.final, recycler)
+                   mapping, admitted.final, recycler, inputs)
 
 
 #: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits
@@ -281,20 +286,28 @@ def admit(graph: Graph, ruleset: RuleSet, output: str | None = None, score: str 
     if asked not in whole.tainted:
         raise InputError(f"{graph.source or graph.name}: output {asked!r} does not depend on the relevance boundary "
                          f"({', '.join(sorted(set(whole.boundary.values())))}); {choose}")
-    node, final, explained = final_node(graph, asked), None, asked
-    if score == PROBABILITY and node is None:
-        producer = graph.producer.get(asked)
-        raise InputError(f"score={PROBABILITY!r} explains the output of a final Softmax or LogSoftmax; {asked!r} is "
-                         f"computed by {f'{producer.op} node {producer.name!r}' if producer else 'no node'}; "
-                         f"valid scores for it: {', '.join(QUANTITIES)}")
-    if node is not None and score != PROBABILITY:
-        explained = node.inputs[0]
-        final = {"op": node.op, "output": asked, "logits": explained}
+    explained, final = explained_value(graph, asked, score)
     if final is not None or explained not in graph.outputs:
         graph = only(graph, explained)
     binding = ruleset.bind(graph)
     binding.require_complete()
     return Admitted(graph, binding, explained, asked, first, final)
+
+
+def explained_value(graph: Graph, asked: str, score: str = "logit") -> tuple[str, dict | None]:
+    """The value explained for the output ``asked``, and the final Softmax / LogSoftmax moved before (its op,
+    its output, the logits), if any: the logits that node reads, unless ``score="probability"``, which keeps
+    ``asked`` and is refused where no such node produces it. The one decision every method (rule sets in
+    :func:`admit`, baselines in :func:`rulegraph.methods.explain_with`) takes."""
+    node = final_node(graph, asked)
+    if score == PROBABILITY and node is None:
+        producer = graph.producer.get(asked)
+        raise InputError(f"score={PROBABILITY!r} explains the output of a final Softmax or LogSoftmax; {asked!r} is "
+                         f"computed by {f'{producer.op} node {producer.name!r}' if producer else 'no node'}; "
+                         f"valid scores for it: {', '.join(QUANTITIES)}")
+    if node is None or score == PROBABILITY:
+        return asked, None
+    return node.inputs[0], {"op": node.op, "output": asked, "logits": node.inputs[0]}
 
 
 def has_batch_axis(out: Tensor, inputs: Mapping[str, Any], output: str) -> bool:

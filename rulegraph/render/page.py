@@ -159,6 +159,8 @@ def _audit(e) -> str:
     rows += [(f"Σ relevance at {k}", f"{float(v.sum()):+.5g}") for k, v in e.relevance.items()]
     rows += [("absorbed (biases, constants, ε)", f"{c.absorbed:+.5g}"), ("breaks (by rule design)", f"{c.breaks:+.5g}"),
              ("unexplained residual", f"{c.residual:+.3g} (rel {c.relative_error:.1e}, {status})")]
+    if "rounding" in e.extra:               # a graph rounding activations to integers (rulegraph.rounding)
+        rows.append(("quantized graph", html.escape(e.extra["rounding"]["line"])))
     title = "conservation" if e.batch_size == 1 else f"conservation of the batch ({e.batch_size} items summed)"
     words = shares(e)
     parts = ["<h2>the batch's audit</h2>" if e.batch_size > 1 else "",

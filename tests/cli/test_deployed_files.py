@@ -68,6 +68,19 @@ def test_the_header_says_the_final_softmax_was_moved_before(files, capsys):
     assert "the rules of `epsilon` at 1 node(s) (Softmax) do not conserve" in out      # the words match the audit
 
 
+@pytest.mark.parametrize("method", ["gs", "ig", "loo"])
+def test_a_baseline_s_header_says_the_final_softmax_was_moved_before(files, capsys, method):
+    option = ["-o", "loo.mode=delete"] if method == "loo" else []
+    code, out, err = run(capsys, "explain", files["transformer-Softmax"], "--method", method, *option, "-i",
+                         "input_ids=1,2,3")
+    assert code == 0, err
+    assert "final Softmax probs = Softmax(/head/Gemm_output_0): the logits before it are explained" in out, out
+    assert "explained /head/Gemm_output_0[" in out
+    code, out, err = run(capsys, "explain", files["transformer-Softmax"], "--method", method, *option, "-i",
+                         "input_ids=1,2,3", "--score", "probability")
+    assert code == 0 and "explained probs[" in out and "final Softmax" not in out, err
+
+
 def test_position_picks_a_row_of_an_output_without_a_batch_axis(files, capsys):
     code, out, _ = run(capsys, "explain", files["tagger"], "-r", "gi", "-i", "input_ids=1,2,3,4,5,6,7",
                        "--position", "2", "--json", "-")
