@@ -27,14 +27,17 @@ channels, rows, columns]`` the channels; otherwise the last axis (an MLP's neuro
 positions, neurons]``).
 
 **Conditional relevance** (Achtibat et al. 2023, "From attribution maps to human-understandable
-explanations through Concept Relevance Propagation", Nature Machine Intelligence, Eq. 8): at the
+explanations through Concept Relevance Propagation", Nature Machine Intelligence: the message
+``R_{i←j}(x | θ) = (z_ij / z_j) · Σ_{c∈θ} δ_{jc} · R_j(x | θ)`` of a conditioned layer): at the
 selected values, the relevance arriving is multiplied by a mask θ over the units,
 ``R_θ = R ⊙ 1[unit ∈ θ]``, before the producing node's rule hands it on; the walk goes on with
 ``R_θ`` alone, so the input map shows what the chosen units contributed. ``R − R_θ`` is booked in the
 audit as absorbed at that node (by the condition), so the ledger still adds up:
 ``output = inputs + absorbed + breaks``. A signal ``R = x ⊙ g`` is masked as ``x ⊙ (g ⊙ 1[θ])``, the
 same numbers. Since the mask is linear in the relevance and every rule is linear in the relevance
-arriving at its outputs, conditions on disjoint unit sets add up to the unconditioned map.
+arriving at its outputs, conditions on disjoint unit sets of a cut (a value every path to the inputs
+passes: a block output) add up to the unconditioned map; at a value a residual path bypasses (an
+attention output) each conditioned map keeps the bypassing relevance, as zennit-crp's masks do.
 """
 from __future__ import annotations
 
