@@ -126,6 +126,8 @@ def test_bad_selectors_and_conditions_are_refused_naming_the_choices(bert_onnx):
         explain(bert_onnx, condition="block 1 attention output:heads=4")
     with pytest.raises(InputError, match="was not asked for"):
         explain(bert_onnx, at="block output").at("every MLP activation")
+    with pytest.raises(InputError, match="which a generation's steps do not keep"):
+        rulegraph.generate(bert_onnx, "attnlrp", text=TEXT, max_new_tokens=1, at="block output")
     assert set(SITES.names()) == {"attention output", "mlp activation", "block output"}
 
 
