@@ -143,6 +143,10 @@ class Selector:
             except ModelError as error:      # a site the graph lacks the parts of (no blocks)
                 raise InputError(f"{self.text!r}: {error}") from None
         elif self.key is not None:
+            from .ops import TRAITS
+            unknown = [t for t in self.globs if t not in TRAITS] if self.key == "trait" else []
+            if unknown:
+                raise InputError(f"{self.text!r}: no op trait {unknown[0]!r}; {choices(TRAITS, unknown[0])}")
             entry = Entry(rule=None, line=0, **{KEYS[self.key]: self.globs})
             found = [(n, n.outputs[0]) for n in graph.nodes if n.outputs and n.outputs[0] and entry.matches(graph, n)]
         elif self.name in graph.producer:
@@ -156,9 +160,10 @@ class Selector:
         if not found:
             blocks = sorted({b for n in graph.nodes if (b := graph.block_of(n)) is not None})
             shown = f"blocks {blocks[0]}–{blocks[-1]}" if blocks else "no numbered blocks"
+            ops = f"; the graph's ops: {', '.join(sorted(graph.op_types()))}" if self.key == "op" else ""
             raise InputError(f"{self.text!r} selects no value of the graph ({shown}); a selector is "
                              f"[every] [block N|N-M] WHAT, WHAT a site ({', '.join(SITES.names())}), "
-                             f"{' / '.join(KEYS)} GLOB, or a node or value name")
+                             f"{' / '.join(KEYS)} GLOB, or a node or value name{ops}")
         if len(found) > MAX_VALUES:
             raise InputError(f"{self.text!r} selects {len(found)} values; at most {MAX_VALUES} — narrow it "
                              "(block N, a site, a name glob)")
@@ -390,8 +395,9 @@ def request(graph: Graph, binding: Any, at: str | list[str] | None, condition: s
     req = Request()
     for text in _listed(at, "at"):
         req.at[text] = parse(text).select(graph)
-    reached = {v for n in binding.reached if n.name in binding.assignments for v in n.outputs}
-    for text in _listed(condition, "condition"):
+    conditions = _listed(condition, "condition")
+    reached = {v for n in binding.reached if n.name in binding.assignments for v in n.outputs} if conditions else set()
+    for text in conditions:
         selector, units = parse_condition(text)
         found = [(n, v) for n, v in selector.select(graph)]
         walked = [(n, v) for n, v in found if v in reached and v not in binding.boundary]
@@ -401,8 +407,8 @@ def request(graph: Graph, binding: Any, at: str | list[str] | None, condition: s
         for _, v in walked:
             req.conditions.masks[v] = (units, None)
         req.described.append(text)
-    needs_heads = any(u.kind == "heads" for u, _ in req.conditions.masks.values()) or req.at
-    if needs_heads:
+    asked = req.values | set(req.conditions.masks)
+    if asked and asked & {v for _, v in _attention_outputs(graph)}:      # heads to split out: read their count
         req.heads = head_counts(graph)
         req.conditions.masks = {v: (u, req.heads.get(v)) for v, (u, _) in req.conditions.masks.items()}
     return req

@@ -118,6 +118,10 @@ def test_heads_off_the_residual_path_add_up_with_the_bypass_counted_once(bert_on
 def test_bad_selectors_and_conditions_are_refused_naming_the_choices(bert_onnx):
     with pytest.raises(InputError, match=r"selects no value.*blocks 0–1.*attention output"):
         explain(bert_onnx, at="block 7 attention output")
+    with pytest.raises(InputError, match="no op trait 'activatoin'; did you mean 'activation'"):
+        explain(bert_onnx, at="trait activatoin")
+    with pytest.raises(InputError, match="the graph's ops: .*LayerNormalization"):
+        explain(bert_onnx, at="op Conv")
     with pytest.raises(InputError, match=f"at most {MAX_VALUES}"):
         explain(bert_onnx, at="op *")
     with pytest.raises(InputError, match="heads= needs an attention output"):
@@ -168,6 +172,13 @@ def test_channel_conditions_on_a_convolution_sum_to_the_map(cnn_model):
     convs = full.at()
     assert [c.axes for c in convs] == [("batch", "channel", "row", "column")] * 3
     assert [c.per_unit().shape[1] for c in convs] == [4, 6, 5]
+    # a plain CNN's layers are cuts: each holds the output less what the nodes after it absorbed or broke
+    nodes = [n for n in full.audit.nodes if n.rule != "boundary"]
+    output = full.audit.conservation.output_value
+    for c in convs:
+        k = next(i for i, n in enumerate(nodes) if n.name == c.node)
+        after = sum(n.absorbed + n.breaks for n in nodes[:k])
+        assert float(c.total()[0]) == pytest.approx(output - after, rel=TIGHT, abs=TIGHT * abs(output))
     second = convs[1].node
     maps = [rulegraph.explain(path, "epsilon", {"pixel_values": x}, dtype=F64,
                               condition=f"name {second}:channels={c}").boundary["pixel_values"] for c in range(6)]
