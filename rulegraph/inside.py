@@ -304,7 +304,7 @@ class Conditions:
 
     masks: dict[str, tuple[Units, int | None]] = field(default_factory=dict)    # value → (units, head count)
     entries: list[int] = field(default_factory=list)       # ledger entries of the relevance masked out
-    absorbed: float = 0.0
+    absorbed: float | None = None                           # their sum, once settled (None: no audit)
 
     def mask(self, value: str, x: Tensor) -> Tensor:
         """1 at the chosen units of ``value`` (shaped to broadcast over ``x``), 0 elsewhere."""
@@ -441,6 +441,7 @@ def lines(e: Any, item: int = 0) -> list[str]:
             out.append(f"  {where:<10} {x.value}  Σ {float(x.total()[item]):+.4g}   {shown}")
     if e.extra.get("condition"):
         c = e.extra["condition"]
-        out.append(f"conditioned on {'; '.join(c['conditions'])}: {c['absorbed']:+.4g} masked out, booked as "
-                   "absorbed at the conditioned nodes (the audit still adds up)")
+        masked = "" if c["absorbed"] is None else f" {c['absorbed']:+.4g} masked out,"
+        out.append(f"conditioned on {'; '.join(c['conditions'])}:{masked} booked as absorbed at the conditioned nodes "
+                   "(the audit still adds up)")
     return out

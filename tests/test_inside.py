@@ -155,6 +155,8 @@ def test_a_causal_lm_splits_every_blocks_heads(causal_lm):
     assert close(every.boundary[key], e.boundary[key]) <= TIGHT
     bypass = explain(path, condition="every attention output:heads=none")
     assert close(bypass.boundary[key], e.boundary[key]) > 1e-6
+    unaudited = explain(path, condition="every attention output:heads=none", audit=False)
+    assert torch.equal(unaudited.boundary[key], bypass.boundary[key]) and unaudited.extra["condition"]["absorbed"] is None
     assert abs(bypass.audit.conservation.residual) <= TIGHT * abs(bypass.audit.conservation.output_value)
 
 
