@@ -83,7 +83,8 @@ def _attention_outputs(graph: Graph) -> list[tuple[Node, str]]:
     for _, product in attention_nodes(graph):
         node, value = product, product.outputs[0]
         for _ in range(8):          # the readers of its values, but for those reading a shape (Shape, Size)
-            readers = [n for n, _ in graph.consumers.get(value, []) if not getattr(find(n.op, n.domain), "shape_only", 0)]
+            readers = [n for n, _ in graph.consumers.get(value, [])
+                       if not getattr(find(n.op, n.domain), "shape_only", False)]
             spec = find(readers[0].op, readers[0].domain) if len(readers) == 1 else None
             if spec is None or not spec.routing:
                 break
@@ -253,6 +254,11 @@ class Inside:
             return None
         r = self.relevance.double().movedim(self.axes.index("position"), 1)
         return r.flatten(2).sum(2)
+
+    def __repr__(self) -> str:
+        where = f"block {self.block}, " if self.block is not None else ""
+        shape = " × ".join(f"{n} {a}" for n, a in zip(self.relevance.shape, self.axes))
+        return f"Inside({self.value!r}: {where}{shape}, Σ {[round(float(t), 6) for t in self.total()]})"
 
     def item(self, i: int) -> Inside:
         return Inside(self.selector, self.value, self.node, self.block, self.relevance[i:i + 1], self.axes)

@@ -59,7 +59,7 @@ def test_attention_output_splits_heads_and_sums_to_its_ledger_entry(bert_onnx, b
     graph = rulegraph.load(bert_onnx)
     heads = {b.block: b.heads for b in find_heads(graph)}
     (x,) = bert_at.at("block 1 attention output")
-    assert x.block == 1 and x.axes == ("batch", "position", "head", "dim")
+    assert x.block == 1 and x.axes == ("batch", "position", "head", "dim") and f"× {heads[1]} head ×" in repr(x)
     assert x.relevance.shape[:3] == (1, len(bert_at.scores()), heads[1])
     # the relevance at the value is the sum over its units, and what the audit booked arriving at its producer
     producer = next(n for n in bert_at.audit.nodes if n.name == x.node)
@@ -156,7 +156,8 @@ def test_a_causal_lm_splits_every_blocks_heads(causal_lm):
     bypass = explain(path, condition="every attention output:heads=none")
     assert close(bypass.boundary[key], e.boundary[key]) > 1e-6
     unaudited = explain(path, condition="every attention output:heads=none", audit=False)
-    assert torch.equal(unaudited.boundary[key], bypass.boundary[key]) and unaudited.extra["condition"]["absorbed"] is None
+    assert torch.equal(unaudited.boundary[key], bypass.boundary[key])
+    assert unaudited.extra["condition"]["absorbed"] is None
     assert abs(bypass.audit.conservation.residual) <= TIGHT * abs(bypass.audit.conservation.output_value)
 
 
