@@ -190,6 +190,31 @@ def test_channel_conditions_on_a_convolution_sum_to_the_map(cnn_model):
     assert all(float(m.abs().sum()) > 0 for m in maps)
 
 
+def test_a_channel_condition_under_gradient_times_input_is_the_masked_backward_of_autograd(cnn_model):
+    """Under gradient × input, CRP's conditional map (Achtibat et al. 2023, Nature Machine Intelligence)
+    has a closed form: the gradient at layer l, masked to the chosen channels, pulled back to the input by
+    autograd and multiplied by it, R(x | θ) = x ⊙ (∂a_l/∂x)ᵀ (∂f/∂a_l ⊙ 1[θ])."""
+    path, x = cnn_model
+    module = cnn.build("cnn")
+    module.float().double()         # the exported weights (float32) in float64, as the ONNX file holds them
+    front, back = module[:4], module[4:]
+    xs = x.clone().requires_grad_(True)
+    a = front(xs)
+    logits = back(a)
+    target = int(logits.argmax())
+    g = torch.autograd.grad(logits[0, target], a, retain_graph=True)[0]
+    e = rulegraph.explain(path, "gi", {"pixel_values": x}, dtype=F64, at="op Conv")
+    second = e.at()[1].node
+    for channels in ((0,), (1, 4), (2, 3, 5)):
+        mask = torch.zeros(1, a.shape[1], 1, 1, dtype=F64)
+        mask[0, list(channels)] = 1
+        expected = x * torch.autograd.grad(a, xs, grad_outputs=g * mask, retain_graph=True)[0]
+        got = rulegraph.explain(path, "gi", {"pixel_values": x}, dtype=F64,
+                                condition=f"name {second}:channels={','.join(map(str, channels))}")
+        assert close(got.boundary["pixel_values"], expected) <= 1e-9
+        assert close(e.boundary["pixel_values"], expected) > 1e-3         # not the unconditioned map
+
+
 # --- the command line, as a user types it
 
 def test_the_command_line_prints_and_writes_the_relevance_inside(bert_onnx, tmp_path):
