@@ -39,6 +39,7 @@ class Explanation:
     normalization: tuple | None = None          # (mean, std) of those images, per channel
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
+    inside: dict[str, list] = field(default_factory=dict)     # selector → rulegraph.inside.Inside per value (at=…)
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
     score: str = "logit"                 # "logit", or "logprob" (see rulegraph.passes.base)
     item_of: tuple[int, int] | None = None   # (index, batch size) for an item taken from a batch (``e[i]``)
@@ -84,6 +85,7 @@ class Explanation:
             tokens=one(self.tokens), texts=one(self.texts), special=one(self.special), word_ids=one(self.word_ids),
             pixels={k: one(v) for k, v in self.pixels.items()}, extra=extra,
             recorded={k: one(v) for k, v in self.recorded.items()},
+            inside={k: [x.item(i) for x in v] for k, v in self.inside.items()},
             contrast=None if self.contrast is None else [self.contrast[i]],
             item_of=(i, n) if self.item_of is None else self.item_of)
 
@@ -102,6 +104,18 @@ class Explanation:
         if key not in self.relevance:
             raise InputError(f"no input named {key!r} in this explanation; its inputs: {', '.join(self.relevance)}")
         return key
+
+    def at(self, selector: str | None = None) -> list:
+        """The relevance at the values ``selector`` picked (as given to ``explain(…, at=…)``; default the
+        first asked for): an :class:`~rulegraph.inside.Inside` per value, per position and unit."""
+        if not self.inside:
+            raise InputError("no values were asked for: explain(…, at='block 1 attention output') records them "
+                             "(docs/inside.md)")
+        if selector is None:
+            return next(iter(self.inside.values()))
+        if selector not in self.inside:
+            raise InputError(f"{selector!r} was not asked for; asked: {', '.join(map(repr, self.inside))}")
+        return self.inside[selector]
 
     def name(self, index: int) -> str:
         """An output index as a reader knows it: its class label, or its token's text (with the id)."""
@@ -246,10 +260,20 @@ class Explanation:
             from .render.colour import shares
             d["conservation"].update(shares(self).to_dict())
         d.update(self.extra)
+        if self.inside:
+            d["inside"] = {k: [_unbatched(x.to_dict(), self.batch_size) for x in v] for k, v in self.inside.items()}
         for key in ("logprob", "objective_value"):
             if key in self.extra and self.batch_size == 1:
                 d[key] = self.extra[key][0]
         return d
+
+
+def _unbatched(d: dict, batch: int) -> dict:
+    """A per-item figure of an :class:`~rulegraph.inside.Inside` as one item's where the batch is one
+    (as :meth:`Explanation.to_dict` gives the scores)."""
+    if batch == 1:
+        d.update({k: d[k][0] for k in ("total", "per_head", "per_unit", "per_position", "relevance") if k in d})
+    return d
 
 
 def _item_key(item: Any, key: Any) -> tuple[Any, Any]:

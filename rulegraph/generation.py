@@ -307,6 +307,9 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         raise InputError(f"span=True explains the tokens as one objective, which rule sets do; {chosen.name} is a "
                          "baseline (its matrix has the steps' columns only)")
     resolved = chosen.resolve(method_options)
+    if resolved.get("at") is not None:
+        raise InputError("at= reads the inside of one explanation, which a generation's steps do not keep: explain "
+                         "the step's prefix with explain(…, at=…) (--at without --generate); condition= applies per step")
     graph = prepared(model, method if isinstance(method, RuleSet) else chosen.name)[0] if chosen.rule_set \
         else load(model)
 

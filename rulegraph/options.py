@@ -102,11 +102,23 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
            ("runner-up",)),
 )
 
+#: the relevance pass's options reading inside the model (:mod:`rulegraph.inside`); what they ask is recorded in
+#: the explanation itself (``e.inside``, ``e.extra["condition"]``), not among its options
+INSIDE_OPTIONS: tuple[Option, ...] = (
+    Option("at", (str, list), None, "the relevance at the values a selector picks, per position and unit "
+           "(heads split out): 'block 1 attention output', 'every MLP activation', 'op Softmax' "
+           "(docs/inside.md)", metavar="SELECTOR"),
+    Option("condition", (str, list), None, "conditional relevance (CRP): keep only the relevance through these "
+           "units at the selected values, e.g. 'block 1 attention output:heads=0,2' (docs/inside.md)",
+           metavar="SELECTOR:UNITS"),
+)
+
 #: pass name → its options (``explain(..., groups=…)``, ``--groups``, a rule set's method options)
 PASS_OPTIONS: dict[str, tuple[Option, ...]] = {
     "relevance": (
         Option("record", (list, tuple), (), "the relevance at these graph values too (Explanation.recorded)",
                cli=False),
+        *INSIDE_OPTIONS,
     ),
     "decomposition": (
         Option("groups", (str, list), "token", "the input partition: token, word, source:K (source vs target "

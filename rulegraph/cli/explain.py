@@ -114,6 +114,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             out.rule(f"{i + 1}/{len(results)}")
         for line in render.explanation_lines(e):
             out.print(line)
+        _inside(e)
     if json_path is not None:
         write(json_path, to_json(results), force, "JSON", reads)
     if html_path is not None:
@@ -162,11 +163,20 @@ def audit_cmd(model, rules, texts, question, tokenizer, raw_inputs, json_path, t
         if getattr(a, "experts", None):
             out.print(render.experts_table(a))
         out.print(render.nodes_table(a, None if all_nodes else top))
+        _inside(e)
     if json_path is not None:
         write(json_path, json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), force, "audit", reads)
     if flagged:
         err.print("[red]conservation flagged[/]: residual or a conserving node exceeds the tolerance")
         sys.exit(1)
+
+
+def _inside(e) -> None:
+    """The relevance at the values ``--at`` selected (totals per head or unit, per value: per block), and what
+    ``--condition`` masked out (:func:`rulegraph.inside.lines`)."""
+    from ..inside import lines
+    for line in lines(e):
+        out.print(escape(line))
 
 
 @click.command("check")

@@ -23,6 +23,7 @@ SECTIONS = {
     "Input": ("texts", "question", "tokenizer", "raw_inputs", "image_path", "image_size", "image_resize", "image_mean",
               "image_std"),
     "What is explained": ("target", "contrast", "objective", "region", "score", "position", "output_name"),
+    "Inside the model": ("at", "condition"),
     "Language models": ("generate_n", "continuation", "batch", "ignore_eos"),
     "Outputs": ("json_path", "html_path", "png_path", "force", "top", "all_nodes"),
     "Running": ("device", "dtype"),

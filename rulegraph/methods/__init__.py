@@ -40,7 +40,7 @@ import torch
 from ..errors import InputError, RuleFileError, choices
 from ..explanation import Explanation
 from ..interpreter import as_tensor
-from ..options import PASS_OPTIONS, RULE_SET_OPTIONS
+from ..options import INSIDE_OPTIONS, PASS_OPTIONS, RULE_SET_OPTIONS
 from ..passes import apply
 from ..canonize.final_softmax import only
 from ..passes.base import PROBABILITY, check_arguments, explained_value
@@ -175,7 +175,8 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
         e.extra["final"] = dict(final)
     e.extra.setdefault("method", m.name)
     shown = {o.name: resolved[o.name] for o in m.options     # not the API's inputs (word ids…), nor what
-             if o.cli and o not in RULE_SET_OPTIONS}              # e.contrast / e.extra record already
+             if o.cli and o not in (*RULE_SET_OPTIONS, *INSIDE_OPTIONS)}     # e.contrast / e.extra / e.inside
+                                                                                   # record already
     if shown:
         e.extra.setdefault("options", shown)
     return e

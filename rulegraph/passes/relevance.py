@@ -254,7 +254,7 @@ def releases(visits: list[_Visit], spare: frozenset[str], constants: frozenset[s
 
 def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
          *, audit: bool = True, tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(),
-         release: frozenset[str] | None = None, recycler: Recycler | None = None) -> Flow:
+         release: frozenset[str] | None = None, recycler: Recycler | None = None, conditions: Any = None) -> Flow:
     """Run the rules backward from ``output``, whose relevance is ``output ⊙ seed`` (:class:`RelevanceWalk`).
 
     A conserving node's error is judged against the largest of |in|, |out| and
@@ -266,8 +266,9 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
     from it after its last reader (:func:`releases`), except the constants, ``output``, the
     boundary, ``record_at`` and the values ``release`` names, which the caller reads afterwards.
     ``recycler``: the explanation's (:class:`~rulegraph.lifetimes.Recycler`), where it keeps large tensors.
+    ``conditions``: masks at chosen values (:class:`rulegraph.inside.Conditions`, conditional relevance).
     """
-    walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, recycler)
+    walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, recycler, conditions)
     visits = _visits(binding, plan)
     lives = None
     if release is not None:
@@ -297,8 +298,9 @@ class RelevanceWalk(Walker):
     inputs; the relevance that arrived is recycled once the visit has handed it on."""
 
     def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor, audit: bool,
-                 tolerance: float, record_at: frozenset[str], recycler: Recycler | None):
+                 tolerance: float, record_at: frozenset[str], recycler: Recycler | None, conditions: Any = None):
         super().__init__(env, recycler)
+        self.conditions = conditions
         self.binding, self.plan, self.audit, self.tolerance, self.record_at = binding, plan, audit, tolerance, record_at
         ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
         self.incoming: dict[str, Incoming] = {}
@@ -326,6 +328,10 @@ class RelevanceWalk(Walker):
         arriving = self.arriving = [incoming.pop(v, None) for v in node.outputs]
         if all(a is None for a in arriving):
             return
+        masked: list[int] = []          # ledger entries of what a condition masked out here: absorbed at this node
+        if self.conditions is not None:         # conditional relevance: the chosen units' share goes on
+            arriving, masked = self.conditions.apply(node.outputs, arriving, ledger if self.audit else None)
+            self.arriving = arriving
         if self.record_at:
             flow.recorded.update((v, a.tensor) for v, a in zip(node.outputs, arriving)
                                  if a is not None and v in self.record_at)
@@ -348,7 +354,7 @@ class RelevanceWalk(Walker):
                     incoming.setdefault(v, Incoming(env[v])).add(c)
             return
         record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
-                          entries_absorbed=[ledger.total(t) for t in site.absorbed])
+                          entries_absorbed=[*(ledger.total(t) for t in site.absorbed), *masked])
         for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources, strict=True):
             if c is None:
                 continue
@@ -489,17 +495,21 @@ class RelevancePass(Pass):
             cache.spills = plan.lifetimes.recomputable(needs) | plan.lifetimes.spillable(needs)
         return cache.spills
 
-    def run(self, forward: Forward, *, audit: bool, record=()) -> Explanation:
+    def run(self, forward: Forward, *, audit: bool, record=(), at=None, condition=None) -> Explanation:
+        from ..inside import request
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]
         if unknown:
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
+        inside = request(forward.graph, binding, at, condition)       # --at / --condition (rulegraph.inside)
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record) | {b.output for b in moe},
-                    release=frozenset(b.weights for b in moe), recycler=forward.recycler)
+                    tolerance=tolerance(dtype), record_at=frozenset(record) | inside.values | {b.output for b in moe},
+                    release=frozenset(b.weights for b in moe), recycler=forward.recycler,
+                    conditions=inside.conditions if inside.conditions.masks else None)
         if audit:
             finish(flow)
+            inside.conditions.settle(flow.ledger)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}
         boundary = forward.mapping.by_key(arrived)
         unmapped = {v: float(forward.mapping.unmapped(v, r)) for v, r in flow.boundary.items()} if audit else {}
@@ -513,4 +523,7 @@ class RelevancePass(Pass):
         if moe:
             e.audit.experts = expert_audits(moe, flow.recorded, values)
         e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}
+        e.inside = inside.read(flow.recorded, values)
+        if inside.described:
+            e.extra["condition"] = inside.describe()
         return e
