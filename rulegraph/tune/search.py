@@ -3,10 +3,10 @@
 Tree-structured Parzen estimators (Bergstra et al. 2011, "Algorithms for hyper-parameter
 optimization", NeurIPS) as Optuna implements them (Akiba et al. 2019, "Optuna: a next-generation
 hyperparameter optimization framework", KDD), with its median pruner optional. Deterministic
-under a seed, resumed or not: each trial's sampler is seeded with ``seed + trial number``, so the
-n-th trial samples the same whether the run stopped before it or not (the history it learns from
-is the same). A trial still marked running in the study when a run starts was stopped with its run
-(killed): it is marked failed and left out of the count, and another trial takes its place.
+under a seed, resumed or not: a trial still marked running in the study when a run starts was
+stopped with its run (killed); it is marked failed and left out of the count (TPE learns from
+finished trials only), and the n-th counted trial's sampler is seeded with ``seed + n``, so a run
+stopped and resumed samples the trials an unstopped run samples.
 """
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ def optimize(study, space: Space, objective: Callable[[Any, dict], float], trial
     trial (recorded as its ``error``) and the search goes on. ``on_trial``: called after each."""
     o = optuna()
     stale(study)
-    while counted(study) < trials:
+    while (done := counted(study)) < trials:
         number = len(study.trials)
-        study.sampler = o.samplers.TPESampler(seed=seed + number)
+        study.sampler = o.samplers.TPESampler(seed=seed + done)
         trial = study.ask()
         try:
             value = objective(trial, space.sample(trial))
