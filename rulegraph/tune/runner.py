@@ -29,7 +29,7 @@ from ..errors import InputError, RuleFileError, choices, read_text
 from ..files import write_file
 from ..scale.listener import Listener
 from . import search
-from .space import Space, default_space, load as load_space
+from .space import Space, default_space, load as load_space, rounded
 from .split import FRACTIONS, PARTS, read_records, split as split_records
 
 #: files a run writes in DIR (checked before any work)
@@ -310,7 +310,8 @@ def trial_rows(study, result: Result) -> list[dict]:
         c = t.user_attrs.get("conservation", {})
         rows.append({"trial": t.number, "state": t.state.name.lower(), "value": t.value,
                      "validation": result.validation.get(t.number), "chosen": t.number == result.trial,
-                     **{f"param.{k}": v if isinstance(v, (int, float)) else str(v) for k, v in t.params.items()},
+                     **{f"param.{k}": rounded(v) if isinstance(v, float) else v if isinstance(v, int) else str(v)
+                        for k, v in t.params.items()},       # as the trial's rule file has them
                      "tokens_share": c.get("tokens"), "absorbed_share": c.get("absorbed"),
                      "breaks_share": c.get("breaks"), "unexpected_breaks": c.get("unexpected"),
                      "flag": t.user_attrs.get("flag"), "error": t.user_attrs.get("error"),
