@@ -143,6 +143,9 @@ class Tuning:
         self.listener.note(f"split (seed {s.seed}): " + ", ".join(f"{p} {n}" for p, n in self.sizes.items()))
         study = search.open_study(f"sqlite:///{self.out / 'study.db'}", "maximize" if self.higher else "minimize",
                                   self.identity(), s.prune)
+        done = search.counted(study)
+        if done:
+            self.listener.note(f"resuming the study in {self.out / 'study.db'}: {done} of {s.trials} trials done")
         from ..loaders import load
         self.graph = load(s.model)
         self.audit_texts = [str(r.get("text") or r.get("context")) for r in
