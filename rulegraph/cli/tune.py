@@ -30,6 +30,9 @@ from .options import Bounded, check_folder, model_argument
               show_default=True, help="the evaluation protocol (as rulegraph evaluate's), e.g. mask-10-50")
 @click.option("--metric", required=True, type=click.Choice(list(M.METRICS)),
               help="the metric searched on (its direction decides: higher or lower is better)")
+@click.option("--against", "against", metavar="A,B,…",
+              help="also compare the tuned set with these rule sets on the test part (e.g. the best shipped one): "
+                   "paired differences with their 95% bootstrap intervals")
 @click.option("--space", type=click.Path(path_type=Path), metavar="SPACE.yaml",
               help="the search space (default: the shipped one for the starting rule set's models:, see "
                    "rules/spaces/)")
@@ -59,7 +62,7 @@ from .options import Bounded, check_folder, model_argument
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="folder of the study (resumable), the split, the trials, tuned.yaml, trials.parquet, trials.png")
 @click.option("--force", is_flag=True, help="discard the study and trials already in --out and start over")
-def tune_cmd(model, data, start, protocol_name, metric, space, trials, seed, split_spec, finalists, conserving,
+def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, seed, split_spec, finalists, conserving,
              max_leak, audit_texts, prune, tokenizer, batch, device, dtype, threads, out_dir, force, **metric_settings):
     """Search a rule file for MODEL that scores best on --metric: the texts of --data split once
     into tune / validation / test, Optuna's TPE searching the space on tune, the best --finalists
@@ -84,7 +87,8 @@ def tune_cmd(model, data, start, protocol_name, metric, space, trials, seed, spl
                         split=fractions(split_spec), finalists=finalists, conserving=conserving, max_leak=max_leak,
                         audit_texts=audit_texts, prune=prune, tokenizer=str(tokenizer) if tokenizer else None,
                         batch=batch, device=device, dtype=dtype, force=force,
-                        settings=given_settings(metric_settings))
+                        settings=given_settings(metric_settings),
+                        against=[a.strip() for a in against.split(",") if a.strip()] if against else [])
     if threads:
         import torch
         torch.set_num_threads(threads)
@@ -108,6 +112,9 @@ def tune_cmd(model, data, start, protocol_name, metric, space, trials, seed, spl
     out.print(f"test ({result.sizes['test']} texts): tuned {t[f'trial-{result.trial}'].get('mean', float('nan')):.4g}, "
               f"{escape(str(start))} {t[start_label].get('mean', float('nan')):.4g}; paired difference "
               f"{p['mean']:+.4g} [95% bootstrap {p['low']:+.4g}, {p['high']:+.4g}] over {p['n']} texts", soft_wrap=True)
+    for label, d in result.against.items():
+        out.print(f"test: tuned − {escape(label)} {d['mean']:+.4g} [95% bootstrap {d['low']:+.4g}, {d['high']:+.4g}] "
+                  f"over {d['n']} texts", soft_wrap=True)
     if result.flagged:
         err.print(f"[red]flagged trials (not chosen): {', '.join(map(str, sorted(result.flagged)))} — see "
                   f"{out_dir}/trials.parquet[/]", soft_wrap=True)

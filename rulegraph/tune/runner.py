@@ -9,8 +9,8 @@ constants absorb more than ``max_leak`` of the explained value, or whose rules b
 where they claim to conserve (the audit's unexpected breaks), or — with ``conserving`` — break it
 at all, is flagged, reported and not chosen. The best ``finalists`` trials of the tune part are
 scored on the validation part; the best there is the tuned rule set, scored once on the test part
-against the starting rule set (paired difference per text, 95 % bootstrap interval:
-:mod:`rulegraph.evaluate.paired`).
+against the starting rule set and any other given (``against``, e.g. the best shipped one): the
+paired difference per text, 95 % bootstrap interval (:mod:`rulegraph.evaluate.paired`).
 
 Outputs in ``DIR``: ``study.db`` (the Optuna study), ``split.csv`` and ``data/``, ``trials/``,
 ``evals/``, ``tuned.yaml`` (a rule file with a header saying what it was tuned on, the metric,
@@ -62,6 +62,7 @@ class Settings:
     device: str = "cpu"
     dtype: str = "float32"
     force: bool = False
+    against: list[str] = field(default_factory=list)     # more rule sets compared with the tuned one on test
     settings: dict[str, Any] = field(default_factory=dict)      # metric options (as rulegraph evaluate's)
 
 
@@ -77,6 +78,7 @@ class Result:
     sizes: dict[str, int]
     flagged: dict[int, str]
     path: Path
+    against: dict[str, dict[str, float]] = field(default_factory=dict)     # label → tuned − it, as ``paired``
 
 
 class TuneListener(Listener):
@@ -116,6 +118,14 @@ class Tuning:
                              f"{settings.start} for the {self.start.pass_name} pass")
         self.space: Space = space.conserving() if settings.conserving else space
         self.records = read_records(Path(settings.data))
+        #: label → method of the rule sets compared on test besides the start (a shipped name, or against1=PATH)
+        self.against: dict[str, str] = {}
+        for k, name in enumerate(settings.against, 1):
+            RuleSet.load(name)
+            label = name if name in shipped else f"against{k}"
+            if label in (self.start_label.partition("=")[0], *self.against):
+                raise InputError(f"--against {name} is the starting rule set or given twice")
+            self.against[label] = name
 
     # ---- the run ------------------------------------------------------------------------------------
 
@@ -166,9 +176,9 @@ class Tuning:
         best = min(finalists, key=lambda t: ((-1 if self.higher else 1) * validation[t.number],
                                              finalists.index(t)))
         self.listener.note(f"test: trial {best.number} against {s.start}")
-        test, paired = self.test(best.number)
+        test, paired, against = self.test(best.number)
         result = Result(best.number, best.value, validation, test, paired, self.sizes, flagged,
-                        self.out / "tuned.yaml")
+                        self.out / "tuned.yaml", against)
         self.write(study, result, best)
         return result
 
@@ -256,17 +266,21 @@ class Tuning:
         scores = self.score("validation", "evals/validation", methods)
         return {t.number: scores[f"trial-{t.number}"] for t in finalists}
 
-    def test(self, number: int) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-        """The tuned trial and the starting rule set on the test part: label → {mean, low, high, n}, and the
-        paired difference tuned − start."""
+    def test(self, number: int) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, dict[str, float]]]:
+        """The tuned trial, the starting rule set and those of ``against`` on the test part: label → {mean, low,
+        high, n}; the paired difference tuned − start; and tuned − each of ``against``."""
         from ..evaluate import paired
         tuned, start = f"trial-{number}", self.start_label.partition("=")[0]
         methods = {tuned: self.out / "trials" / f"{number:04d}.yaml",
                    start: self.start_label.partition("=")[2] or self.start_label}
+        methods.update(self.against)
         summary, names = self.evaluation("test", "evals/test", methods)
         table = {label: summary.table.get(name, {}).get(self.s.metric, {}) for label, name in names.items()}
-        d = paired.difference(summary.rows, names[tuned], names[start], self.s.metric, self.s.seed)
-        return table, {"mean": d.mean, "low": d.low, "high": d.high, "n": d.n}
+
+        def difference(label: str) -> dict[str, float]:
+            d = paired.difference(summary.rows, names[tuned], names[label], self.s.metric, self.s.seed)
+            return {"mean": d.mean, "low": d.low, "high": d.high, "n": d.n}
+        return table, difference(start), {label: difference(label) for label in self.against}
 
     # ---- the outputs --------------------------------------------------------------------------------
 
@@ -285,6 +299,9 @@ class Tuning:
             f"Test: tuned {tuned.get('mean', float('nan')):.4g}, {s.start} {start.get('mean', float('nan')):.4g}; "
             f"paired difference tuned − {s.start} {p['mean']:+.4g} [95% bootstrap {p['low']:+.4g}, {p['high']:+.4g}] "
             f"over {p['n']} texts.",
+            *(f"Against {self.against[label]}: paired difference tuned − it {d['mean']:+.4g} [95% bootstrap "
+              f"{d['low']:+.4g}, {d['high']:+.4g}] over {d['n']} texts (it: {t[label].get('mean', float('nan')):.4g})."
+              for label, d in result.against.items()),
         ])
 
     def write(self, study, result: Result, best) -> None:
@@ -301,6 +318,7 @@ class Tuning:
                "tune": result.tune, "validation": {str(k): v for k, v in result.validation.items()},
                "test": result.test, "paired": {f"trial-{result.trial} − {self.start_label.partition('=')[0]}":
                                                 result.paired},
+               "against": {f"trial-{result.trial} − {label}": d for label, d in result.against.items()},
                "flagged": {str(k): v for k, v in result.flagged.items()},
                "interval": f"95% percentile bootstrap over the test texts (seed {self.s.seed})"}
         write_file(self.out / "tune.json", json.dumps(doc, indent=2, default=str) + "\n", "tune.json")

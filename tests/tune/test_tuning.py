@@ -82,7 +82,9 @@ def closed_form_aopc(text: str) -> float:
 
 
 def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp_path):
-    result = R.Tuning(settings(files, tmp_path / "out")).run()
+    exact = files[0] / "exact.yaml"         # the gradient everywhere: what the tuned set should equal here
+    exact.write_text("name: exact\nboundary: embeddings\nrules:\n  - op: '*'\n    rule: gradient\n")
+    result = R.Tuning(settings(files, tmp_path / "out", against=[str(exact)])).run()
     out = tmp_path / "out"
     tuned = RuleSet.load(out / "tuned.yaml")          # loads like any rule file
     assert tuned.entries[0].ops == ("ReduceSum",) and tuned.entries[0].rule.name == "gradient"
@@ -100,8 +102,10 @@ def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp
     assert result.paired["mean"] == pytest.approx(tuned_mean - start_mean, abs=1e-9)
     assert result.paired["low"] <= result.paired["mean"] <= result.paired["high"]
     assert result.paired["mean"] > 0
+    assert result.against == {"against1": {"mean": 0.0, "low": 0.0, "high": 0.0, "n": 3}}
     header = [line for line in (out / "tuned.yaml").read_text().splitlines() if line.startswith("#")]
-    assert len(header) == 4
+    assert len(header) == 5
+    assert header[4].startswith(f"# Against {exact}: paired difference tuned − it +0 [95% bootstrap +0, +0] over 3")
     assert "Metric: aopc (higher is better), protocol default" in header[1]
     assert "tune 7, validation 2, test 3 texts" in header[2]
     assert f"paired difference tuned − {files[0] / 'start.yaml'} {result.paired['mean']:+.4g}" in header[3]
@@ -165,6 +169,16 @@ def test_a_trial_whose_constants_absorb_too_much_is_flagged_and_not_chosen(files
     assert any(r["flag"] for r in rows) and not all(r["flag"] for r in rows)
     assert not rows[result.trial]["flag"] and set(result.flagged) == {r["trial"] for r in rows if r["flag"]}
     assert "constants absorb" in next(r["flag"] for r in rows if r["flag"])
+
+
+def test_median_pruning_stops_a_trial_behind_on_half_the_tune_part(files, tmp_path):
+    # seed 0 samples gradient, gradient, stop, gradient (see above): the stop trial is behind the two
+    # finished ones on the first half of the tune texts, so it stops there
+    result = R.Tuning(settings(files, tmp_path / "out", prune=True)).run()
+    rows = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
+    assert [(r["param.sum.rule"], r["state"]) for r in rows] == \
+        [("gradient", "complete"), ("gradient", "complete"), ("stop", "pruned"), ("gradient", "complete")]
+    assert rows[result.trial]["param.sum.rule"] == "gradient"
 
 
 def test_conserving_restricts_the_space(files, tmp_path):
