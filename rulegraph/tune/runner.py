@@ -98,6 +98,7 @@ class Tuning:
         from ..evaluate import protocols as P
         from ..ruleset import RuleSet
         from ..rules import shipped_rule_sets
+        search.optuna()             # missing: an error naming the extra, before any work
         self.s = settings
         self.listener = listener or TuneListener()
         self.out = Path(settings.out)
@@ -326,7 +327,7 @@ class Tuning:
 
 def trial_rows(study, result: Result) -> list[dict]:
     """One row per trial: number, state, value, the sampled params, the conservation figures, flags."""
-    rows = []
+    rows, stopped = [], set(search.interrupted(study))
     for t in study.trials:
         c = t.user_attrs.get("conservation", {})
         rows.append({"trial": t.number, "state": t.state.name.lower(), "value": t.value,
@@ -336,7 +337,7 @@ def trial_rows(study, result: Result) -> list[dict]:
                      "tokens_share": c.get("tokens"), "absorbed_share": c.get("absorbed"),
                      "breaks_share": c.get("breaks"), "unexpected_breaks": c.get("unexpected"),
                      "flag": t.user_attrs.get("flag"), "error": t.user_attrs.get("error"),
-                     "interrupted": bool(t.user_attrs.get(search.INTERRUPTED)), "rules": t.user_attrs.get("rules")})
+                     "interrupted": t.number in stopped, "rules": t.user_attrs.get("rules")})
     keys = list(dict.fromkeys(k for r in rows for k in r))
     return [{k: r.get(k) for k in keys} for r in rows]
 

@@ -17,7 +17,7 @@ from .space import Space
 
 #: the study's name in its SQLite file
 STUDY = "rulegraph-tune"
-#: a trial's user attribute saying it was stopped with its run
+#: the study's user attribute listing the trials stopped with their run
 INTERRUPTED = "interrupted"
 
 
@@ -51,23 +51,28 @@ def open_study(storage: str, direction: str, identity: dict[str, Any], pruner: b
 
 
 def stale(study) -> list[int]:
-    """Mark the trials a stopped run left running as failed (:data:`INTERRUPTED`); their numbers."""
+    """Mark the trials a stopped run left running as failed, and list them in the study's
+    :data:`INTERRUPTED`; their numbers."""
     o = optuna()
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(o.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED, True)
-        study._storage.set_trial_state_values(t._trial_id, o.trial.TrialState.FAIL)
-        out.append(t.number)
-    return out
+    found = [t.number for t in study.get_trials(deepcopy=False, states=(o.trial.TrialState.RUNNING,))]
+    for number in found:
+        study.tell(number, state=o.trial.TrialState.FAIL)
+    if found:
+        study.set_user_attr(INTERRUPTED, sorted({*interrupted(study), *found}))
+    return found
+
+
+def interrupted(study) -> list[int]:
+    """The trials stopped with their run (:func:`stale`)."""
+    return list(study.user_attrs.get(INTERRUPTED, []))
 
 
 def counted(study) -> int:
     """The trials that count toward ``--trials``: finished (complete or pruned), or failed by their
     rule set (an error, recorded); not those a stopped run left behind."""
     o = optuna()
-    states = o.trial.TrialState
-    return sum(t.state in (states.COMPLETE, states.PRUNED) or
-               (t.state == states.FAIL and not t.user_attrs.get(INTERRUPTED))
+    states, stopped = o.trial.TrialState, set(interrupted(study))
+    return sum(t.state in (states.COMPLETE, states.PRUNED) or (t.state == states.FAIL and t.number not in stopped)
                for t in study.get_trials(deepcopy=False))
 
 

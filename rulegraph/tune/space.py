@@ -37,23 +37,34 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from ..errors import RuleFileError, choices, read_text
 from ..propagation import RULES, Rule
-from ..propagation.base import Rule as BaseRule
 from ..ruleset.parse import MODELS, Parser
 
 SELECTORS = ("op", "trait", "name", "scope", "inputs")
 ITEM_KEYS = ("id", *SELECTORS, "choose", "per_layer", "note")
 TOP_KEYS = ("name", "description", "models", "pass", "space")
 LAYER_KEYS = ("blocks", "name", "scope", "params")
-#: range kinds: ``{kind: [...]}``
-KINDS = ("log", "uniform", "int", "choice")
 #: significant digits a sampled number is rounded to (a tuned file a person reads; the file is what is scored)
 DIGITS = 4
+
+
+def rounded(x: float) -> float:
+    """``x`` to :data:`DIGITS` significant digits."""
+    return float(f"{x:.{DIGITS}g}") if x else 0.0
+
+
+#: range kind (``{kind: [...]}``) → how a trial samples it (``s``: a :class:`Sampler`, ``v``: the list given)
+KINDS: dict[str, Callable[["Sampler", str, tuple], Any]] = {
+    "log": lambda s, key, v: rounded(s.float(key, *v, log=True)),
+    "uniform": lambda s, key, v: rounded(s.float(key, *v)),
+    "int": lambda s, key, v: s.int(key, *v),
+    "choice": lambda s, key, v: s.categorical(key, list(v)),
+}
 
 
 @dataclass(frozen=True)
@@ -64,17 +75,8 @@ class Param:
     kind: str                   # fixed | log | uniform | int | choice
     value: Any = None           # fixed: the value; ranges: [low, high] or the choices
 
-    def sample(self, suggest: "Suggest", key: str) -> Any:
-        if self.kind == "fixed":
-            return self.value
-        if self.kind == "choice":
-            return suggest.categorical(key, list(self.value))
-        if self.kind == "int":
-            return suggest.int(key, *self.value)
-        return rounded(suggest.float(key, *self.value, log=self.kind == "log"))
-
-    def describe(self) -> str:
-        return repr(self.value) if self.kind == "fixed" else f"{self.kind} {self.value}"
+    def sample(self, sampler: "Sampler", key: str) -> Any:
+        return self.value if self.kind == "fixed" else KINDS[self.kind](sampler, key, self.value)
 
 
 @dataclass
@@ -203,12 +205,7 @@ class Space:
 
 def can_conserve(cls: type[Rule]) -> bool:
     """Whether a rule conserves on some node: by its class, or by a node-dependent test of its own."""
-    return cls.conserving or type.__getattribute__(cls, "conserves") is not BaseRule.conserves
-
-
-def rounded(x: float) -> float:
-    """``x`` to :data:`DIGITS` significant digits."""
-    return float(f"{x:.{DIGITS}g}") if x else 0.0
+    return cls.conserving or cls.conserves is not Rule.conserves
 
 
 def selector_key(selectors: dict[str, Any]) -> str:

@@ -84,7 +84,7 @@ def test_a_stopped_run_resumes_as_if_it_had_not_stopped(tmp_path):
     search.optimize(resumed, SPACE, planted, 4, seed=1)
     states = [t.state.name for t in resumed.trials]
     assert states == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
-    assert resumed.trials[2].user_attrs[search.INTERRUPTED] is True
+    assert search.interrupted(resumed) == [2]
     assert search.counted(resumed) == 4
     # the trials that count sample what the run that did not stop sampled (the n-th counted trial's
     # sampler is seeded with seed + n; TPE learns from finished trials only)
