@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 import yaml
 
 from rulegraph.errors import RuleFileError
@@ -150,3 +151,24 @@ def test_conserving_keeps_rules_that_can_conserve_and_refuses_an_entry_left_with
     space = S.parse(text, "s.yaml").conserving()
     # gradient and epsilon conserve where the node is affine (their own test), gamma, zplus, identity always
     assert [list(i.choose) for i in space.items] == [["epsilon", "gradient"], ["gamma", "zplus"], ["identity"]]
+
+
+@pytest.mark.parametrize("conv", ["gamma", "alphabeta", "zplus"])
+def test_each_conv_choice_of_the_cnn_space_keeps_the_first_conv_s_zbox_and_conserves(conv, tmp_path):
+    import cnn
+    import rulegraph
+    x = cnn.image(2, 8)
+    path = cnn.onnx(cnn.build("resnet"), tmp_path / "resnet.onnx", x)
+    space = S.load(S.default_space("cnns"))
+    values = {"conv.rule": conv, "conv.gamma.gamma": 0.1, "dense.epsilon.epsilon": 1e-3, "pool.epsilon.epsilon": 1e-5}
+    text = space.rule_text(shipped_rule_sets("cnns")["epsilon-gamma-box"].read_text(), space.sample(Fixed(**values)),
+                           name="t", description="d")
+    rs = RuleSet.from_yaml(text)
+    binding = rs.bind(rulegraph.load(str(path)))
+    assert not binding.unmatched
+    convs = [binding.assignments[n.name].rule for n in binding.reached if n.op == "Conv"]
+    assert convs[0].name == "zbox" and {r.name for r in convs[1:]} == {conv}
+    e = rulegraph.explain(str(path), rs, {"pixel_values": x}, dtype=torch.float64)
+    c = e.audit.conservation
+    assert not e.audit.unexpected and c.breaks == 0.0
+    assert abs(c.residual) <= 1e-10 * abs(c.output_value)
