@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, RuleFileError, choices, read_text
-from ..files import write_file
+from ..files import FolderLock, write_file
 from ..scale.listener import Listener
 from . import search
 from .space import Space, default_space, load as load_space, rounded
@@ -142,18 +142,29 @@ class Tuning:
                 "settings": s.settings, "dtype": s.dtype}
 
     def run(self) -> Result:
+        """The run in ``DIR``, locked against a second run there (:class:`~rulegraph.files.FolderLock`)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(self.out, "a tuning study")
+        lock.acquire()
+        try:
+            return self._run()
+        finally:
+            lock.release()
+
+    def _run(self) -> Result:
         s = self.s
         if s.force:
             for name in ("study.db", "trials", "evals", "data"):
                 target = self.out / name
                 shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        self.out.mkdir(parents=True, exist_ok=True)
+        # the study first: one of other settings is refused before anything in DIR changes (the split is
+        # a function of the settings it checks: the data by content, the seed, the shares)
+        study = search.open_study(f"sqlite:///{self.out / 'study.db'}", "maximize" if self.higher else "minimize",
+                                  self.identity(), s.prune)
         parts = split_records(self.records, s.seed, s.split)
         self.paths = parts.write(self.out)
         self.sizes = parts.sizes()
         self.listener.note(f"split (seed {s.seed}): " + ", ".join(f"{p} {n}" for p, n in self.sizes.items()))
-        study = search.open_study(f"sqlite:///{self.out / 'study.db'}", "maximize" if self.higher else "minimize",
-                                  self.identity(), s.prune)
         done = search.counted(study)
         if done:
             self.listener.note(f"resuming the study in {self.out / 'study.db'}: {done} of {s.trials} trials done")

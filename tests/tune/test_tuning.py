@@ -149,8 +149,10 @@ def test_a_stopped_run_resumes_and_more_trials_extend_it(files, tmp_path, monkey
     R.Tuning(settings(files, out, trials=4)).run()
     rows = pq.read_table(out / "trials.parquet").to_pylist()
     assert [r["state"] for r in rows] == ["complete", "fail", "complete", "complete", "complete"]
-    with pytest.raises(InputError, match="other settings \\(metric differ\\)"):
-        R.Tuning(settings(files, out, metric="lodds")).run()
+    split_before = (out / "split.csv").read_text()
+    with pytest.raises(InputError, match="other settings \\(metric, seed differ\\)"):
+        R.Tuning(settings(files, out, metric="lodds", seed=3)).run()
+    assert (out / "split.csv").read_text() == split_before         # refused before anything changed
     R.Tuning(settings(files, out, metric="lodds", trials=2, force=True)).run()      # --force: a new study
     assert len(pq.read_table(out / "trials.parquet")) == 2
 
@@ -187,3 +189,16 @@ def test_conserving_restricts_the_space(files, tmp_path):
     assert all("param.sum.rule" not in r for r in rows)           # one rule left: nothing to choose
     assert RuleSet.load(tmp_path / "out" / "tuned.yaml").entries[0].rule.name == "gradient"
     assert result.flagged == {}
+
+
+def test_a_second_run_in_the_same_folder_is_refused(files, tmp_path):
+    from rulegraph.files import FolderLock
+    (tmp_path / "out").mkdir()
+    held = FolderLock(tmp_path / "out", "a tuning study")
+    held.acquire()
+    try:
+        with pytest.raises(InputError, match="is in use by another run .* writing a tuning study"):
+            R.Tuning(settings(files, tmp_path / "out")).run()
+    finally:
+        held.release()
+    assert not (tmp_path / "out" / "study.db").exists()
