@@ -231,7 +231,9 @@ class Tuning:
     def conservation(self, trial, ruleset) -> None:
         """Audit the trial's rule set on a few tune texts; flag a leak or a break (module docstring)."""
         from ..api import explain
-        e = explain(self.graph, ruleset, text=self.audit_texts, tokenizer=self.s.tokenizer)
+        from ..interpreter import DTYPES
+        e = explain(self.graph, ruleset, text=self.audit_texts, tokenizer=self.s.tokenizer, device=self.s.device,
+                    dtype=DTYPES[self.s.dtype])
         audit = e.audit
         shares = audit.conservation.summary(items=len(self.audit_texts))
         figures = {"tokens": shares.tokens, "absorbed": shares.absorbed, "breaks": shares.breaks,
