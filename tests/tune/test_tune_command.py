@@ -70,3 +70,19 @@ def test_a_mistake_is_one_line_and_exit_2(folder, args, words):
     assert ran.code == 2, ran
     assert words in ran.err, ran.err
     assert "Traceback" not in ran.err and "internal error" not in ran.err
+
+
+def test_without_optuna_the_command_names_the_extra_and_writes_nothing(folder, tmp_path):
+    import subprocess
+    import sys
+    args = ["tune", str(folder / "m" / "model.onnx"), "--data", str(folder / "texts.csv"), "--from", "gi",
+            "--metric", "aopc", "--out", str(tmp_path / "out")]
+    blocked = f"import sys; sys.modules['optuna'] = None; from rulegraph.cli import main; sys.exit(main({args!r}))"
+    log = tmp_path / "tune.log"
+    with log.open("w") as f:
+        code = subprocess.run([sys.executable, "-c", blocked], stdout=f, stderr=subprocess.STDOUT).returncode
+    text = log.read_text()
+    assert code == 2, text
+    assert "optional package 'optuna'" in text and 'pip install "rulegraph[tune]"' in text, text
+    assert "internal error" not in text and len(text.strip().splitlines()) == 1, text
+    assert not (tmp_path / "out").exists()
