@@ -172,3 +172,19 @@ def test_each_conv_choice_of_the_cnn_space_keeps_the_first_conv_s_zbox_and_conse
     c = e.audit.conservation
     assert not e.audit.unexpected and c.breaks == 0.0
     assert abs(c.residual) <= 1e-10 * abs(c.output_value)
+
+
+def test_the_transformer_space_s_first_choices_conserve_on_a_tiny_bert(bert_onnx):
+    import rulegraph
+    space = S.load(S.default_space("transformers"))
+    chosen = space.sample(Fixed(**{"linear.epsilon.epsilon": 1e-6}))
+    assert {k: c["rule"] for k, c in chosen.items()} == {"linear": "epsilon", "attention": "ah", "softmax": "softmax",
+                                                         "norm": "ln", "activation": "identity"}
+    for start in ("epsilon", "cp-lrp", "attnlrp"):
+        text = space.rule_text(shipped_rule_sets(None)[start].read_text(), chosen, name="t", description="d")
+        e = rulegraph.explain(str(bert_onnx), RuleSet.from_yaml(text, source=start), text="w1 w2 w3 w4",
+                              dtype=torch.float64)
+        audit = e.audit
+        assert not audit.unexpected, (start, [n.name for n in audit.unexpected])
+        assert audit.conservation.breaks == 0.0, start       # every rule conserves: the softmax gets nothing
+        assert abs(audit.conservation.residual) <= 1e-8 * abs(audit.conservation.output_value), start
