@@ -92,7 +92,8 @@ def choices(valid: Iterable[str], given: str | None = None) -> str:
 
 
 #: optional package (top-level module) → the extra of ``pip install "rulegraph[EXTRA]"`` that brings it
-EXTRAS = {"transformers": "hf", "safetensors": "hf", "ray": "ray", "spacy": "heads", "en_core_web_sm": "heads"}
+EXTRAS = {"transformers": "hf", "safetensors": "hf", "ray": "ray", "spacy": "heads", "en_core_web_sm": "heads",
+          "optuna": "tune"}
 
 
 class MissingDependency(RulegraphError):

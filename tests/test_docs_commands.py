@@ -49,6 +49,7 @@ STAND_INS = {
     "gpt2-out/model.onnx": "written by gpt2-out",     # `rulegraph export gpt2-hf gpt2-out`
     "lm-out/model.onnx": "written by gpt2-out",       # a causal LM's export: GPT-2's
     "masks.yaml": "written by masks.yaml",    # `rulegraph heads calibrate … --out masks.yaml`
+    "tuned/tuned.yaml": "written by tuned",   # `rulegraph tune … --out tuned`
     "texts.csv": ("texts.csv",),              # TEXTS, labelled (the same in CSV, JSON lines, Parquet)
     "reviews.csv": ("reviews.csv",),
     "reviews.jsonl": ("reviews.jsonl",),

@@ -1,5 +1,5 @@
-"""Command line: ``rulegraph explain | audit | check | rules | methods | explain-dataset | evaluate | compare | heads |
-export``.
+"""Command line: ``rulegraph explain | audit | check | rules | methods | explain-dataset | evaluate | compare | tune |
+heads | export``.
 
 Errors in what the user gave (files, rule files, inputs, options) print one line
 and exit 2; ``check`` exits 1 when a node has no rule and the rule set says
@@ -33,6 +33,7 @@ COMMANDS = {
                         "Explain every record of a data file (CSV, JSONL, Parquet) into Parquet; local or on Ray."),
     "evaluate": ("evaluate", "evaluate_cmd", "Faithfulness metrics per method on a CSV of texts; resumable."),
     "compare": ("compare", "compare_cmd", "Paired differences between methods (per text, bootstrap) from evaluation results."),
+    "tune": ("tune", "tune_cmd", "Search a rule file for faithfulness on your data; chosen on validation, reported on test."),
     "heads": ("heads", "heads_cmd", "Attention heads: calibrate Mask-LRP's head mask (positional / syntactic) from a dataset."),
     "export": ("export", "export_cmd", "Export a Hugging Face model directory to ONNX (or torch.export) + tokenizer.json."),
 }

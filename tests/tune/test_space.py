@@ -1,0 +1,190 @@
+"""Search spaces: parsed with file:line errors, sampled, and written as rule files that load."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import yaml
+
+from rulegraph.errors import RuleFileError
+from rulegraph.rules import shipped_rule_sets
+from rulegraph.ruleset import RuleSet
+from rulegraph.tune import space as S
+
+SPACE = """\
+name: test
+space:
+  - id: linear
+    op: Add
+    inputs:
+      1: {from: constant}
+    choose:
+      epsilon: {epsilon: {log: [1.0e-9, 1.0]}}
+      gradient: {}
+  - id: conv
+    op: Conv
+    choose:
+      gamma: {gamma: {uniform: [0.0, 1.0]}}
+      zplus: {}
+    per_layer:
+      - {blocks: "0-1", params: {gamma: {choice: [0.5, 1.0]}}}
+  - op: Softmax
+    choose:
+      softmax: {}
+      stop: {}
+"""
+
+
+class Fixed:
+    """A stand-in for an Optuna trial: the first choice, the low end of every range (or ``values``)."""
+
+    def __init__(self, **values):
+        self.values, self.asked = values, []
+
+    def suggest_categorical(self, name, choices):
+        self.asked.append(name)
+        return self.values.get(name, choices[0])
+
+    def suggest_int(self, name, low, high):
+        self.asked.append(name)
+        return self.values.get(name, low)
+
+    def suggest_float(self, name, low, high, *, log=False):
+        self.asked.append(name)
+        return self.values.get(name, low)
+
+
+def test_a_space_parses_with_ids_kinds_and_per_layer_items():
+    space = S.parse(SPACE, "s.yaml")
+    assert [i.id for i in space.items] == ["linear", "conv", "e2"]
+    assert [i.line for i in space.items] == [3, 10, 17]
+    assert space.items[0].choose["epsilon"]["epsilon"] == S.Param("epsilon", "log", (1e-9, 1.0))
+    assert space.items[1].layers[0].where == {"blocks": "0-1"}
+    assert space.names() == ["linear.rule", "linear.epsilon.epsilon", "conv.rule", "conv.gamma.gamma",
+                             "conv.layer0.gamma", "e2.rule"]
+
+
+@pytest.mark.parametrize("models", ["transformers", "cnns"])
+def test_the_shipped_spaces_parse_and_each_choice_loads_with_their_rule_sets(models):
+    space = S.load(S.default_space(models))
+    assert space.models == models
+    for name, path in shipped_rule_sets(models).items():
+        if RuleSet.load(name).pass_name != space.pass_name:     # decomposition: refused by rulegraph tune
+            continue
+        text = space.rule_text(path.read_text(), space.sample(Fixed()), name="t", description="d")
+        assert RuleSet.from_yaml(text, source=name).entries
+
+
+# (space text with one mistake, the line named, words the message holds)
+MISTAKES = [
+    (SPACE.replace("    op: Conv\n", "    op: Convv\n"), 11, "'Convv' is neither an op"),
+    (SPACE.replace("      zplus: {}", "      zplusx: {}"), 14, "unknown rule 'zplusx'"),
+    (SPACE.replace("{gamma: {uniform: [0.0, 1.0]}}", "{gama: {uniform: [0.0, 1.0]}}"), 13, "no param 'gama'"),
+    (SPACE.replace("{uniform: [0.0, 1.0]}", "{uniform: [1.0, 0.0]}"), 13, "is empty; low must be under high"),
+    (SPACE.replace("{log: [1.0e-9, 1.0]}", "{log: [0.0, 1.0]}"), 8, "needs low > 0"),
+    (SPACE.replace("{uniform: [0.0, 1.0]}", "{uniform: [-1.0, 1.0]}"), 13, "param 'gamma' of rule 'gamma'"),
+    (SPACE.replace("{uniform: [0.0, 1.0]}", "{normal: [0.0, 1.0]}"), 13, "a param range is one of"),
+    (SPACE.replace("  - id: conv\n", "  - id: linear\n"), 10, "id 'linear' is already the id of the entry on line 3"),
+    (SPACE.replace("    choose:\n      softmax", "    chose:\n      softmax"), 18, "unknown key 'chose'"),
+    (SPACE.replace("  - op: Softmax\n", "  - note: no selector\n"), 17, "needs a selector"),
+    (SPACE.replace('{blocks: "0-1", ', '{blocks: "3-1", '), 16, "empty block range"),
+    (SPACE.replace("{choice: [0.5, 1.0]}", "{choice: [0.5, x]}"), 16, "must be float"),
+    (SPACE.replace("{gamma: {choice: [0.5, 1.0]}}", "{epsilon: 0.1}"), 16, "no candidate rule of this entry"),
+    (SPACE.replace("      1: {from: constant}", "      1: {from: constnt}"), 6, "'constnt' is neither"),
+    (SPACE.replace("space:\n", "spaces:\n"), 2, "unknown key 'spaces'"),
+    ("name: x\n", 1, "missing `space:`"),
+    ("space: [\n", 2, "not valid YAML"),
+    ("space:\n  - !!python/object:os.system {op: Add}\n", 2, "tag"),
+]
+
+
+@pytest.mark.parametrize("text,line,words", MISTAKES, ids=[m[2][:30] for m in MISTAKES])
+def test_a_mistake_names_the_file_and_line(text, line, words):
+    with pytest.raises(RuleFileError) as info:
+        S.parse(text, "s.yaml")
+    message = str(info.value)
+    assert re.match(rf"s\.yaml:{line}: ", message), message
+    assert words in message, message
+    assert "\n" not in message
+
+
+def test_sampling_asks_each_entry_its_rule_then_that_rule_s_params():
+    space = S.parse(SPACE, "s.yaml")
+    trial = Fixed(**{"linear.epsilon.epsilon": 1.23456789e-4, "conv.rule": "zplus"})
+    chosen = space.sample(trial)
+    assert chosen["linear"] == {"rule": "epsilon", "params": {"epsilon": 1.235e-4}, "layers": []}   # 4 digits
+    # zplus declares no gamma: the per_layer item is not asked and not written
+    assert chosen["conv"] == {"rule": "zplus", "params": {}, "layers": []}
+    assert "conv.layer0.gamma" not in trial.asked and "conv.gamma.gamma" not in trial.asked
+    chosen = space.sample(Fixed(**{"conv.gamma.gamma": 0.3}))
+    assert chosen["conv"] == {"rule": "gamma", "params": {"gamma": 0.3}, "layers": [{"blocks": "0-1",
+                                                                                      "params": {"gamma": 0.5}}]}
+
+
+def test_the_rule_file_overrides_the_starting_entry_in_place_and_puts_new_selectors_first():
+    start = shipped_rule_sets(None)["epsilon"].read_text()
+    space = S.parse(SPACE, "s.yaml")
+    chosen = space.sample(Fixed(**{"linear.epsilon.epsilon": 1e-7}))
+    text = space.rule_text(start, chosen, name="epsilon-tuned", description="d", header="line one\nline two")
+    assert text.startswith("# line one\n# line two\nname: epsilon-tuned\n")
+    doc, before = yaml.safe_load(text), yaml.safe_load(start)
+    # Conv and Softmax are in no entry of epsilon: first; the Add-constant-at-1 entry replaced where it was
+    assert doc["rules"][0] == {"op": "Conv", "rule": "gamma", "params": {"gamma": 0.0},
+                               "per_layer": [{"blocks": "0-1", "params": {"gamma": 0.5}}]}
+    assert doc["rules"][1] == {"op": "Softmax", "rule": "softmax"}
+    at = next(k for k, e in enumerate(before["rules"]) if e.get("inputs") == {1: {"from": "constant"}})
+    assert doc["rules"][2 + at] == {"op": "Add", "inputs": {1: {"from": "constant"}}, "rule": "epsilon",
+                                    "params": {"epsilon": 1e-7}}
+    assert len(doc["rules"]) == len(before["rules"]) + 2
+    assert {k: v for k, v in doc.items() if k not in ("name", "description", "rules")} == \
+        {k: v for k, v in before.items() if k not in ("name", "description", "rules")}
+    rs = RuleSet.from_yaml(text)
+    assert rs.name == "epsilon-tuned"
+    assert rs.entries[2 + at].rule.epsilon == 1e-7        # read back as a float, not the string "1e-07"
+
+
+def test_conserving_keeps_rules_that_can_conserve_and_refuses_an_entry_left_with_none():
+    with pytest.raises(RuleFileError, match=r"^s\.yaml:17: entry 'e2' offers no rule that conserves \(softmax, stop\)"):
+        S.parse(SPACE, "s.yaml").conserving()
+    text = SPACE.replace("      stop: {}", "      identity: {}")
+    space = S.parse(text, "s.yaml").conserving()
+    # gradient and epsilon conserve where the node is affine (their own test), gamma, zplus, identity always
+    assert [list(i.choose) for i in space.items] == [["epsilon", "gradient"], ["gamma", "zplus"], ["identity"]]
+
+
+@pytest.mark.parametrize("conv", ["gamma", "alphabeta", "zplus"])
+def test_each_conv_choice_of_the_cnn_space_keeps_the_first_conv_s_zbox_and_conserves(conv, tmp_path):
+    import cnn
+    import rulegraph
+    x = cnn.image(2, 8)
+    path = cnn.onnx(cnn.build("resnet"), tmp_path / "resnet.onnx", x)
+    space = S.load(S.default_space("cnns"))
+    values = {"conv.rule": conv, "conv.gamma.gamma": 0.1, "dense.epsilon.epsilon": 1e-3, "pool.epsilon.epsilon": 1e-5}
+    text = space.rule_text(shipped_rule_sets("cnns")["epsilon-gamma-box"].read_text(), space.sample(Fixed(**values)),
+                           name="t", description="d")
+    rs = RuleSet.from_yaml(text)
+    binding = rs.bind(rulegraph.load(str(path)))
+    assert not binding.unmatched
+    convs = [binding.assignments[n.name].rule for n in binding.reached if n.op == "Conv"]
+    assert convs[0].name == "zbox" and {r.name for r in convs[1:]} == {conv}
+    e = rulegraph.explain(str(path), rs, {"pixel_values": x}, dtype=torch.float64)
+    c = e.audit.conservation
+    assert not e.audit.unexpected and c.breaks == 0.0
+    assert abs(c.residual) <= 1e-10 * abs(c.output_value)
+
+
+def test_the_transformer_space_s_first_choices_conserve_on_a_tiny_bert(bert_onnx):
+    import rulegraph
+    space = S.load(S.default_space("transformers"))
+    chosen = space.sample(Fixed(**{"linear.epsilon.epsilon": 1e-6}))
+    assert {k: c["rule"] for k, c in chosen.items()} == {"linear": "epsilon", "attention": "ah", "softmax": "softmax",
+                                                         "norm": "ln", "activation": "identity"}
+    for start in ("epsilon", "cp-lrp", "attnlrp"):
+        text = space.rule_text(shipped_rule_sets(None)[start].read_text(), chosen, name="t", description="d")
+        e = rulegraph.explain(str(bert_onnx), RuleSet.from_yaml(text, source=start), text="w1 w2 w3 w4",
+                              dtype=torch.float64)
+        audit = e.audit
+        assert not audit.unexpected, (start, [n.name for n in audit.unexpected])
+        assert audit.conservation.breaks == 0.0, start       # every rule conserves: the softmax gets nothing
+        assert abs(audit.conservation.residual) <= 1e-8 * abs(audit.conservation.output_value), start
