@@ -205,6 +205,10 @@ class _Layout:
 
     def rows(self, e: Explanation, item: int, position: int) -> list[float]:
         """Row scores of batch item ``item`` explained at ``position``: the rows that step sees."""
+        if self.sequence_input not in e.relevance:
+            raise InputError(f"{e.method} scores only {', '.join(e.relevance)} of this model, not its "
+                             f"{self.sequence_input}: a generation's rows need both (the source and the target "
+                             f"prefix); use a rule set (attnlrp, gi…) or ig")
         seq = e.relevance[self.sequence_input][item, :position + 1].double().tolist()
         if not self.encoder_decoder:
             return seq
