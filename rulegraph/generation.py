@@ -22,7 +22,15 @@ One forward per step at most:
 * a given continuation: the whole sequence is known, so every step is explained on the one
   sequence at its own position, ``batch`` steps per call (the batch holds copies of the sequence,
   each item with its own target and position). With a causal (decoder) model, position ``p``
-  sees only rows ``0…p``, so this equals explaining the prefix (``tests/test_generation.py``).
+  sees only rows ``0…p``, so this equals explaining the prefix (``tests/test_generation.py``);
+  a call that explains one step (``batch=1``, and every baseline) runs on that step's prefix, as
+  greedy does, so that no method reads the tokens after it (random scores are seeded by the ids).
+
+Each step is what :func:`rulegraph.explain` gives on the same tokens: the prompt given as text
+hands the method its special tokens and the tokenizer's [PAD]/[UNK]/[MASK] (IG's ``pad``
+baseline, leave-one-out's ``mask`` removal) as ``explain(text=…)`` does; a prompt given as ids,
+none, as ``explain(inputs=…)``. The explained value is the logit (``score="logprob"``: the
+log-probability) in both.
 
 The renderers (``rulegraph.cli.matrix``: terminal, HTML, PNG) read a :class:`Generation` only.
 """
@@ -199,8 +207,8 @@ class _Layout:
     Encoder–decoder: the source is fixed; the sequence is the target prefix (from the decoder's
     start token); rows are the source, then the prefix."""
 
-    def __init__(self, graph, output: str, source: list[int] | None):
-        self.graph, self.output, self.source = graph, output, source
+    def __init__(self, graph, output: str, source: list[int] | None, special: list[bool] | None = None):
+        self.graph, self.output, self.source, self.given_special = graph, output, source, special
         names = [i.name for i in graph.inputs]
         self.sequence_input = PREFIX if source is not None else "input_ids"
         fill = {"input_ids", "attention_mask", "token_type_ids"} | ({PREFIX} if source is not None else set())
@@ -218,8 +226,22 @@ class _Layout:
         ids = torch.tensor([self.source] * copies, dtype=torch.int64) if self.encoder_decoder else seq
         return token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
 
+    def special(self, sequence: list[int], copies: int = 1) -> Tensor | None:
+        """``[copies, tokens]`` flags of the special tokens of the token input (the prompt's as the
+        tokenizer marked them, a generated token never; the source's), as :func:`rulegraph.explain`
+        hands a text's to a method; ``None`` where the prompt was given as ids."""
+        if self.given_special is None:
+            return None
+        flags = self.given_special if self.encoder_decoder else \
+            self.given_special + [False] * (len(sequence) - len(self.given_special))
+        return torch.tensor([flags] * copies, dtype=torch.bool)
+
     def rows(self, e: Explanation, item: int, position: int) -> list[float]:
         """Row scores of batch item ``item`` explained at ``position``: the rows that step sees."""
+        if self.sequence_input not in e.relevance:
+            raise InputError(f"{e.method} scores only {', '.join(e.relevance)} of this model, not its "
+                             f"{self.sequence_input}: a generation's rows need both (the source and the target "
+                             f"prefix); use a rule set (attnlrp, gi…) or ig")
         seq = e.relevance[self.sequence_input][item, :position + 1].double().tolist()
         if not self.encoder_decoder:
             return seq
@@ -261,7 +283,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     """
     from .interpreter import prepare
     from .loaders import load
-    from .methods import explain_with, get
+    from .methods import Vocab, explain_with, get
     from .passes import prepared
     from .objective import QUANTITIES
     from .objective import span as span_objective
@@ -326,10 +348,13 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     encoder_decoder = PREFIX in graph.input_names
     if _has_prefix(inputs) and not encoder_decoder:
         raise InputError(f"{PREFIX} is an encoder–decoder's input; this model takes {', '.join(graph.input_names)}")
+    special = vocab = None        # a text's special tokens and the tokenizer's [PAD]/[UNK]/[MASK], as explain's
     if text is not None:
         if not isinstance(text, str) or not text.strip():
             raise InputError("the prompt text is empty")
-        prompt = list(encoder.tokenizer.encode(text).ids)
+        encoding = encoder.tokenizer.encode(text)
+        prompt, special = list(encoding.ids), [bool(s) for s in encoding.special_tokens_mask]
+        vocab = Vocab.from_tokenizer(encoder.tokenizer)
     else:
         prompt = _ids(inputs, "input_ids")
     if not prompt:
@@ -352,7 +377,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     output = output or graph.outputs[0]
     if output not in graph.outputs:
         raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    layout = _Layout(graph, output, prompt if encoder_decoder else None)
+    layout = _Layout(graph, output, prompt if encoder_decoder else None, special)
     context = start if encoder_decoder else prompt          # what the generated tokens follow
 
     # is it a language model, and does the sequence fit? (before any real work)
@@ -364,7 +389,8 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         position = positions if positions and len(positions) > 1 else (positions[0] if positions else None)
         target = targets if targets and len(targets) > 1 else (targets[0] if targets else None)
         return explain_with(graph, chosen, feeds, target, output=output, position=position, device=device,
-                            dtype=dtype, audit=audit, target_score=score, **resolved)
+                            dtype=dtype, special=layout.special(sequence, len(positions) if positions else 1),
+                            vocab=vocab, audit=audit, target_score=score, **resolved)
 
     found: list[GeneratedToken] = []
     sequence = list(context)
@@ -384,7 +410,9 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         first = len(context) - 1
         for begin in range(0, n, chunk):
             positions = [first + t for t in range(begin, min(n, begin + chunk))]
-            e = one(sequence[:-1], [given[p - first] for p in positions], positions)
+            # one step: its prefix, as greedy explains it (a method never reads the tokens after it)
+            known = sequence[:positions[0] + 1] if len(positions) == 1 else sequence[:-1]
+            e = one(known, [given[p - first] for p in positions], positions)
             found.extend(_explained(e, positions, layout, encoder, audit))
             if progress:
                 progress(len(positions))

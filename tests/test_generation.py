@@ -14,6 +14,7 @@ import torch
 import rulegraph
 import tiny
 from rulegraph.errors import InputError
+from rulegraph.methods import names as method_names
 
 PROMPT = "w1 w2 w3 w4 w5"
 N = 4
@@ -179,3 +180,43 @@ def test_the_span_of_a_greedy_generation_and_its_refusals(causal_lm):
         rulegraph.generate(path, "ig", text=PROMPT, max_new_tokens=2, span=True)
     with pytest.raises(InputError, match="span must be True or False"):
         rulegraph.generate(path, "gi", text=PROMPT, max_new_tokens=2, span="yes")
+
+
+#: options given alike to generate and explain (fewer IG steps: the comparison, not the quadrature, is tested)
+OPTIONS = {"ig": {"steps": 4}}
+CONTINUATION = "w7 w3 w9"
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_every_method_explains_step_k_as_explain_does_on_its_prefix(causal_lm, method):
+    """For every registered method, generate's step k equals explain on the text of the prompt and
+    the k tokens before it (the same objective, baseline, special tokens and options), in float64;
+    greedy steps equal the same tokens given as a continuation. A method that refuses this model
+    is refused alike by both."""
+    _, path = causal_lm
+    options = OPTIONS.get(method, {})
+    words = CONTINUATION.split()
+    try:
+        one = rulegraph.explain(path, method, text=PROMPT, dtype=torch.float64, **options)
+    except rulegraph.RulegraphError as refused:
+        with pytest.raises(type(refused)) as again:
+            rulegraph.generate(path, method, text=PROMPT, max_new_tokens=1, dtype=torch.float64, **options)
+        assert str(again.value) == str(refused)
+        assert method in {"epsilon-gamma-box", "epsilon-plus-flat", "mask-lrp-random", "mask-lrp-rollout"}, refused
+        return
+    given = rulegraph.generate(path, method, text=PROMPT, continuation=CONTINUATION, dtype=torch.float64, **options)
+    assert [s.text.strip() for s in given.steps] == words
+    for k, step in enumerate(given.steps):
+        e = rulegraph.explain(path, method, text=" ".join([PROMPT, *words[:k]]), target=step.token,
+                              dtype=torch.float64, **options)
+        assert step.output_value == pytest.approx(e.output_value[0], abs=1e-12)
+        torch.testing.assert_close(torch.tensor(step.scores, dtype=torch.float64),
+                                   e.relevance["input_ids"][0].double(), rtol=0, atol=1e-12)
+    greedy = rulegraph.generate(path, method, text=PROMPT, max_new_tokens=3, dtype=torch.float64, **options)
+    assert greedy.steps[0].token == one.target[0]
+    torch.testing.assert_close(torch.tensor(greedy.steps[0].scores, dtype=torch.float64),
+                               one.relevance["input_ids"][0].double(), rtol=0, atol=1e-12)
+    same = rulegraph.generate(path, method, text=PROMPT, continuation=[s.token for s in greedy.steps],
+                              dtype=torch.float64, **options)
+    diff = (same.matrix - greedy.matrix).nan_to_num()
+    assert float(diff.abs().max()) <= 1e-12 and torch.equal(same.matrix.isnan(), greedy.matrix.isnan())

@@ -2,7 +2,7 @@
 
     python examples/sentiment/train.py [--out DIR] [--force]
 
-One epoch on the 80% training split (about two minutes on two CPU cores), then an
+One epoch on the 80% training split (about two minutes on a quiet 2-core machine), then an
 accuracy check on the held-out 20%, then an ONNX export. The cache directory
 (default ``<repo>/.cache/sentiment-minilm``, or ``$RULEGRAPH_CACHE/sentiment-minilm``)
 ends up holding:
@@ -35,12 +35,12 @@ import onnxruntime as ort
 import torch
 import transformers
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from tokenizers import Tokenizer
 from transformers import BertForSequenceClassification
 
 import data
+from progress import Steps, phase
 from rulegraph.exporters import export_hf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,10 +119,12 @@ def build(cache_dir: Path, console: Console) -> None:
     fine_tune(model, tokenizer, train_set, console)
     train_seconds = time.perf_counter() - started
     model.eval()
-    accuracy = evaluate(model, tokenizer, test_set)
+    accuracy = evaluate(model, tokenizer, test_set, console)
     console.print(f"Test accuracy {accuracy:.4f} on {len(test_set):,} held-out sentences.")
-    model_path = export(model, base, cache_dir)
-    error = check_onnx(model, tokenizer, model_path, [text for text, _ in test_set[:CHECK_SENTENCES]])
+    with phase(console, f"Exporting to {cache_dir / 'model.onnx'}", "Exported"):
+        model_path = export(model, base, cache_dir)
+    with phase(console, "Checking the ONNX model against the torch model", "Checked"):
+        error = check_onnx(model, tokenizer, model_path, [text for text, _ in test_set[:CHECK_SENTENCES]])
     metrics = {
         "test_accuracy": round(accuracy, 4),
         "n_train": len(train_set),
@@ -170,7 +172,8 @@ def length_batches(texts: Sequence[str], tokenizer: Tokenizer, batch_size: int, 
 
 
 def fine_tune(model: torch.nn.Module, tokenizer: Tokenizer, train_set: list[data.Example], console: Console) -> None:
-    """One epoch of AdamW with linear warm-up and decay, showing a progress bar with the running loss."""
+    """One epoch of AdamW with linear warm-up and decay, showing its progress with the running loss (a bar
+    on a terminal, lines in a log: :class:`progress.Steps`)."""
     texts = [text for text, _ in train_set]
     labels = torch.tensor([label for _, label in train_set])
     batches = length_batches(texts, tokenizer, BATCH_SIZE, random.Random(SEED))
@@ -181,10 +184,7 @@ def fine_tune(model: torch.nn.Module, tokenizer: Tokenizer, train_set: list[data
     )
     model.train()
     running = None
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn(), TextColumn("loss {task.fields[loss]}"))
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("training", total=len(batches), loss="–")
+    with Steps(console, "training", len(batches), unit="batches", loss="–") as progress:
         for indices in batches:
             logits = model(**encode(tokenizer, [texts[i] for i in indices])).logits
             loss = torch.nn.functional.cross_entropy(logits, labels[indices])
@@ -193,17 +193,21 @@ def fine_tune(model: torch.nn.Module, tokenizer: Tokenizer, train_set: list[data
             optimizer.step()
             schedule.step()
             running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
-            progress.update(task, advance=1, loss=f"{running:.3f}")
+            progress.advance(loss=f"{running:.3f}")
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, tokenizer: Tokenizer, test_set: list[data.Example]) -> float:
-    """Accuracy of ``model`` (in eval mode) on ``test_set``."""
+def evaluate(model: torch.nn.Module, tokenizer: Tokenizer, test_set: list[data.Example],
+             console: Console | None = None) -> float:
+    """Accuracy of ``model`` (in eval mode) on ``test_set`` (its progress shown on ``console``)."""
     texts = [text for text, _ in test_set]
     correct = 0
-    for indices in length_batches(texts, tokenizer, EVAL_BATCH_SIZE, random.Random(SEED)):
-        predicted = model(**encode(tokenizer, [texts[i] for i in indices])).logits.argmax(-1)
-        correct += sum(int(p) == test_set[i][1] for p, i in zip(predicted, indices))
+    batches = length_batches(texts, tokenizer, EVAL_BATCH_SIZE, random.Random(SEED))
+    with Steps(console or Console(quiet=True), "testing", len(batches), unit="batches") as progress:
+        for indices in batches:
+            predicted = model(**encode(tokenizer, [texts[i] for i in indices])).logits.argmax(-1)
+            correct += sum(int(p) == test_set[i][1] for p, i in zip(predicted, indices))
+            progress.advance()
     return correct / len(test_set)
 
 
