@@ -75,9 +75,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
     if image_path is not None:
         from ..image import image_input
-        if texts:
-            raise InputError("give --text or --image, not both")
         picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
+        if texts:                       # after the model is known to take an image: a text model says so first
+            raise InputError("give --text or --image, not both")
         pre = {"mean": picture.mean, "std": picture.std}
         err.print(f"[dim]{escape(picture.describe())}[/]")
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
