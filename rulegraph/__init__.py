@@ -21,7 +21,7 @@ from typing import Any
 _PUBLIC = {
     "Explanation": "explanation", "Graph": "ir", "RuleSet": "ruleset", "RulegraphError": "errors",
     "encode": "api", "explain": "api", "generate": "generation", "load": "loaders", "prepare": "interpreter", "run": "interpreter",
-    "shipped_rule_sets": "ruleset", "Generation": "generation",
+    "shipped_rule_sets": "ruleset", "Generation": "generation", "Targets": "explanation",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from .errors import InputError
-from .explanation import Explanation
+from .explanation import Explanation, Targets
 from .facts import has_positions, output_kind, roles
 from .image import image_input
 from .ir import Graph
@@ -39,7 +39,8 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
             question: str | None = None, image: Any = None, tokenizer: Any = None, output: str | None = None,
             position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
             audit: bool = True, contrast: int | str | Sequence[int | str] | None = None, score: str = "logit",
-            objective: str | Objective | None = None, **options: Any) -> Explanation:
+            objective: str | Objective | None = None, targets: str | Sequence[int | str] | None = None,
+            **options: Any) -> Explanation | Targets:
     """Explain ``model``'s output for ``inputs`` (or ``text``) with a rule set or any method.
 
     ``model``: a :class:`~rulegraph.Graph` or anything :func:`rulegraph.load` takes (a Hugging
@@ -58,6 +59,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     IG's ``steps=16``, as :func:`rulegraph.generate` takes them too.
 
     A list of texts gives a batch: ``len(e)`` items, ``e[i]`` the i-th as an explanation of its own.
+
+    ``targets``: instead of one ``target``, several — ``"all"`` classes, the ``"top-K"`` of each item,
+    or a list (indices, class names or token texts) — explained from **one forward** (a rule set walks
+    once per target on the same values; a baseline runs once per target): a :class:`Targets`, one
+    explanation per target, each with its own audit.
 
     Instead of ``inputs``, ``text="…"`` (or a list of texts, explained as one padded batch) is
     tokenized with ``tokenizer`` (a ``tokenizer.json`` path, a ``tokenizers.Tokenizer`` or a
@@ -91,7 +97,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
             raise InputError(f"give inputs[{picture.name!r}] or image=…, not both")
         inputs = {**(inputs or {}), picture.name: picture.tensor}
     encoder = None
-    needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast)) or isinstance(objective, str)
+    listed = [] if targets is None or isinstance(targets, str) else \
+        _flat(targets.tolist() if hasattr(targets, "tolist") else targets)              # targets=[" Paris", …]
+    needs_words = any(isinstance(x, str) for x in _flat(target) + _flat(contrast) + listed) or isinstance(objective, str)
     if text is not None or tokenizer is not None or needs_words:
         encoder = _encoder(model, graph, tokenizer, required=text is not None or tokenizer is not None)
     encoded: list[Encoded] = []
@@ -121,11 +129,13 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     names = model_labels(graph)
     if isinstance(objective, str):
         objective = parse_objective(objective)
-    worded = {what: item for what, given in (("target", target), ("contrast", contrast)) for item in _flat(given)
-              if isinstance(item, str) and item not in (names or ()) and item != RUNNER_UP}
+    worded = {what: item for what, given in (("target", target), ("contrast", contrast), ("targets", listed))
+              for item in _flat(given) if isinstance(item, str) and item not in (names or ()) and item != RUNNER_UP}
     if isinstance(objective, Objective):
         worded.update(("objective token", t) for t in objective.tokens if isinstance(t, str))
     target = _indices(target, "target", names, encoder)
+    if listed:
+        targets = _indices(listed, "targets", names, encoder)
     contrast = contrast if contrast == RUNNER_UP else _indices(contrast, "contrast", names, encoder)
     if isinstance(objective, Objective) and any(isinstance(t, str) for t in objective.tokens):
         if encoder is None:
@@ -135,9 +145,17 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         _refuse_text_for_indices(graph, output, worded, names)
     if encoded and "word_ids" in declared:
         options = {"word_ids": [e.word_ids for e in encoded], "tokens": [e.tokens for e in encoded], **options}
-    e = explain_with(graph, method, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                     special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
-                     objective=objective, **options)
+    result = explain_with(graph, method, inputs, target, output=output, position=position, device=device,
+                          dtype=dtype, special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
+                          objective=objective, targets=targets, **options)
+    dressed = [_dressed(e, model, graph, inputs, tokenizer, encoder, encoded, names, picture)
+               for e in (result if targets is not None else [result])]
+    return Targets(dressed) if targets is not None else dressed[0]
+
+
+def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, encoded: list[Encoded], names,
+             picture) -> Explanation:
+    """``e`` with what the API knows beyond the method: the tokens and texts, class names, the pixels."""
     e.real = _real(graph, inputs, e.relevance)
     if encoded:
         e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]

@@ -268,6 +268,45 @@ class Explanation:
         return d
 
 
+class Targets(list):
+    """Several targets of one input explained from one forward (``explain(…, targets=…)``): a list of
+    :class:`Explanation`, one per target in the order asked (for ``"top-K"``, highest first), each with
+    its own audit."""
+
+    def __repr__(self) -> str:
+        """One screen: per target what was explained, its value, its strongest tokens for it, its audit."""
+        from .render.colour import explained_name
+        lines = [f"Targets({self[0].method if self else '—'}: {len(self)} target(s); t[k] is target k's explanation)"]
+        for k, e in enumerate(self):
+            head = f"  [{k}] {explained_name(e)} = {e.output_value[0]:.6g}"
+            key = next(iter(e.relevance))
+            if e.boundary[key].dim() == 4:
+                lines.append(head + _image_line(key, e.boundary[key][0]).replace(f"  image {key}", ";", 1))
+            else:
+                _, pro, con = e._brief(0, key, width=60)
+                lines.append(f"{head}   for: {pro}   against: {con}")
+            if e.audit is not None:
+                lines.append("    " + e._audit_line().strip())
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from .render.page import explanation_fragment
+        from .render.colour import explained_name
+        return "".join(explanation_fragment(e, explained_name(e)) for e in self)
+
+    def to_html(self, path: str | Path | None = None, *, overwrite: bool = False) -> str:
+        """Every target's explanation on one self-contained page; written to ``path`` when given."""
+        from .files import write_output
+        from .render.page import explanations_page
+        page = explanations_page(list(self))
+        if path is not None:
+            write_output(Path(path), page, overwrite, "the page")
+        return page
+
+    def to_dict(self) -> dict:
+        return {"targets": [e.to_dict() for e in self]}
+
+
 def _unbatched(d: dict, batch: int) -> dict:
     """A per-item figure of an :class:`~rulegraph.inside.Inside` as one item's where the batch is one
     (as :meth:`Explanation.to_dict` gives the scores)."""

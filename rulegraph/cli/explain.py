@@ -13,8 +13,8 @@ from rich.text import Text
 from ..errors import InputError
 from .console import err, out
 from .generation import generation_options
-from .options import (OUTPUT, Grouped, image_options, input_options, method_options, model_argument, pass_options,
-                      rules_option)
+from .options import (OUTPUT, TARGETS, Grouped, image_options, input_options, method_options, model_argument,
+                      pass_options, rules_option)
 
 
 @click.command("explain", cls=Grouped)
@@ -25,6 +25,9 @@ from .options import (OUTPUT, Grouped, image_options, input_options, method_opti
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
 @click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
+@click.option("--targets", type=TARGETS, default=None, metavar="all|top-K|A,B,…",
+              help="explain several targets from one forward, each with its own audit: every class, each item's "
+                   "K highest, or a list (indices, class names, token texts); instead of --target")
 @image_options
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
@@ -34,6 +37,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
     generated token in turn: a rows × generated-tokens matrix (--png draws it)."""
+    from ..render.colour import explained_name
     from ..ruleset import RuleSet
     from . import render
     from .inputs import check_outputs, load_model, parse_inputs, read_files, requests_of, run_all, to_json, write
@@ -83,7 +87,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
-    pngs = render.png_paths(png_path, len(requests))
+    pngs = render.png_paths(png_path, len(requests) * _targets_per_request(graph, opts, png_path))
     check_outputs([(json_path, "--json"), (html_path, "--html"), *((p, "--png") for p in pngs)], force, reads)
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
     if image_path is not None:
@@ -111,7 +115,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                 out.print(line)
             continue
         if len(results) > 1:
-            out.rule(f"{i + 1}/{len(results)}")
+            out.rule(f"{i + 1}/{len(results)}" + (f" · {escape(explained_name(e))}" if opts.get("targets") else ""))
         for line in render.explanation_lines(e):
             out.print(line)
         _inside(e)
@@ -120,6 +124,37 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if html_path is not None:
         from ..render.page import explanations_page
         write(html_path, explanations_page(results, str(model)), force, "HTML", reads)
+
+
+def _targets_per_request(graph, opts, png_path) -> int:
+    """How many explanations ``--targets`` makes of each input (1 without it), refusing what does not
+    go with it; ``all`` counts the classes the graph declares (where ``--png`` needs the number first)."""
+    targets = opts.get("targets")
+    if targets is None:
+        return 1
+    for flag, key in (("--target", "target"), ("--contrast", "contrast"), ("--objective or --region", "objective")):
+        if opts.get(key) is not None:
+            raise InputError(f"give --targets or {flag}, not both: --targets explains each of several classes")
+    if isinstance(targets, list):
+        return len(targets)
+    if targets.startswith("top-"):
+        count = targets[4:]
+        if not count.isdigit() or int(count) < 1:
+            raise InputError(f"--targets {targets}: K must be a whole number ≥ 1 (top-3)")
+        return int(count)
+    from ..loaders.metadata import labels
+    classes = len(labels(graph) or ()) or (_declared_classes(graph, opts.get("output_name")) if png_path else None)
+    if classes is None and png_path is not None:
+        raise InputError("--targets all with --png: the graph does not declare how many classes its output has, so "
+                         "the PNG files cannot be named before the run; give top-K or a list")
+    return classes or 1
+
+
+def _declared_classes(graph, output: str | None) -> int | None:
+    """The last dim of the explained graph output, as the one probe of its kind saw it (``None``: no probe ran)."""
+    from ..facts import output_kind
+    kind = output_kind(graph, output if output in graph.outputs else None)
+    return kind.shape[-1] if kind is not None and kind.shape else None
 
 
 @click.command("audit", cls=Grouped)

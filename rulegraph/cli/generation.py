@@ -52,7 +52,8 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     from . import matrix
     from .inputs import check_outputs, parse_inputs, read_files, write
     for option, value in (("--target", opts.get("target")), ("--contrast", opts.get("contrast")),
-                          ("--position", opts.get("position")), ("--objective", opts.get("objective"))):
+                          ("--position", opts.get("position")), ("--objective", opts.get("objective")),
+                          ("--targets", opts.get("targets"))):
         if value is not None:
             raise InputError(f"{option} does not apply with --generate/--continuation: each step explains the "
                              "token it generated, at its own position")

@@ -104,11 +104,12 @@ def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any],
     with progress:
         task = progress.add_task("explaining", total=len(requests))
         for request in requests:
-            results.append(explain(graph, method, target=opts["target"], contrast=opts.get("contrast"),
-                                   score=opts.get("score") or "logit", objective=opts.get("objective"),
-                                   output=opts["output_name"], position=opts["position"], device=opts["device"],
-                                   dtype=getattr(torch, opts["dtype"]), tokenizer=tokenizer,
-                                   question=question if "text" in request else None, **request, **options))
+            e = explain(graph, method, target=opts["target"], contrast=opts.get("contrast"),
+                        score=opts.get("score") or "logit", objective=opts.get("objective"),
+                        output=opts["output_name"], position=opts["position"], device=opts["device"],
+                        dtype=getattr(torch, opts["dtype"]), tokenizer=tokenizer, targets=opts.get("targets"),
+                        question=question if "text" in request else None, **request, **options)
+            results.extend(e if opts.get("targets") is not None else [e])      # --targets: one per target
             progress.advance(task)
     return results
 

@@ -94,6 +94,28 @@ class TokenOrId(click.ParamType):
 TOKEN_OR_ID = TokenOrId()
 
 
+class TargetList(click.ParamType):
+    """``--targets all | top-K | A,B,…``: several targets of one forward; a list's items are class
+    indices, class names or token texts (a token holding a comma cannot be listed: give its id)."""
+
+    name = "targets"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.lower() == "all" or text.lower().startswith("top-"):
+            return text.lower()
+        items = [item for item in text.split(",")]
+        if not text or any(not item.strip() for item in items):
+            raise InputError(f"--targets {value!r}: give all, top-K or a comma-separated list of classes "
+                             "(indices, names or token texts)")
+        return [int(item) if item.strip().lstrip("-").isdigit() else item for item in items]
+
+
+TARGETS = TargetList()
+
+
 class ModelPath(click.ParamType):
     """MODEL: an exported model file (``.onnx``, ``.pt2``), or the folder ``rulegraph export`` wrote
     (``model.onnx`` + ``tokenizer.json``). Every command reads the file that

@@ -41,9 +41,9 @@ from ..errors import InputError, RuleFileError, choices
 from ..explanation import Explanation
 from ..interpreter import as_tensor
 from ..options import INSIDE_OPTIONS, PASS_OPTIONS, RULE_SET_OPTIONS
-from ..passes import apply
+from ..passes import apply, apply_targets
 from ..canonize.final_softmax import only
-from ..passes.base import PROBABILITY, check_arguments, explained_value
+from ..passes.base import PROBABILITY, check_arguments, explained_value, target_sets
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
 from .base import BASELINES, RELEVANCE, Method, Option, Request, baseline
@@ -66,17 +66,21 @@ def _rules_method(rules: str | RuleSet) -> Method:
         pass
 
     def run(request: Request, **options) -> Explanation:
-        kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
-                      audit=request.audit)
-        if request.contrast is not None or request.score != "logit":
-            kwargs.update(contrast=request.contrast, score=request.score)
-        if request.objective is not None:
-            kwargs.update(objective=request.objective)
-        given = {k: v for k, v in options.items() if v is not None}
-        return apply(request.graph, request.ruleset, request.inputs, request.target, **kwargs, **given)
+        return apply(request.graph, request.ruleset, request.inputs, request.target, **_rules_arguments(request, options))
     declared = (*RULE_SET_OPTIONS, *PASS_OPTIONS.get(pass_name, ()))
     return Method(name, description.strip() or f"rule set {name}", run, declared, True, True, _unit,
                   rules=rules if isinstance(rules, RuleSet) else name)
+
+
+def _rules_arguments(request: Request, options: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`~rulegraph.passes.apply` takes of a request and a rule set's options."""
+    kwargs = dict(output=request.output, position=request.position, device=request.device, dtype=request.dtype,
+                  audit=request.audit)
+    if request.contrast is not None or request.score != "logit":
+        kwargs.update(contrast=request.contrast, score=request.score)
+    if request.objective is not None:
+        kwargs.update(objective=request.objective)
+    return {**kwargs, **{k: v for k, v in options.items() if v is not None}}
 
 
 def explained(options: dict[str, Any], contrast=None, score: str | None = "logit") -> tuple[Any, str]:
@@ -140,7 +144,8 @@ def get(name: str | RuleSet) -> Method:
 def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], target=None, *, output: str | None = None,
                  position: int | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  special: torch.Tensor | None = None, vocab: Vocab | None = None, audit: bool = True,
-                 contrast=None, target_score: str = "logit", objective=None, **options) -> Explanation:
+                 contrast=None, target_score: str = "logit", objective=None, targets=None,
+                 **options) -> Explanation | list[Explanation]:
     """Explain ``model``'s output for ``inputs`` with a method (name or :class:`Method`).
 
     ``special``: ``[batch, tokens]`` booleans marking special tokens (never perturbed by
@@ -152,6 +157,10 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     explains the same value: an output a final Softmax or LogSoftmax produces is explained as its logits,
     a baseline's graph cut to them (``e.extra["final"]`` says so), unless ``target_score="probability"``
     (:func:`rulegraph.passes.base.explained_value`).
+
+    ``targets`` (``"all"``, ``"top-K"`` or a list of classes; instead of ``target``): one explanation per
+    target, a list. A rule set explains them from one forward, a walk each
+    (:func:`~rulegraph.passes.base.apply_targets`); a baseline runs once per target.
     """
     m = method if isinstance(method, Method) else get(method)
     if (contrast is not None or target_score not in ("logit", PROBABILITY) or objective is not None) and not m.rule_set:
@@ -169,7 +178,21 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     feeds = {k: as_tensor(k, v) for k, v in inputs.items()}
     request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
                       objective, ruleset)
-    e = m.run(request, **resolved)
+    if targets is None:
+        return _finished(m.run(request, **resolved), m, resolved, final)
+    if target is not None or contrast is not None or objective is not None:
+        raise InputError("targets=… explains each of several classes; give it without target, contrast or objective")
+    if m.rule_set:
+        results = apply_targets(graph, ruleset, feeds, targets, **_rules_arguments(request, resolved))
+    else:                   # a baseline, once per target: the first run's output names them
+        first = m.run(request, **resolved)
+        sets = target_sets(first.output_tensor, targets, first.position)
+        results = [first if t == first.target else m.run(replace(request, target=t), **resolved) for t in sets]
+    return [_finished(e, m, resolved, final) for e in results]
+
+
+def _finished(e: Explanation, m: Method, resolved: dict[str, Any], final: dict | None) -> Explanation:
+    """``e`` labelled with its method, the final Softmax moved before, and the options it ran with."""
     e.method = m.name
     if final is not None:
         e.extra["final"] = dict(final)

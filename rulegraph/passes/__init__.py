@@ -14,6 +14,6 @@ options (:data:`rulegraph.options.PASS_OPTIONS`). Adding a pass is one module re
 of the same name in :data:`rulegraph.propagation.RULES`.
 """
 from . import decomposition, relevance  # noqa: F401  (register on import)
-from .base import PASSES, Forward, Pass, admit, apply, forward, pass_of, prepared
+from .base import PASSES, Forward, Pass, admit, apply, apply_targets, forward, pass_of, prepared
 
-__all__ = ["PASSES", "Forward", "Pass", "admit", "apply", "forward", "pass_of", "prepared"]
+__all__ = ["PASSES", "Forward", "Pass", "admit", "apply", "apply_targets", "forward", "pass_of", "prepared"]

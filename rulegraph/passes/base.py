@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
@@ -87,10 +87,18 @@ class Forward:
     final: dict | None = None           # the final Softmax / LogSoftmax explained as its logits (Admitted.final)
     recycler: Recycler | None = None    # the explanation's, where the forward and the walk keep large tensors
     inputs: Mapping[str, Any] | None = None   # the inputs the forward ran on (the rounding check runs them again)
+    shared: bool = False                # more walks follow on these values: the walk leaves them whole
 
     @property
     def out(self) -> Tensor:
         return self.values[self.output]
+
+    def retarget(self, targets: list[int], *, shared: bool) -> Forward:
+        """This forward seeded for other targets (one per batch item) at the same position, its values
+        shared, not copied: ``shared`` when another walk follows on them (:func:`apply_targets`)."""
+        score = "logit" if self.score == PROBABILITY else self.score
+        seed, targets, _ = select(self.out, targets, self.position, None, score)
+        return replace(self, seed=seed, targets=targets, shared=shared)
 
     @property
     def explained(self) -> Tensor:
@@ -202,6 +210,59 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler())
     return chosen().run(start, audit=audit, **options)
+
+
+def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int], *,
+                  output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
+                  dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
+                  contrast: None = None, **options: Any) -> list[Explanation]:
+    """``rules`` applied for many targets from **one forward**: one walk per target on the same values
+    (seeded by :meth:`Forward.retarget`; no walk frees a value another still reads), each with its
+    own audit. ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
+    (:func:`target_sets`). The explanations equal :func:`apply`'s, one target at a time, bit for bit."""
+    if contrast is not None:
+        raise InputError("targets=… explains each of several classes; give it without a contrast")
+    graph, ruleset = prepared(model, rules)
+    chosen = pass_of(ruleset)
+    options = chosen.resolve(options)
+    start = forward(graph, ruleset, inputs, None, output=output, position=position, device=device, dtype=dtype,
+                    score=score, chosen=chosen, recycler=Recycler())
+    sets = target_sets(start.out, targets, start.position)
+    return [chosen().run(start.retarget(t, shared=k + 1 < len(sets)), audit=audit, **options)
+            for k, t in enumerate(sets)]
+
+
+#: the most targets one call explains (``targets="all"`` on a language model's vocabulary is refused)
+MAX_TARGETS = 256
+
+
+def target_sets(out: Tensor, targets: str | Sequence[int], position: int | list[int] | None) -> list[list[int]]:
+    """The targets of each walk, one per batch item: ``"all"`` every class in order, ``"top-K"`` each
+    item's K highest outputs (highest first), a list those classes in its order; at most
+    :data:`MAX_TARGETS`."""
+    picked = _picked(out, position)
+    batch, classes = picked.shape
+    if isinstance(targets, str):
+        spec = targets.strip().lower()
+        if spec == "all":
+            if classes > MAX_TARGETS:
+                raise InputError(f"targets='all' would explain {classes} classes; the limit is {MAX_TARGETS}: give "
+                                 f"'top-K' or a list")
+            return [[c] * batch for c in range(classes)]
+        head, _, count = spec.partition("-")
+        if head != "top" or not count.isdigit() or not 1 <= int(count) <= min(classes, MAX_TARGETS):
+            raise InputError(f"targets must be 'all', 'top-K' with K in 1…{min(classes, MAX_TARGETS)}, or a list of "
+                             f"class indices; got {targets!r}")
+        top = picked.detach().topk(int(count), dim=-1).indices.tolist()
+        return [[row[k] for row in top] for k in range(int(count))]
+    if not isinstance(targets, Sequence) or not targets or not all(_is_index(t) for t in targets):
+        raise InputError(f"targets must be 'all', 'top-K' or a non-empty list of class indices; got {targets!r}")
+    if len(targets) > MAX_TARGETS:
+        raise InputError(f"{len(targets)} targets; the limit is {MAX_TARGETS}")
+    bad = [int(t) for t in targets if not 0 <= int(t) < classes]
+    if bad:
+        raise InputError(f"target {bad[0]} is out of range; the output has {classes} classes (0…{classes - 1})")
+    return [[int(t)] * batch for t in targets]
 
 
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,

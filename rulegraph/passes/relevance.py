@@ -505,7 +505,7 @@ class RelevancePass(Pass):
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
                     tolerance=tolerance(dtype), record_at=frozenset(record) | inside.values | {b.output for b in moe},
-                    release=frozenset(b.weights for b in moe), recycler=forward.recycler,
+                    release=None if forward.shared else frozenset(b.weights for b in moe), recycler=forward.recycler,
                     conditions=inside.conditions if inside.conditions.masks else None)
         if audit:
             finish(flow)
