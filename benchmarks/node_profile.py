@@ -88,6 +88,8 @@ class Labels:
     def __init__(self, plan: Plan, binding):
         self.walking = False
         self.undo = []
+        self.plan = plan
+        self._forget()
         specs = {id(s.spec): s.spec for s in plan.steps}
         for spec in specs.values():
             for attr in ("forward", "into"):
@@ -130,7 +132,12 @@ class Labels:
                 return fn(rule, site)
         return call
 
+    def _forget(self):
+        """Drop the plan's resolved programs (they hold the op functions they were made with)."""
+        getattr(self.plan, "_programs", {}).clear()
+
     def close(self):
+        self._forget()
         for owner, attr, fn in reversed(self.undo):
             if fn is None:
                 delattr(owner, attr)

@@ -358,11 +358,8 @@ class RelevanceWalk(Walker):
                     outputs=[env[v] if v else None for v in visit.outputs],
                     tainted=visit.tainted, incoming=arriving, audit=self.audit, recycler=self.recycler)
         contributions = rule_failed(visit.rule.propagate, site, node, visit.where)
-        if len(contributions) != len(visit.edges):
-            raise ValueError(f"the rule of node {node.name!r} gave {len(contributions)} contributions for "
-                             f"{len(visit.edges)} inputs")
         if not self.audit:
-            for (v, t, _), c in zip(visit.edges, contributions):
+            for (v, t, _), c in zip(visit.edges, contributions, strict=True):
                 if c is not None and t:
                     a = incoming.get(v)
                     if a is None:
@@ -373,7 +370,7 @@ class RelevanceWalk(Walker):
         record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
                           entries_absorbed=[ledger.total(t) for t in site.absorbed])
         out, absorbed, edges = record.entries_out, record.entries_absorbed, flow.edges
-        for (v, t, source), c, x in zip(visit.edges, contributions, inputs):
+        for (v, t, source), c, x in zip(visit.edges, contributions, inputs, strict=True):
             if c is None:
                 continue
             entry = ledger.contribution(c, x)
