@@ -11,7 +11,8 @@ wrapped in :func:`torch.profiler.record_function`; under the profiler, the ATen 
 *kernel* time (the ATen calls' own time: the kernels and torch's dispatch), the rest of its time is the
 Python of the op or rule. What the walkers do around those calls (argument lists, the free schedule,
 the audit's records) is the *interpreter* row: the phase's time less its calls; the audit's ledger
-sums (``Ledger._entry``: the key, the weak references, the reduction) have their own row. The profiler adds a few microseconds to every ATen call: its rows over-state kernel time on
+sums (``Ledger._entry``: the key, the weak references, the reduction) have their own row, and so do the
+ATen calls the walk makes outside rules and ledger (relevance from several consumers summed). The profiler adds a few microseconds to every ATen call: its rows over-state kernel time on
 small tensors; the phase rows (no profiler) are the ones to compare between versions.
 
 Random token ids (as ``/work/wt/speed.py`` uses) keep it free of any data set: the cost per node does
@@ -114,7 +115,8 @@ class Labels:
         def walk(*args, **kwargs):
             self.walking = True
             try:
-                return original(*args, **kwargs)
+                with torch.profiler.record_function("phase:walk"):
+                    return original(*args, **kwargs)
             finally:
                 self.walking = False
         relevance.walk = walk
@@ -228,8 +230,15 @@ def profile(graph, method: str, length: int, rounds: int) -> list[str]:
         rest = table[18:]
         lines.append(f"| ({len(rest)} more kinds) | {sum(r[1] for r in rest)} | {sum(r[2] for r in rest):.2f} | "
                      f"{sum(r[3] for r in rest):.2f} | {sum(r[4] for r in rest):.2f} | |")
+    # ATen the walk calls outside the rules and the ledger: relevance arriving from several consumers summed
+    # (Incoming.add), the seed's product
+    outside = sum(c.cpu_time_total for e in prof.events() if e.name == "phase:walk"
+                  for c in e.cpu_children if not c.name.startswith(LABELS))
     for key, phase in (("F", "forward"), ("R", "walk")):
         t = phases.times.get(phase, 0.0) * 1e3
+        if key == "R":
+            t -= outside / 1e3
+            lines.append(f"| **walk: ATen outside rules and ledger** | | {outside / 1e3:.2f} | {outside / 1e3:.2f} | | |")
         lines.append(f"| **{phase}: ops/rules** | {steps[key]} | {wall[key] / 1e3:.2f} | {kern[key] / 1e3:.2f} | "
                      f"{(wall[key] - kern[key]) / 1e3:.2f} | |")
         around = t * 1e3 - wall[key] - (wall["A"] if key == "R" else 0.0)     # (the walk's ledger: its own row)
