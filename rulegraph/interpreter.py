@@ -100,10 +100,32 @@ class Step:
     static_stages: tuple[Stage, ...]   # the stage of each of those inputs
 
 
+class Instruction:
+    """One value-dependent step of a forward, resolved once per plan and schedule (:meth:`Plan.program`): its
+    op's functions and converted attributes, the names it reads and writes, and what dies after it, so
+    the forward's loop reads locals and slots, not the step's node, spec and life, at every step."""
+
+    __slots__ = ("step", "name", "op", "forward", "into", "size", "recycles", "attrs", "inputs", "outputs",
+                 "static", "donors", "dead", "made")
+
+    def __init__(self, step: Step, life: StepLife | None):
+        node, spec = step.node, step.spec
+        self.step, self.name, self.op = step, node.name, node.op
+        self.forward, self.into, self.size, self.recycles = spec.forward, spec.into, spec.size, spec.recycles
+        self.attrs = step.attrs
+        self.inputs, self.outputs = tuple(node.inputs), tuple(node.outputs)
+        self.static = tuple(zip(step.static, step.static_stages))
+        self.donors = life.donors if life is not None else ()
+        self.dead = life.dead if life is not None else ()
+        self.made = life.made if life is not None else ()
+
+
 class ForwardWalk(Walker):
     """The forward as a :class:`~rulegraph.lifetimes.Walker`: each step runs (writing into a dying input
     where it can, :func:`~rulegraph.lifetimes.donor`), then what dies there is freed, less the values of
-    ``spill`` held because they are small (:func:`~rulegraph.lifetimes.spilled`)."""
+    ``spill`` held because they are small (:func:`~rulegraph.lifetimes.spilled`). Its :meth:`run` is the
+    visit and the free of every step in one loop over the plan's :class:`Instruction` list (the forward of
+    a short input is mostly this loop's own cost: a few microseconds a step, against kernels of tens)."""
 
     final = False
 
@@ -113,22 +135,81 @@ class ForwardWalk(Walker):
         self.budget = tensor_budget()
         self.held: set[str] = set()          # values of ``spill`` kept: small, or not outgrowing their inputs
 
-    def visit(self, step: Step, life: StepLife | None) -> None:
-        donors = life.donors if life is not None else ()
-        if donors and self.held:
-            donors = tuple(i for i in donors if step.node.inputs[i] not in self.held)
-        self.plan._execute(step, self.env, self.statics, self.budget, donors, self.recycler)
-        if life is not None and life.made:
-            self.held.update(v for v in life.made if not spilled(self.env, step, v))
-
-    def free(self, names: tuple[str, ...], recycle: bool) -> None:
-        env, held, recycler = self.env, self.held, self.recycler if recycle else None
-        for v in names:
-            if v not in held:           # (a donor, :func:`~rulegraph.lifetimes.donor`, is gone already)
-                if recycler is not None:
-                    recycler.give(env.pop(v, None))
+    def run(self, steps: list, lives: list[StepLife] | None) -> None:
+        env, statics, budget, recycler, held = self.env, self.statics, self.budget, self.recycler, self.held
+        itemsize = self.plan._itemsize
+        for ins in self.plan.program(steps, lives):
+            args = [env[v] if v else None for v in ins.inputs]
+            into = None
+            if ins.donors:
+                donors = tuple(i for i in ins.donors if ins.inputs[i] not in held) if held else ins.donors
+                if donors:
+                    into = donor(ins.step, args, env, donors)
+            for i, k in ins.static:
+                key = (ins.step.node.index, i)
+                if key in statics:
+                    args[i] = statics[key]
                 else:
-                    env.pop(v, None)
+                    args[i] = args[i].tolist()
+                    if k != Stage.VALUE:
+                        statics[key] = args[i]
+            count = -1                          # the output's elements, where the op declares them
+            if ins.size is not None:             # an op whose output can outgrow its inputs: checked before it runs
+                try:
+                    count = ins.size(args, ins.attrs)
+                except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
+                    count = 0
+                if count * itemsize > budget:
+                    check_tensor(count, itemsize, f"node {ins.name!r} ({ins.op})")
+            if into is None and recycler is not None and ins.into is not None and \
+                    large(count if count >= 0 else args[0].numel(), itemsize):
+                into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
+            try:
+                if into is not None:
+                    out = ins.into(*args, out=into)
+                elif recycler is not None and ins.recycles:
+                    out = ins.forward(*args, recycler=recycler, **ins.attrs)
+                else:
+                    out = ins.forward(*args, **ins.attrs)
+            except Exception as exc:  # an op failing on these inputs: name the node
+                raise failed(ins.step, args, exc) from exc
+            if isinstance(out, (Tensor, TensorSequence)):
+                if isinstance(out, Tensor) and out.numel() * out.element_size() > budget:
+                    check_tensor(out.numel(), out.element_size(), f"node {ins.name!r} ({ins.op})")
+                if ins.outputs[0]:
+                    env[ins.outputs[0]] = out
+            else:
+                store(ins.step, out, env, budget)
+            args = out = into = None     # no reference but env's: what dies is recycled, a later step may write into
+            #                              its output (both ask sole_owner)
+            if ins.made:
+                held.update(v for v in ins.made if not spilled(env, ins.step, v))
+            for v in ins.dead:
+                if v not in held:           # (a donor, :func:`~rulegraph.lifetimes.donor`, is gone already)
+                    if recycler is not None:
+                        recycler.give(env.pop(v, None))
+                    else:
+                        env.pop(v, None)
+
+
+def failed(step: Step, args: list, exc: Exception) -> ModelError:
+    """The error naming the node whose op failed on ``args``, their shapes and dtypes."""
+    node = step.node
+    shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
+                                               if isinstance(a, Tensor) else repr(a)) for a in args)
+    return ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def store(step: Step, out: Any, env: dict[str, Any], budget: int) -> None:
+    """Put a step's output(s) in ``env``, refusing a tensor over the one-tensor ``budget``."""
+    node = step.node
+    for name, value in ((node.outputs[0], out),) if isinstance(out, (Tensor, TensorSequence)) else zip(node.outputs, out):
+        if isinstance(value, Tensor) and value.numel() * value.element_size() > budget:
+            # views too (Expand): their size is work for the ops after
+            check_tensor(value.numel(), value.element_size(), f"node {node.name!r} ({node.op})")
+        if name:
+            env[name] = value
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -172,6 +253,7 @@ class Plan:
         self.lifetimes = Lifetimes(frozenset(v for v, k in self.stage.items() if k == Stage.VALUE), self.value_steps,
                                    frozenset(graph.input_names), frozenset(graph.outputs))
         self._skipping: dict[tuple, list[Step]] = {}
+        self._programs: dict[int, tuple[list, list[Instruction]]] = {}
 
     @functools.cached_property
     def has_infinite_constants(self) -> bool:
@@ -244,16 +326,8 @@ class Plan:
             else:
                 out = step.spec.forward(*args, **step.attrs)
         except Exception as exc:  # an op failing on these inputs: name the node
-            shapes = ", ".join("-" if a is None else (f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
-                                                       if isinstance(a, Tensor) else repr(a)) for a in args)
-            raise ModelError(f"node {node.name!r} ({node.op}) failed on inputs [{shapes}]: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-        for name, value in ((node.outputs[0], out),) if isinstance(out, (Tensor, TensorSequence)) else zip(node.outputs, out):
-            if isinstance(value, Tensor) and value.numel() * value.element_size() > budget:
-                # views too (Expand): their size is work for the ops after
-                check_tensor(value.numel(), value.element_size(), f"node {node.name!r} ({node.op})")
-            if name:
-                env[name] = value
+            raise failed(step, args, exc) from exc
+        store(step, out, env, budget)
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
             overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset(),
@@ -318,6 +392,17 @@ class Plan:
         if key not in self._skipping:
             self._skipping[key] = [s for s in steps if not all(v in skipped for v in s.node.outputs if v)]
         return self._skipping[key]
+
+    def program(self, steps: list[Step], lives: list[StepLife] | None) -> list[Instruction]:
+        """``steps`` with their schedule ``lives`` (:meth:`Lifetimes.schedule
+        <rulegraph.lifetimes.Lifetimes.schedule>`, ``None``: every value kept) as :class:`Instruction` s, made
+        once per schedule (keyed by the list's identity: the plan's step lists and the schedules are kept)."""
+        owner = lives if lives is not None else steps
+        cached = self._programs.get(id(owner))
+        if cached is None or cached[0] is not owner:
+            cached = self._programs[id(owner)] = (owner, [
+                Instruction(s, lives[i] if lives is not None else None) for i, s in enumerate(steps)])
+        return cached[1]
 
     def _run_steps(self, steps: list[Step], env: dict, statics: dict, keep: frozenset[str] | None,
                    spill: frozenset[str], recycler: Recycler | None) -> None:

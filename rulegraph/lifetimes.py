@@ -296,8 +296,8 @@ class Recycler:
     def give(self, t: object) -> None:
         """Keep ``t`` for reuse if it is a large tensor that nothing else holds. The argument must be the only
         reference the caller has: ``give(values.pop(name))``, ``give(incoming.drop())``."""
-        if not isinstance(t, Tensor) or t.device.type != "cpu" or not large(t.numel(), t.element_size()):
-            return
+        if not isinstance(t, Tensor) or not large(t.numel(), t.element_size()) or t.device.type != "cpu":
+            return          # (the size first: most tensors a walk drops are small, and reading it costs least)
         if t.requires_grad or not t.is_contiguous() or t.storage_offset() or \
                 t.untyped_storage().nbytes() != t.numel() * t.element_size() or not sole_owner(t, 1):
             return          # (sole_owner's 1: this method's argument)

@@ -105,7 +105,8 @@ class Ledger:
 
     def now(self, indices: list[int]) -> float:
         """The sum of some entries, read immediately (only where ``eager``)."""
-        return sum(self.entries[i] for i in indices)
+        entries = self.entries
+        return sum([entries[i] for i in indices])
 
     def _entry(self, key: tuple, tensors: tuple[Tensor, ...], compute: Callable[[], Tensor]) -> int:
         """The entry ``key`` names: an earlier one while the tensors it was taken from are alive (so their
@@ -115,7 +116,7 @@ class Ledger:
             return taken[1]
         value = compute()
         self.entries.append(value.item() if self.eager else value)
-        self._taken[key] = (tuple(weakref.ref(t) for t in tensors), len(self.entries) - 1)
+        self._taken[key] = (tuple(map(weakref.ref, tensors)), len(self.entries) - 1)
         return len(self.entries) - 1
 
     def total(self, t: Tensor) -> int:
@@ -154,7 +155,8 @@ class Ledger:
             self.values = torch.stack(self.entries).tolist()
 
     def __call__(self, indices: list[int]) -> float:
-        return sum(self.values[i] for i in indices)
+        values = self.values
+        return sum([values[i] for i in indices])
 
 
 @dataclass
@@ -213,7 +215,8 @@ class Flow:
 
 @dataclass
 class _Visit:
-    """What the walk knows about a reached node before any tensor exists."""
+    """What the walk knows about a reached node before any tensor exists, resolved once per binding and plan
+    so a visit reads slots, not the node, the step and the rule."""
 
     node: Node
     step: Step | None                 # None: no rule (on_unmatched: warn)
@@ -222,6 +225,17 @@ class _Visit:
     tainted: list[bool]
     conserving: bool
     sources: list[str | None]         # per input: the producing node for the audit's edges (None: boundary)
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    reads: frozenset[str] = frozenset()     # the named values the visit reads (a missing one is computed again)
+    #: per input: (name, tainted, audit edge's source), the loop over the rule's contributions
+    edges: tuple[tuple[str, bool, str | None], ...] = ()
+
+    def __post_init__(self):
+        node = self.node
+        self.inputs, self.outputs = tuple(node.inputs), tuple(node.outputs)
+        self.reads = frozenset(v for v in (*node.inputs, *node.outputs) if v)
+        self.edges = tuple(zip(node.inputs, self.tainted, self.sources, strict=True))
 
 
 def _visits(binding: Binding, plan: Plan) -> list[_Visit]:
@@ -323,49 +337,63 @@ class RelevanceWalk(Walker):
         super().free(names, recycle)
 
     def visit(self, visit: _Visit, life: StepLife | None) -> None:
-        env, flow, incoming, inflow, ledger = self.env, self.flow, self.incoming, self.inflow, self.flow.ledger
-        node = visit.node
-        arriving = self.arriving = [incoming.pop(v, None) for v in node.outputs]
-        if all(a is None for a in arriving):
+        env, incoming, inflow = self.env, self.incoming, self.inflow
+        arriving = self.arriving = [incoming.pop(v, None) for v in visit.outputs]
+        if not any(arriving):
             return
+        flow = self.flow
         masked: list[int] = []          # ledger entries of what a condition masked out here: absorbed at this node
         if self.conditions is not None:         # conditional relevance: the chosen units' share goes on
-            arriving, masked = self.conditions.apply(node.outputs, arriving, ledger if self.audit else None)
+            arriving, masked = self.conditions.apply(visit.outputs, arriving, flow.ledger if self.audit else None)
             self.arriving = arriving
         if self.record_at:
-            flow.recorded.update((v, a.tensor) for v, a in zip(node.outputs, arriving)
+            flow.recorded.update((v, a.tensor) for v, a in zip(visit.outputs, arriving)
                                  if a is not None and v in self.record_at)
-        arrived = [i for v in node.outputs for i in inflow.pop(v, ())]
+        arrived = [i for v in visit.outputs for i in inflow.pop(v, ())]
+        node = visit.node
         if visit.rule is None:  # unmatched under on_unmatched: warn — relevance is stranded here
             flow.stranded_entries[node.name] = arrived
             return
         step = visit.step
-        for v in (*node.inputs, *node.outputs):
-            if v and v not in env:              # freed by the forward (RelevancePass.spills)
-                self.plan.recompute(env, v, self.recycler)
+        if not env.keys() >= visit.reads:
+            for v in (*node.inputs, *node.outputs):
+                if v and v not in env:              # freed by the forward (RelevancePass.spills)
+                    self.plan.recompute(env, v, self.recycler)
         inputs = env.arguments(step)
         site = Site(node=node, spec=step.spec, attrs=step.attrs, inputs=inputs,
-                    outputs=[env[v] if v else None for v in node.outputs],
+                    outputs=[env[v] if v else None for v in visit.outputs],
                     tainted=visit.tainted, incoming=arriving, audit=self.audit, recycler=self.recycler)
         contributions = rule_failed(visit.rule.propagate, site, node, visit.where)
         if not self.audit:
-            for v, c, t in zip(node.inputs, contributions, visit.tainted, strict=True):
+            for (v, t, _), c in zip(visit.edges, contributions, strict=True):
                 if c is not None and t:
-                    incoming.setdefault(v, Incoming(env[v])).add(c)
+                    a = incoming.get(v)
+                    if a is None:
+                        a = incoming[v] = Incoming(env[v])
+                    a.add(c)
             return
+        ledger = flow.ledger
         record = NodeFlow(node.name, visit.rule.name, visit.where, visit.conserving, entries_in=arrived,
-                          entries_absorbed=[*(ledger.total(t) for t in site.absorbed), *masked])
-        for v, c, t, x, source in zip(node.inputs, contributions, visit.tainted, inputs, visit.sources, strict=True):
+                          entries_absorbed=[ledger.total(t) for t in site.absorbed] + masked)
+        out, absorbed, edges = record.entries_out, record.entries_absorbed, flow.edges
+        for (v, t, source), c, x in zip(visit.edges, contributions, inputs, strict=True):
             if c is None:
                 continue
             entry = ledger.contribution(c, x)
             if t:
-                incoming.setdefault(v, Incoming(env[v])).add(c)
-                inflow.setdefault(v, []).append(entry)
-                record.entries_out.append(entry)
-                flow.edges.append(Edge(source, node.name, entry))
+                a = incoming.get(v)
+                if a is None:
+                    a = incoming[v] = Incoming(env[v])
+                a.add(c)
+                entries = inflow.get(v)
+                if entries is None:
+                    inflow[v] = [entry]
+                else:
+                    entries.append(entry)
+                out.append(entry)
+                edges.append(Edge(source, node.name, entry))
             else:
-                record.entries_absorbed.append(entry)
+                absorbed.append(entry)
         if visit.conserving and _needs_mass(ledger, record, self.tolerance):
             record.entries_mass = [ledger.arriving(a, mass=True) for a in arriving if a is not None]
         flow.nodes.append(record)
