@@ -232,16 +232,13 @@ def bart(tmp_path_factory):
 
 
 #: methods that score the source only (no target-prefix rows), need what ids do not give (the
-#: tokenizer's [MASK], a masks file), or are CNN rule sets: generate refuses them in one line
-REFUSED = {"random", "gs", "attention", "lat", "loo", "mask-lrp-random", "epsilon-gamma-box", "epsilon-plus-flat"}
-#: attention baselines that assume self-attention over the token input: on an encoder–decoder
-#: their shapes do not match (explain fails alike); not fixed
-BROKEN = {"rollout", "gae", "layer-saliency", "mask-lrp-rollout"}
+#: tokenizer's [MASK], a masks file), are CNN rule sets, or multiply attention maps over one token
+#: sequence (an encoder–decoder has self- and cross-attention): generate refuses them in one line
+REFUSED = {"random", "gs", "attention", "lat", "loo", "mask-lrp-random", "epsilon-gamma-box", "epsilon-plus-flat",
+           "rollout", "gae", "layer-saliency", "mask-lrp-rollout"}
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.xfail(
-    raises=(RuntimeError, IndexError), strict=True, reason="assumes self-attention over the token input"))
-    if m in BROKEN else m for m in method_names()])
+@pytest.mark.parametrize("method", method_names())
 def test_every_method_explains_step_k_as_explain_does_on_its_prefix(bart, method):
     """An encoder–decoder's step k, for every registered method, equals explain on the source and the
     target prefix up to k (its last position), in float64; a method that cannot give a generation's
@@ -264,3 +261,13 @@ def test_every_method_explains_step_k_as_explain_does_on_its_prefix(bart, method
         assert step.output_value == pytest.approx(e.output_value[0], abs=1e-12)
         expected = torch.cat([e.relevance["input_ids"][0], e.relevance["decoder_input_ids"][0]]).double()
         torch.testing.assert_close(torch.tensor(step.scores, dtype=torch.float64), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["rollout", "gae", "lat", "layer-saliency", "mask-lrp-rollout"])
+def test_attention_products_refuse_an_encoder_decoder_in_one_line(bart, method):
+    """Rollout-style methods multiply every block's map over one sequence; an encoder–decoder's maps
+    (source × source, target × target, target × source) cannot be multiplied: refused, naming what works."""
+    _, path = bart
+    with pytest.raises(rulegraph.RulegraphError, match="attnlrp") as refused:
+        rulegraph.explain(path, method, tiny.seq2seq_inputs(), dtype=torch.float64)
+    assert "\n" not in str(refused.value)

@@ -51,6 +51,17 @@ def attention_probabilities(req: Request) -> tuple[list[Tensor], Tensor, list[in
     return probs, out, targets, position
 
 
+def one_sequence(maps: list[Tensor], method: str) -> None:
+    """``method`` multiplies every block's attention map: each must be [batch, heads, n, n] over the same
+    n tokens. An encoder–decoder's are not (self-attention over the source and over the target, and
+    cross-attention between them), so it is refused here, naming what explains such a model."""
+    shapes = sorted({tuple(m.shape[-2:]) for m in maps})
+    if len(shapes) > 1 or any(q != k for q, k in shapes):
+        raise InputError(f"{method} multiplies the attention maps of every block over one token sequence; this "
+                         f"model's maps are {' and '.join(f'{q}×{k}' for q, k in shapes)} (self- and cross-attention "
+                         "of an encoder–decoder): explain it with a rule set (attnlrp) or with ig, gi or attention")
+
+
 @baseline("attention", "raw attention: the head-averaged attention row of the explained position in one "
           "block (default the last)",
           Option("block", int, -1, "which attention block (0-based; negative counts from the last)"),

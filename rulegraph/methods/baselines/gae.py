@@ -20,7 +20,7 @@ from ...errors import InputError
 from ...explanation import Explanation
 from ..base import Option, Request, baseline
 from ..sequences import token_input
-from .attention import attention_values, query_rows
+from .attention import attention_values, one_sequence, query_rows
 from .common import explanation, gradient_times_value
 
 Tensor = torch.Tensor
@@ -49,6 +49,7 @@ def generic_attention_explainability(req: Request, row: int) -> Explanation:
     for v in values:
         if env[v].dim() != 4:
             raise InputError(f"attention probabilities of shape {tuple(env[v].shape)}; expected [batch, heads, q, k]")
+    one_sequence([env[v] for v in values], "gae")
     r = relevance_map([weighted[v].to(torch.float64) for v in values])
     rows = query_rows(req, row, r.shape[0], r.shape[1], position)
     scores = torch.stack([r[b, q] for b, q in enumerate(rows)]).cpu()

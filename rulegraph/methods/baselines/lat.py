@@ -17,7 +17,7 @@ import torch
 from ...explanation import Explanation
 from ..base import Option, Request, baseline
 from ..sequences import token_input
-from .attention import attention_probabilities, query_rows
+from .attention import attention_probabilities, one_sequence, query_rows
 from .common import explanation
 
 Tensor = torch.Tensor
@@ -43,6 +43,7 @@ def trace(probs: list[Tensor], rows: list[int]) -> tuple[Tensor, list[list[float
           unit="attention share (sums to 1)", reference=True)
 def layerwise_attention_tracing(req: Request, row: int) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
+    one_sequence(probs, "lat")
     rows = query_rows(req, row, probs[0].shape[0], probs[0].shape[-1], position)
     r, sums = trace(probs, rows)
     return explanation(req, out, targets, position, {token_input(req.graph): r.cpu()},

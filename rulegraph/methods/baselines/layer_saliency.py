@@ -115,6 +115,10 @@ def layer_saliency(req: Request, layer: int | None, top_tau: int | None, head: s
     probs = logits.to(torch.float64).softmax(-1)
     key = token_input(req.graph)
     ids = req.inputs[key].to(h.device)
+    if h.shape[1] != ids.shape[1]:
+        raise InputError(f"layer-saliency decodes the hidden states of the token input's own positions; {value!r} has "
+                         f"{h.shape[1]} positions and {key} {ids.shape[1]} tokens (an encoder–decoder's decoder "
+                         "states): explain it with a rule set (attnlrp) or with ig, gi or attention")
     mask = req.inputs.get("attention_mask")
     real = (mask != 0).to(h.device) if mask is not None else torch.ones_like(ids, dtype=torch.bool)
     scores = torch.stack([decoded_saliency(alpha[b], probs[b], ids[b], real[b], top_tau) for b in range(h.shape[0])])

@@ -36,7 +36,7 @@ from ...propagation.numerics import divide
 from ...ruleset import Binding, RuleSet, shipped_rule_sets
 from ..base import Option, Request, baseline
 from ..sequences import token_input
-from .attention import query_rows
+from .attention import one_sequence, query_rows
 from .common import explanation
 
 Tensor = torch.Tensor
@@ -98,6 +98,7 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
     with torch.no_grad():
         weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps,
                         recycler=recycler).recorded
+    one_sequence([weighted[n.inputs[0]] for n in nodes if n.inputs[0] in weighted], "mask-lrp-rollout")
     e = pass_of(rules)().run(start, audit=req.audit, record=[n.outputs[0] for n in nodes])
     rollout = None
     for b, node in zip(blocks, nodes):

@@ -6,7 +6,7 @@ import torch
 from ...explanation import Explanation
 from ..base import Option, Request, baseline
 from ..sequences import token_input
-from .attention import attention_probabilities, query_rows
+from .attention import attention_probabilities, one_sequence, query_rows
 from .common import explanation
 
 Tensor = torch.Tensor
@@ -31,6 +31,7 @@ def rollout_matrix(probs: list[Tensor], residual: float = 0.5) -> Tensor:
           unit="attention weight (rolled out)", reference=True)
 def attention_rollout(req: Request, row: int, residual: float) -> Explanation:
     probs, out, targets, position = attention_probabilities(req)
+    one_sequence(probs, "rollout")
     r = rollout_matrix(probs, residual)
     rows = query_rows(req, row, r.shape[0], r.shape[1], position)
     scores = torch.stack([r[b, q] for b, q in enumerate(rows)]).cpu()
