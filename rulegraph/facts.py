@@ -45,14 +45,16 @@ class Roles:
 def roles(graph: Graph) -> Roles:
     """The roles of ``graph``'s inputs (see :class:`Roles`), found once (``graph.cache.roles``)."""
     if graph.cache.roles is None:
-        table, rows = None, -1
+        names = graph.input_names
+        table, best = None, None
         for lk in lookups(graph):
             if lk.source == PREFIX:          # the decoder's lookup of an encoder–decoder: its ids are the prefix
                 continue
-            size = constant_value(graph, lk.table).shape[0]
-            if size > rows:
-                table, rows = lk, size
-        names = graph.input_names
+            # the largest table; of equal ones (GPT-2 reads its token types from the word table too) the input
+            # the graph lists first, whatever order an optimizer left the lookups in
+            key = (constant_value(graph, lk.table).shape[0], -names.index(lk.source) if lk.source in names else -len(names))
+            if best is None or key > best:
+                table, best = lk, key
         ints = [i.name for i in graph.inputs if not i.is_float]
         ids = table.source if table is not None else ("input_ids" if "input_ids" in ints else (ints or [None])[0])
         graph.cache.roles = Roles(ids, *(n if n in names else None for n in (MASK, TYPES, PREFIX)), table)

@@ -118,3 +118,22 @@ def test_an_export_stating_its_task_needs_no_probe(causal_lm, monkeypatch):
     del unstated.metadata["rulegraph.task"]
     with pytest.raises(pytest.fail.Exception, match="probed"):
         facts.has_positions(unstated, feeds=lambda: tiny.token_inputs(("input_ids", "attention_mask")))
+
+
+def test_the_token_input_is_the_first_listed_of_equal_tables(tmp_path):
+    """GPT-2 reads its token types from the word table too; an optimizer may reorder the two lookups:
+    the ids are still the input the graph lists first (here input_ids), not token_type_ids."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+    import rulegraph
+    from rulegraph.facts import roles
+    table = numpy_helper.from_array(np.ones((5, 3), np.float32), "wte")
+    nodes = [helper.make_node("Gather", ["wte", "token_type_ids"], ["t"]),        # the types' lookup first
+             helper.make_node("Gather", ["wte", "input_ids"], ["w"]), helper.make_node("Add", ["w", "t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.INT64, ["b", "s"])
+                                           for n in ("input_ids", "token_type_ids")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 3])], [table])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert roles(rulegraph.load(path)).ids == "input_ids"
