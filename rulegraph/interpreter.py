@@ -145,43 +145,9 @@ class ForwardWalk(Walker):
                 donors = tuple(i for i in ins.donors if ins.inputs[i] not in held) if held else ins.donors
                 if donors:
                     into = donor(ins.step, args, env, donors)
-            for i, k in ins.static:
-                key = (ins.step.node.index, i)
-                if key in statics:
-                    args[i] = statics[key]
-                else:
-                    args[i] = args[i].tolist()
-                    if k != Stage.VALUE:
-                        statics[key] = args[i]
-            count = -1                          # the output's elements, where the op declares them
-            if ins.size is not None:             # an op whose output can outgrow its inputs: checked before it runs
-                try:
-                    count = ins.size(args, ins.attrs)
-                except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
-                    count = 0
-                if count * itemsize > budget:
-                    check_tensor(count, itemsize, f"node {ins.name!r} ({ins.op})")
-            if into is None and recycler is not None and ins.into is not None and \
-                    large(count if count >= 0 else args[0].numel(), itemsize):
-                into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
-            try:
-                if into is not None:
-                    out = ins.into(*args, out=into)
-                elif recycler is not None and ins.recycles:
-                    out = ins.forward(*args, recycler=recycler, **ins.attrs)
-                else:
-                    out = ins.forward(*args, **ins.attrs)
-            except Exception as exc:  # an op failing on these inputs: name the node
-                raise failed(ins.step, args, exc) from exc
-            if isinstance(out, (Tensor, TensorSequence)):
-                if isinstance(out, Tensor) and out.numel() * out.element_size() > budget:
-                    check_tensor(out.numel(), out.element_size(), f"node {ins.name!r} ({ins.op})")
-                if ins.outputs[0]:
-                    env[ins.outputs[0]] = out
-            else:
-                store(ins.step, out, env, budget)
-            args = out = into = None     # no reference but env's: what dies is recycled, a later step may write into
-            #                              its output (both ask sole_owner)
+            execute(ins, args, env, statics, budget, itemsize, recycler, into)
+            args = into = None          # no reference but env's: what dies is recycled, a later step may write into
+            #                             its output (both ask sole_owner)
             if ins.made:
                 held.update(v for v in ins.made if not spilled(env, ins.step, v))
             for v in ins.dead:
@@ -210,6 +176,50 @@ def store(step: Step, out: Any, env: dict[str, Any], budget: int) -> None:
             check_tensor(value.numel(), value.element_size(), f"node {node.name!r} ({node.op})")
         if name:
             env[name] = value
+
+
+def execute(ins: Instruction, args: list, env: dict[str, Any], statics: dict, budget: int, itemsize: int,
+            recycler: Recycler | None, into: Tensor | None) -> None:
+    """Run one step on ``env``, the one way every step runs (the forward's loop, constant folding,
+    recomputation): static arguments read once (``statics``), an output that can outgrow its inputs
+    checked against the one-tensor ``budget`` before it runs, written into ``into`` (a dying input,
+    :func:`~rulegraph.lifetimes.donor`) or into a tensor the ``recycler`` kept where it is large, and a
+    failing op named with its node. ``args``: the step's inputs, read from ``env`` before a donor left it."""
+    for i, k in ins.static:
+        key = (ins.step.node.index, i)
+        if key in statics:
+            args[i] = statics[key]
+        else:
+            args[i] = args[i].tolist()
+            if k != Stage.VALUE:
+                statics[key] = args[i]
+    count = -1                          # the output's elements, where the op declares them
+    if ins.size is not None:             # an op whose output can outgrow its inputs: checked before it runs
+        try:
+            count = ins.size(args, ins.attrs)
+        except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
+            count = 0
+        if count * itemsize > budget:
+            check_tensor(count, itemsize, f"node {ins.name!r} ({ins.op})")
+    if into is None and recycler is not None and ins.into is not None and \
+            large(count if count >= 0 else args[0].numel(), itemsize):
+        # (no size declared: one input, of the output's size); a tensor the recycler kept, where there is one
+        into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
+    try:
+        if into is not None:
+            out = ins.into(*args, out=into)
+        elif recycler is not None and ins.recycles:
+            out = ins.forward(*args, recycler=recycler, **ins.attrs)
+        else:
+            out = ins.forward(*args, **ins.attrs)
+    except Exception as exc:  # an op failing on these inputs: name the node
+        raise failed(ins.step, args, exc) from exc
+    if isinstance(out, (Tensor, TensorSequence)) and ins.outputs[0]:       # one output: stored here
+        if isinstance(out, Tensor) and out.numel() * out.element_size() > budget:
+            check_tensor(out.numel(), out.element_size(), f"node {ins.name!r} ({ins.op})")
+        env[ins.outputs[0]] = out
+    else:
+        store(ins.step, out, env, budget)
 
 
 def stages(graph: Graph) -> dict[str, Stage]:
@@ -291,43 +301,13 @@ class Plan:
     # -- running ---------------------------------------------------------------------------
     def _execute(self, step: Step, env: dict[str, Any], statics: dict[int, list], budget: int | None = None,
                  donors: tuple[int, ...] = (), recycler: Recycler | None = None) -> None:
-        """Run one step on ``env``; ``budget``: the one-tensor budget (:func:`tensor_budget`), read once per run;
-        ``donors``: the positions of inputs no later step reads, whose memory the step may write its output
-        into (:func:`~rulegraph.lifetimes.donor`); ``recycler``: where a large output may be written, else."""
-        node = step.node
-        args = [env[v] if v else None for v in node.inputs]
+        """Run one step on ``env`` (folding constants, recomputing a freed value): :func:`execute` of its
+        :class:`Instruction`; ``donors``: the positions of inputs no later step reads, whose memory the step
+        may write its output into (:func:`~rulegraph.lifetimes.donor`)."""
+        args = [env[v] if v else None for v in step.node.inputs]
         into = donor(step, args, env, donors) if donors else None
-        for i, k in zip(step.static, step.static_stages):
-            key = (node.index, i)
-            if key in statics:
-                args[i] = statics[key]
-            else:
-                args[i] = args[i].tolist()
-                if k != Stage.VALUE:
-                    statics[key] = args[i]
-        budget = tensor_budget() if budget is None else budget     # a message only for a tensor over it
-        count = -1                          # the output's elements, where the op declares them
-        if step.spec.size is not None:       # an op whose output can outgrow its inputs: checked before it runs
-            try:
-                count = step.spec.size(args, step.attrs)
-            except Exception:      # noqa: BLE001 — arguments the op itself will refuse, naming them below
-                count = 0
-            if count * self._itemsize > budget:
-                check_tensor(count, self._itemsize, f"node {node.name!r} ({node.op})")
-        if into is None and recycler is not None and step.spec.into is not None and \
-                large(count if count >= 0 else args[0].numel(), self._itemsize):
-            # (no size declared: one input, of the output's size); a tensor the recycler kept, where there is one
-            into = recycler.broadcast_out(*(a for a in args if isinstance(a, Tensor))).get("out")
-        try:
-            if into is not None:
-                out = step.spec.into(*args, out=into)
-            elif recycler is not None and step.spec.recycles:
-                out = step.spec.forward(*args, recycler=recycler, **step.attrs)
-            else:
-                out = step.spec.forward(*args, **step.attrs)
-        except Exception as exc:  # an op failing on these inputs: name the node
-            raise failed(step, args, exc) from exc
-        store(step, out, env, budget)
+        execute(Instruction(step, None), args, env, statics, tensor_budget() if budget is None else budget,
+                self._itemsize, recycler, into)
 
     def run(self, inputs: dict[str, Tensor], keep: frozenset[str] | None = None,
             overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset(),

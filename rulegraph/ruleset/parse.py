@@ -39,13 +39,18 @@ SAFE_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", 
 
 def parse(text: str, source: str) -> dict[str, Any]:
     """The rule set fields of a rule file's ``text``; ``source`` labels its errors."""
+    return Parser(source).fields(compose(text, source))
+
+
+def compose(text: str, source: str) -> Any:
+    """The YAML node tree of ``text`` (safe tags only, line numbers kept); invalid YAML is an error at
+    ``source:line``."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"{source}:{mark.line + 1}" if mark else source
         raise RuleFileError(f"{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return Parser(source).fields(root)
 
 
 class Parser:

@@ -43,7 +43,7 @@ import yaml
 
 from ..errors import RuleFileError, choices, read_text
 from ..propagation import RULES, Rule
-from ..ruleset.parse import MODELS, Parser
+from ..ruleset.parse import MODELS, Parser, compose
 
 SELECTORS = ("op", "trait", "name", "scope", "inputs")
 ITEM_KEYS = ("id", *SELECTORS, "choose", "per_layer", "note")
@@ -243,13 +243,7 @@ def load(path) -> Space:
 
 def parse(text: str, source: str = "<string>") -> Space:
     """The search space of a YAML text; ``source`` labels its errors."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise RuleFileError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return SpaceParser(source).space(root)
+    return SpaceParser(source).space(compose(text, source))
 
 
 class SpaceParser(Parser):
