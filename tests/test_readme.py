@@ -48,3 +48,8 @@ def test_generation_snippet_runs(snippet, tmp_path, monkeypatch):
     exec(compile(snippet, str(README), "exec"), scope)
     g = scope["g"]
     assert g.steps and g.matrix.shape == (len(g.rows), len(g.steps))
+    if "span=True" in snippet:
+        assert g.span is not None and len(g.span.scores) == len(g.rows)
+    if "targets=" in snippet:
+        t = scope["t"]
+        assert len(t) == 3 and all(e.audit.ok for e in t)
