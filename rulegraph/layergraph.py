@@ -120,6 +120,16 @@ class RelevanceGraph:
                 "formula": "nodes[l][p] = Σ_i R(h_l)[p,i]; "
                            "edges E[l,h,q,k] = Σ_d P[h,q,k]·V[h,k,d]/O[h,q,d]·R_O[h,q,d] (docs/inside.md)"}
 
+    def _repr_html_(self) -> str:
+        """The layered flow diagram as SVG (a notebook shows it; :func:`rulegraph.render.flow.svg`)."""
+        from .render.flow import svg
+        return f'<div class="rulegraph" style="overflow-x:auto">{svg(self)}</div>'
+
+    def plot(self, item: int = 0):
+        """The diagram as a matplotlib figure (:func:`rulegraph.render.flow.figure`)."""
+        from .render.flow import figure
+        return figure(self, item)
+
     def __repr__(self) -> str:
         return (f"RelevanceGraph({len(self.layers)} layers × {self.nodes.shape[2]} positions, "
                 f"{len(self.edges)} attention blocks)")
