@@ -11,13 +11,13 @@ the nodes of block ``l`` absorbed or broke (the audit's own figures).
 **Edges** are the attention's messages from query ``q`` to key ``k`` in block ``l`` and head ``h``: the
 value product ``O[h, q, d] = Σ_k P[h, q, k] · V[h, k, d]`` receives ``R_O[h, q, d]`` from the walk, and
 the z-rule of LRP (Bach et al. 2015, "On Pixel-Wise Explanations for Non-Linear Classifier Decisions by
-Layer-Wise Relevance Propagation", PLOS ONE, Eq. 56) splits it over the summands::
+Layer-Wise Relevance Propagation", PLOS ONE) splits it over the summands::
 
     E[l, h, q, k] = Σ_d  P[h, q, k] · V[h, k, d] / O[h, q, d] · R_O[h, q, d]     (0 where O = 0)
 
 — the message AttnLRP's uniform rule for a product of two activations then halves between the value
 ``V[k]`` and the probability ``P[q, k]`` (Achtibat et al. 2024, "AttnLRP: Attention-Aware Layer-Wise
-Relevance Propagation for Transformers", ICML, Sec. 3.3). Summed over keys, the edges into a query are
+Relevance Propagation for Transformers", ICML). Summed over keys, the edges into a query are
 the relevance at the attention output there: ``Σ_k E[l, h, q, k] = Σ_d R_O[h, q, d]`` (where ``O ≠ 0``),
 the per-(position, head) relevance ``--at "block l attention output"`` returns. The rest of ``N[l+1, q]``
 stays at position ``q`` (the residual path, the MLP) or is absorbed; the relevance that reaches the

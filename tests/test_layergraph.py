@@ -60,6 +60,19 @@ def test_bert_graph_edges_and_layers_add_up(bert_onnx, bert_graph):
     _layers_conserve_up_to_what_each_block_absorbed(bert_graph, bert_onnx)
 
 
+def test_half_of_each_edge_is_what_the_walk_brings_to_the_keys_value(bert_onnx, bert_graph):
+    """AttnLRP's uniform rule hands half of each message to the value at the key: the relevance the walk itself
+    records at the values ``V[h, k, :]``, summed over d, is Σ_q E[l, h, q, k] / 2 (E from the forward's P, V, O
+    and the relevance at O alone)."""
+    from rulegraph.layergraph import sites
+    values = [p.inputs[1] for p in sites(rulegraph.load(bert_onnx)).products]
+    e = rulegraph.explain(bert_onnx, "attnlrp", text=TEXT, dtype=F64, record=values)
+    for block, v in enumerate(values):
+        walked = e.recorded[v].sum(-1)                                  # [batch, heads, keys]
+        half = bert_graph.graph.edges[block].sum(2) / 2
+        assert float((walked - half).abs().max()) <= TIGHT * float(walked.abs().max())
+
+
 def test_the_nodes_are_the_block_outputs_relevance_per_position(bert_onnx, bert_graph):
     e = rulegraph.explain(bert_onnx, "attnlrp", text=TEXT, dtype=F64, at="block output")
     for block, x in enumerate(e.at("block output")):
