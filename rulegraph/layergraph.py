@@ -147,7 +147,7 @@ def build(found: Sites, recorded: dict[str, Tensor], values: Any, plan: Any, aud
         r = recorded.get(v)
         return torch.zeros_like(value(v)) if r is None else r.detach().double().cpu()
 
-    nodes = torch.stack([arrived(v).flatten(2).sum(2) if arrived(v).dim() > 2 else arrived(v) for v in found.states], 1)
+    nodes = torch.stack([r.flatten(2).sum(2) if r.dim() > 2 else r for r in map(arrived, found.states)], 1)
     edges = []
     for p in found.products:
         probs, v, o = value(p.inputs[0]), value(p.inputs[1]), value(p.outputs[0])

@@ -16,6 +16,8 @@ COLUMN, ROW, MARGIN, LEFT, RADIUS = 78, 96, 30, 130, 16
 
 
 def _layout(g, item: int):
+    """What both drawings read: the nodes, their count, the largest |N|, the strongest edges, the largest |E|, the
+    tokens."""
     nodes = g.nodes[item]
     layers, positions = nodes.shape
     top = max(float(nodes.abs().max()), 1e-300)
