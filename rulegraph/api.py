@@ -169,6 +169,8 @@ def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, en
             rows = [[i for i, kept in zip(row, keep) if kept] for row, keep in zip(ids.tolist(), real.tolist())]
             e.tokens = [[encoder.tokenizer.id_to_token(i) or str(i) for i in row] for row in rows]
             e.texts = [encoder.texts(row) for row in rows]
+    if e.graph is not None:             # the relevance graph's positions, named as the reader sees them
+        e.graph.tokens = e.texts or e.tokens
     if encoder is not None and not names:
         name_tokens(e, encoder)
     images = {k: torch.as_tensor(v).detach().cpu() for k, v in (inputs or {}).items()

@@ -40,6 +40,7 @@ class Explanation:
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
     inside: dict[str, list] = field(default_factory=dict)     # selector → rulegraph.inside.Inside per value (at=…)
+    graph: Any = None                    # rulegraph.layergraph.RelevanceGraph (graph=True)
     contrast: list[int] | None = None    # subtracted index per batch item (target − contrast explained)
     score: str = "logit"                 # "logit", or "logprob" (see rulegraph.passes.base)
     item_of: tuple[int, int] | None = None   # (index, batch size) for an item taken from a batch (``e[i]``)
@@ -86,6 +87,7 @@ class Explanation:
             pixels={k: one(v) for k, v in self.pixels.items()}, extra=extra,
             recorded={k: one(v) for k, v in self.recorded.items()},
             inside={k: [x.item(i) for x in v] for k, v in self.inside.items()},
+            graph=None if self.graph is None else self.graph.item(i),
             contrast=None if self.contrast is None else [self.contrast[i]],
             item_of=(i, n) if self.item_of is None else self.item_of)
 
@@ -262,6 +264,9 @@ class Explanation:
         d.update(self.extra)
         if self.inside:
             d["inside"] = {k: [_unbatched(x.to_dict(), self.batch_size) for x in v] for k, v in self.inside.items()}
+        if self.graph is not None:          # the relevance graph (graph=True), per item
+            graphs = [self.graph.to_dict(b) for b in range(self.batch_size)]
+            d["graph"] = graphs[0] if self.batch_size == 1 else graphs
         for key in ("logprob", "objective_value"):
             if key in self.extra and self.batch_size == 1:
                 d[key] = self.extra[key][0]

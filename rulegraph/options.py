@@ -111,6 +111,8 @@ INSIDE_OPTIONS: tuple[Option, ...] = (
     Option("condition", (str, list), None, "conditional relevance (CRP): keep only the relevance through these "
            "units at the selected values, e.g. 'block 1 attention output:heads=0,2' (docs/inside.md)",
            metavar="SELECTOR:UNITS"),
+    Option("graph", bool, False, "the relevance graph: per layer and position, and the attention's query → key "
+           "messages (rulegraph.layergraph, docs/inside.md); the command line's --graph PATH writes it", cli=False),
 )
 
 #: pass name → its options (``explain(..., groups=…)``, ``--groups``, a rule set's method options)

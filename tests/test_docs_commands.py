@@ -6,7 +6,7 @@ through the installed entry point in a child process, its output logged to files
 where each file it names exists as it names it: a tiny stand-in (:data:`STAND_INS`), or what the
 docs command that writes it wrote (``rulegraph export qwen-hf qwen-out`` makes the
 ``qwen-out/model.onnx`` the next commands read; run once, here too). It must exit 0, print no
-internal error, and leave every output it names (``--out``, ``--json``, ``--html``, ``--png``,
+internal error, and leave every output it names (``--out``, ``--json``, ``--html``, ``--png``, ``--graph``,
 export's folder). An optional part, ``[--alpha signed|abs|hybrid]``, is given with its first choice.
 
 A command added to the docs is tested by being written: a file it reads that :data:`STAND_INS`
@@ -66,7 +66,7 @@ ADJUSTED = {
     ("--address", "auto"): "{ray}",           # the Ray cluster this module starts, never another one found here
 }
 #: options whose value is a file or folder the command writes
-OUTPUTS = ("--out", "--json", "--html", "--png")
+OUTPUTS = ("--out", "--json", "--html", "--png", "--graph")
 #: one command also run on a pseudo-terminal (colours, live bars): the first that matches
 ON_TERMINAL = re.compile(r"^rulegraph explain MODEL ")
 

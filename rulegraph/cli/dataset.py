@@ -36,11 +36,17 @@ TARGETS = ("predicted", "label")
               help="seed of seeded methods (random, mask-lrp-random)")
 @click.option("--threads", type=Bounded(int, 1, 1024), default=None,
               help="torch CPU threads of the local engine (default: torch's choice; 1…1024)")
+@click.option("--at", "at", multiple=True, metavar="SELECTOR",
+              help="each row's relevance per unit (heads, neurons, channels) at the values a selector picks, e.g. "
+                   "'every attention output' (docs/inside.md); repeatable; rule sets only")
+@click.option("--top", type=Bounded(int, 1, 100000), default=None, metavar="K",
+              help="with --at: the K units carrying the most |relevance| over the data set, to OUT/top-units.json "
+                   "and a table")
 @engine_options
 @click.option("--force", is_flag=True, help="discard what --out holds and start over")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, tokenizer, target, n, batch, batch_tokens,
-                        device, dtype, seed, threads, engine_name, address, num_workers, cpus_per_worker,
+                        device, dtype, seed, threads, at, top, engine_name, address, num_workers, cpus_per_worker,
                         gpus_per_worker, force, quiet):
     """Explain every record of --data with a rule set (--rules) or any method (--method), and write
     one row per record to OUT/explanations.parquet: tokens, per-token relevance, target, output
@@ -67,7 +73,7 @@ def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, toke
         torch.set_num_threads(threads)
     config = DatasetConfig(model=str(model), data=str(data), method=name, options=options,
                            tokenizer=str(tokenizer) if tokenizer else None, target=target, n=n, device=device,
-                           dtype=dtype, seed=seed, batch=batch, batch_tokens=batch_tokens)
+                           dtype=dtype, seed=seed, batch=batch, batch_tokens=batch_tokens, at=list(at), top=top)
     summary = explain_dataset(config, out_dir, engine=engine, force=force, listener=TerminalListener(err),
                               progress=not quiet)
     rate = summary["examples_per_second"]
@@ -75,4 +81,20 @@ def explain_dataset_cmd(model, rules, method, method_option, data, out_dir, toke
               f"({summary['engine']}" + (f", {rate:.1f} examples/s" if rate else ", nothing new to explain") + ")")
     if summary["failed"]:
         err.print(f"[red]first error: {escape(summary['first_error'])}[/]", soft_wrap=True)
-    err.print(f"[dim]wrote {out_dir}/explanations.parquet, summary.json, rows.jsonl[/]")
+    if summary.get("top_units") is not None:
+        out.print(_top_table(summary["top_units"]))
+    wrote = "explanations.parquet, summary.json, rows.jsonl" + (", top-units.json" if top else "")
+    err.print(f"[dim]wrote {out_dir}/{wrote}[/]")
+
+
+def _top_table(units: list[dict]):
+    """The units carrying most relevance over the data set, strongest first."""
+    from rich.table import Table
+    table = Table(title="units carrying the most relevance (Σ over examples of |R|)")
+    for name, justify in (("block", "right"), ("value", "left"), ("unit", "left"), ("Σ |R|", "right"),
+                          ("mean R", "right"), ("examples", "right")):
+        table.add_column(name, justify=justify)
+    for u in units:
+        table.add_row("" if u["block"] is None else str(u["block"]), escape(u["value"]), f"{u['kind']} {u['unit']}",
+                      f"{u['carried']:.4g}", f"{u['mean']:+.4g}", str(u["examples"]))
+    return table

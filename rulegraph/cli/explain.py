@@ -24,7 +24,10 @@ from .options import (OUTPUT, TARGETS, Grouped, image_options, input_options, me
 @pass_options
 @click.option("--json", "json_path", type=OUTPUT, help="write the explanation as JSON ('-': stdout)")
 @click.option("--html", "html_path", type=OUTPUT, help="write a self-contained heatmap page")
-@click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png files")
+@click.option("--force", is_flag=True, help="overwrite existing --json/--html/--png/--graph files")
+@click.option("--graph", "graph_paths", type=OUTPUT, multiple=True, metavar="PATH.json|.html|.png",
+              help="write the relevance graph (positions × layers, the attention's token-to-token edges; "
+                   "docs/inside.md) as JSON, an HTML flow diagram or a PNG, by the suffix; repeatable")
 @click.option("--targets", type=TARGETS, default=None, metavar="all|top-K|A,B,…",
               help="explain several targets from one forward, each with its own audit: every class, each item's "
                    "K highest, or a list (indices, class names, token texts); instead of --target")
@@ -32,7 +35,7 @@ from .options import (OUTPUT, TARGETS, Grouped, image_options, input_options, me
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
                 steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
-                batch, span, ignore_eos, **opts):
+                batch, span, ignore_eos, graph_paths, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
@@ -67,6 +70,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         warnings.warn("--steps is deprecated: give the target prefix with --continuation TEXT (or -i "
                       "decoder_input_ids=…, as before), or --generate N", stacklevel=1)
     if generate_n is not None or continuation is not None or steps:
+        if graph_paths:
+            raise InputError("--graph draws one explanation: a language model's next token, without --generate / "
+                             "--continuation (the API's explain(…, graph=True) takes any one of its positions)")
         if image_path is not None or question is not None:
             raise InputError("--generate/--continuation explains a language model's text; --image and --question "
                              "do not apply")
@@ -76,6 +82,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                                   ignore_eos, span)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
+    if graph_paths:
+        options["graph"] = _graph_option(graph_paths, rules, options)
     reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
     if image_path is not None:
         from ..image import image_input
@@ -88,7 +96,10 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
     pngs = render.png_paths(png_path, len(requests) * _targets_per_request(graph, opts, png_path))
-    check_outputs([(json_path, "--json"), (html_path, "--html"), *((p, "--png") for p in pngs)], force, reads)
+    check_outputs([(json_path, "--json"), (html_path, "--html"), *((p, "--png") for p in pngs),
+                   *((p, "--graph") for p in graph_paths)], force, reads)
+    if graph_paths and len(requests) > 1:
+        raise InputError("--graph draws one explanation; give one --text (or write --json, which holds each one's)")
     results = run_all(graph, rules or method, requests, opts, options, tokenizer, question)
     if image_path is not None:
         results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
@@ -124,6 +135,46 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
     if html_path is not None:
         from ..render.page import explanations_page
         write(html_path, explanations_page(results, str(model)), force, "HTML", reads)
+    for path in graph_paths:
+        _write_graph(results[0].graph, path, str(model), force, reads)
+
+
+#: the relevance graph's formats, by the suffix of ``--graph PATH``
+GRAPH_SUFFIXES = (".json", ".html", ".png")
+
+
+def _graph_option(paths, rules, options) -> bool:
+    """``--graph`` checked: a rule set of the relevance pass, and paths of a known suffix."""
+    from ..errors import choices
+    if not rules or "at" not in _declared(rules):
+        raise InputError("--graph reads the relevance pass's walk: give --rules with a rule set of the relevance pass "
+                         "(attnlrp, lrp, gi…)")
+    for p in paths:
+        if str(p) == "-" or p.suffix.lower() not in GRAPH_SUFFIXES:
+            raise InputError(f"--graph {p}: the suffix chooses the format; {choices(GRAPH_SUFFIXES, p.suffix)}")
+    return True
+
+
+def _declared(rules) -> set[str]:
+    from ..options import PASS_OPTIONS
+    from ..ruleset import RuleSet
+    return {o.name for o in PASS_OPTIONS.get(RuleSet.load(rules).pass_name, ())}
+
+
+def _write_graph(g, path, model: str, force: bool, reads) -> None:
+    """The relevance graph at ``path``: JSON, a page with the SVG diagram, or a PNG (by the suffix)."""
+    from ..render import flow
+    from .inputs import write
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        from ..files import check_output
+        from ..render.figure import save
+        check_output(path, force, "--graph", reads)
+        save(flow.figure(g), path)
+        err.print(f"[dim]wrote the relevance graph to {escape(str(path))}[/]")
+    else:
+        text = json.dumps(g.to_dict(), indent=2) if suffix == ".json" else flow.page(g, model)
+        write(path, text, force, "the relevance graph", reads)
 
 
 def _targets_per_request(graph, opts, png_path) -> int:

@@ -25,7 +25,7 @@ SECTIONS = {
     "What is explained": ("target", "contrast", "objective", "region", "score", "position", "output_name"),
     "Inside the model": ("at", "condition"),
     "Language models": ("generate_n", "continuation", "batch", "ignore_eos"),
-    "Outputs": ("json_path", "html_path", "png_path", "force", "top", "all_nodes"),
+    "Outputs": ("json_path", "html_path", "png_path", "graph_paths", "force", "top", "all_nodes"),
     "Running": ("device", "dtype"),
 }
 

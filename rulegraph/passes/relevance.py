@@ -523,17 +523,21 @@ class RelevancePass(Pass):
             cache.spills = plan.lifetimes.recomputable(needs) | plan.lifetimes.spillable(needs)
         return cache.spills
 
-    def run(self, forward: Forward, *, audit: bool, record=(), at=None, condition=None) -> Explanation:
+    def run(self, forward: Forward, *, audit: bool, record=(), at=None, condition=None, graph=False) -> Explanation:
         from ..inside import request
+        from ..layergraph import Sites, build, sites
         binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
         unknown = [v for v in record if v not in values and v not in forward.graph.producer]
         if unknown:
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
         inside = request(forward.graph, binding, at, condition)       # --at / --condition (rulegraph.inside)
         moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
+        layered = sites(forward.graph) if graph else Sites([], [], [])     # the relevance graph (rulegraph.layergraph)
         flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype), record_at=frozenset(record) | inside.values | {b.output for b in moe},
-                    release=None if forward.shared else frozenset(b.weights for b in moe), recycler=forward.recycler,
+                    tolerance=tolerance(dtype),
+                    record_at=frozenset(record) | inside.values | {b.output for b in moe} | layered.recorded,
+                    release=None if forward.shared else frozenset(b.weights for b in moe) | layered.kept,
+                    recycler=forward.recycler,
                     conditions=inside.conditions if inside.conditions.masks else None)
         if audit:
             finish(flow)
@@ -552,6 +556,8 @@ class RelevancePass(Pass):
             e.audit.experts = expert_audits(moe, flow.recorded, values)
         e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}
         e.inside = inside.read(flow.recorded, values)
+        if graph:
+            e.graph = build(layered, {**flow.boundary, **flow.recorded}, values, forward.plan, e.audit, e.output_value)
         if inside.described:
             e.extra["condition"] = inside.describe()
         return e

@@ -18,6 +18,13 @@ record::
     batch_error      rule sets: the conservation audit's relative residual over the row's batch
     error            why the record could not be explained (``None`` when it was)
     explain_seconds  the batch's explanation time per row
+    units            with ``--at``: per selected value its selector, value, block, unit kind (head,
+                     channel, unit) and each unit's relevance, summed over positions
+                     (:meth:`rulegraph.inside.Inside.per_unit`)
+
+With ``--top K`` (and ``--at``), ``top-units.json``: the K units carrying the most relevance over the
+data set, ``Σ_examples |R_unit|``, strongest first, each with its mean signed relevance
+(:func:`top_units`).
 
 ``summary.json`` (rows, failed rows, the engine, throughput) and ``rows.jsonl``, the journal a
 re-run resumes from (same settings; otherwise an error naming what differs, or ``--force``).
@@ -44,7 +51,7 @@ from .job import Folder, Job, Worker, contents, digest, is_causal, method_option
 from .journal import write_parquet
 from .listener import Listener
 
-JOURNAL, TABLE, SUMMARY = "rows.jsonl", "explanations.parquet", "summary.json"
+JOURNAL, TABLE, SUMMARY, TOP = "rows.jsonl", "explanations.parquet", "summary.json", "top-units.json"
 TARGETS = ("predicted", "label")
 
 
@@ -64,17 +71,19 @@ class DatasetConfig:
     seed: int = 0
     batch: int = 16
     batch_tokens: int = 8192
+    at: list[str] = field(default_factory=list)     # selectors: each row's per-unit relevance (rulegraph.inside)
+    top: int | None = None                          # the K units carrying most relevance over the data set
 
     def options_by_method(self) -> dict[str, dict[str, Any]]:
-        """The job's one method and its options (the worker's view of the settings)."""
-        return {self.method: self.options}
+        """The job's one method and its options (the worker's view of the settings; ``at`` a rule set's)."""
+        return {self.method: {**self.options, **({"at": list(self.at)} if self.at else {})}}
 
     def identity(self) -> dict[str, Any]:
         method = Path(self.method)
         return {**contents(self.model, self.data, self.tokenizer),
                 "method": digest(method) if method.suffix in (".yaml", ".yml") else self.method,
                 "options": self.options, "target": self.target, "n": self.n, "dtype": self.dtype, "seed": self.seed,
-                "batch": self.batch, "batch_tokens": self.batch_tokens}
+                "batch": self.batch, "batch_tokens": self.batch_tokens, **({"at": self.at} if self.at else {})}
 
 
 def failed(row: Row, method: str, error: str, example: Example | None = None) -> dict:
@@ -103,10 +112,33 @@ class ExplainWorker(Worker):
                          "relevance": x.scores[b, :n].tolist(), "target": e.target[b], "prediction": int(out.argmax()),
                          "output_value": e.output_value[b], "relevance_sum": total, "gap": e.output_value[b] - total,
                          "batch_error": batch_error, "error": None, "explain_seconds": x.seconds / len(examples)})
+            if e.inside:
+                rows[-1]["units"] = units(e, b)
         return rows
 
     def failed(self, row: Row, method: str, error: str, example: Example | None = None) -> dict:
         return failed(row, method, error, example)
+
+
+def units(e, item: int) -> list[dict[str, Any]]:
+    """Per value ``--at`` selected, item ``item``'s relevance per unit (summed over positions)."""
+    return [{"selector": selector, "value": x.value, "block": x.block,
+             "kind": "head" if x.heads else "channel" if "channel" in x.axes else "unit",
+             "relevance": x.per_unit()[item].tolist()} for selector, found in e.inside.items() for x in found]
+
+
+def top_units(rows: list[dict], k: int) -> list[dict[str, Any]]:
+    """The ``k`` units carrying the most relevance over the rows: ``Σ_examples |R_unit|``, with the mean signed
+    ``R_unit`` and the number of examples, strongest first (ties in the order the rows list the units)."""
+    carried: dict[tuple, list[float]] = {}
+    for row in rows:
+        for u in row.get("units") or ():
+            for i, r in enumerate(u["relevance"]):
+                carried.setdefault((u["selector"], u["value"], u["block"], u["kind"], i), []).append(r)
+    ranked = sorted(carried.items(), key=lambda item: -sum(abs(r) for r in item[1]))[:k]
+    return [{"selector": s, "value": v, "block": b, "kind": kind, "unit": i,
+             "carried": sum(abs(r) for r in rs), "mean": sum(rs) / len(rs), "examples": len(rs)}
+            for (s, v, b, kind, i), rs in ranked]
 
 
 def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None = None, force: bool = False,
@@ -121,6 +153,10 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
     listener = listener or Listener()
     if config.target not in TARGETS:
         raise InputError(f"unknown target {config.target!r}; valid: {', '.join(TARGETS)}")
+    if config.top is not None and not config.at:
+        raise InputError("--top K ranks the units --at selects: give --at SELECTOR too (docs/inside.md)")
+    if config.at and not methods.get(config.method).rule_set:
+        raise InputError(f"--at reads the relevance pass's walk: give a rule set (--rules), not {config.method}")
     name = methods.get(config.method).name
     method_options(config.options_by_method(), config.seed)       # unknown or bad options: an error naming the valid ones
     graph = load(config.model)
@@ -133,7 +169,7 @@ def explain_dataset(config: DatasetConfig, out: Path, *, engine: Engine | None =
             raise InputError(f"--target label: record {missing[0]} of {config.data} has no label "
                              f"({len(missing)} records lack one)")
     examples, truncated = encode(rows, encoder)
-    job = Job(Folder(out, JOURNAL, (TABLE, SUMMARY), "explanations"), [name], engine, listener, default_method=name)
+    job = Job(Folder(out, JOURNAL, (TABLE, SUMMARY, TOP), "explanations"), [name], engine, listener, default_method=name)
     rules = config.method if Path(config.method).suffix in (".yaml", ".yml") else None
     job.open(config.identity(), force=force, inputs=read_files(config.model, config.data, config.tokenizer, rules))
     try:
@@ -160,5 +196,8 @@ def _run(job: Job, config: DatasetConfig, graph, encoder: TextEncoder, rows: lis
                "first_error": bad[0]["error"] if bad else None, "method": name, "engine": engine.describe(),
                "config": asdict(config), "run_seconds": seconds,
                "explained_now": now, "examples_per_second": now / seconds if now and seconds else None}
+    if config.top is not None:
+        summary["top_units"] = top_units(result, config.top)
+        write_file(Path(out) / TOP, json.dumps(summary["top_units"], indent=2) + "\n", TOP)
     write_file(Path(out) / SUMMARY, json.dumps(summary, indent=2) + "\n", SUMMARY)
     return summary

@@ -132,3 +132,22 @@ def test_the_terminal_listener_on_a_terminal(tmp_path):
     assert "evaluating" in text and "0/2 explained" in text           # drawn at start
     assert "ig" in text and "2/2 explained" in text and BAR in text     # and redrawn as it went
     assert "\x1b[31mafter stop" in text                                 # an error note in red
+
+
+def test_explain_dataset_top_units_as_typed(bert_onnx, tmp_path):
+    """``--at`` adds each row's per-unit relevance to the Parquet table; ``--top K`` writes the K units carrying
+    the most over the data set and prints them."""
+    data = tmp_path / "texts.csv"
+    with data.open("w", newline="") as handle:
+        csv.writer(handle).writerows([["text"], ["the cat sat on the mat"], ["a dog"]])
+    r = rulegraph(["explain-dataset", bert_onnx, "--rules", "attnlrp", "--data", data, "--out", "out", "--at",
+                   "every attention output", "--top", "3", "-q"], tmp_path)
+    assert r.code == 0, r.err
+    top = json.loads((tmp_path / "out" / "top-units.json").read_text())
+    assert len(top) == 3 and all(u["kind"] == "head" for u in top)
+    assert "units carrying the most relevance" in r.out and f"head {top[0]['unit']}" in r.out
+    table = pq.read_table(tmp_path / "out" / "explanations.parquet").to_pylist()
+    assert [len(row["units"]) for row in table] == [2, 2]
+    bad = rulegraph(["explain-dataset", bert_onnx, "--method", "loo", "--data", data, "--out", "o2", "--at",
+                     "every attention output"], tmp_path)
+    assert bad.code != 0 and "--at reads the relevance pass" in bad.err and "Traceback" not in bad.err

@@ -159,3 +159,57 @@ def test_target_label_needs_labels(model, tmp_path):
 
 def test_tiny_vocabulary_is_what_the_texts_use():
     assert all(w in tiny.VOCAB for t in TEXTS for w in t.split())
+
+
+# --- --at and --top: each row's relevance per unit, and the units carrying most of it over the data set
+
+UNIT_TEXTS = ["the cat sat on the mat", "a dog", "the mat sat"]
+
+
+@pytest.fixture(scope="module")
+def bert_units(bert_onnx, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("units")
+    data = write_jsonl(folder / "data.jsonl", [{"text": t} for t in UNIT_TEXTS])
+    config = DatasetConfig(model=str(bert_onnx), data=str(data), method="attnlrp", dtype="float64", batch=2,
+                           at=["every attention output", "block 0 MLP activation"], top=5)
+    return explain_dataset(config, folder / "out", progress=False), rows(folder / "out"), folder / "out"
+
+
+def test_each_rows_units_are_its_own_explanations(bert_onnx, bert_units):
+    """A row's per-unit relevance (its batch padded with others) equals the unit totals of its text explained
+    alone (float64)."""
+    import rulegraph
+    import torch
+    _, table, _ = bert_units
+    for row in table:
+        alone = rulegraph.explain(bert_onnx, "attnlrp", text=row["text"], dtype=torch.float64,
+                                  at=["every attention output", "block 0 MLP activation"])
+        expected = [x.per_unit()[0].tolist() for found in alone.inside.values() for x in found]
+        assert [u["kind"] for u in row["units"]] == ["head", "head", "unit"]
+        assert [u["block"] for u in row["units"]] == [0, 1, 0]
+        for got, want in zip(row["units"], expected):
+            assert np.allclose(got["relevance"], want, rtol=1e-9, atol=1e-14)
+
+
+def test_the_top_units_carry_the_most_relevance_over_the_data_set(bert_units):
+    summary, table, out = bert_units
+    carried = {}
+    for row in table:
+        for u in row["units"]:
+            for i, r in enumerate(u["relevance"]):
+                carried[(u["value"], i)] = carried.get((u["value"], i), 0.0) + abs(r)
+    strongest = sorted(carried.values(), reverse=True)[:5]
+    top = json.loads((out / "top-units.json").read_text())
+    assert top == summary["top_units"] and len(top) == 5
+    assert [u["carried"] for u in top] == pytest.approx(strongest, rel=1e-12)
+    assert all(u["examples"] == len(UNIT_TEXTS) for u in top)
+    assert carried[(top[0]["value"], top[0]["unit"])] == pytest.approx(top[0]["carried"], rel=1e-12)
+
+
+def test_top_needs_at_and_at_needs_a_rule_set(model, data, tmp_path):
+    with pytest.raises(InputError, match="--top K ranks the units --at selects"):
+        explain_dataset(DatasetConfig(model=str(model), data=str(data), method="gi", top=3), tmp_path / "a")
+    with pytest.raises(InputError, match="--at reads the relevance pass"):
+        explain_dataset(DatasetConfig(model=str(model), data=str(data), method="loo",
+                                      at=["op Gemm"]), tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

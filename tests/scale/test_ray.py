@@ -91,6 +91,20 @@ def test_explain_dataset_on_ray_equals_local_with_a_worker_killed(corpus, data, 
     assert sorted(journal) == list(range(len(texts) + 1))
 
 
+def test_top_units_on_ray_equal_the_local_engines(bert_onnx, cluster, tmp_path):
+    """``--at`` / ``--top``: the rows' per-unit relevance is made by the workers, the ranking on the driver."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("the cat sat on the mat", "a dog", "the mat")))
+    config = DatasetConfig(str(bert_onnx), str(data), "attnlrp", dtype="float64", batch=2,
+                           at=["every attention output"], top=4)
+    local = explain_dataset(config, tmp_path / "local", progress=False)
+    remote = explain_dataset(config, tmp_path / "ray", engine=engine("ray", num_workers=1), progress=False)
+    assert remote["top_units"] == local["top_units"] and len(local["top_units"]) == 4
+    a = pq.read_table(tmp_path / "local" / "explanations.parquet").to_pylist()
+    b = pq.read_table(tmp_path / "ray" / "explanations.parquet").to_pylist()
+    assert [r["units"] for r in a] == [r["units"] for r in b]
+
+
 def test_evaluate_on_ray_equals_local_with_a_worker_killed(corpus, cluster, tmp_path):
     model, texts, _ = corpus
     path = tmp_path / "data.csv"
