@@ -225,7 +225,6 @@ class _Visit:
     tainted: list[bool]
     conserving: bool
     sources: list[str | None]         # per input: the producing node for the audit's edges (None: boundary)
-    inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     reads: frozenset[str] = frozenset()     # the named values the visit reads (a missing one is computed again)
     #: per input: (name, tainted, audit edge's source), the loop over the rule's contributions
@@ -233,7 +232,7 @@ class _Visit:
 
     def __post_init__(self):
         node = self.node
-        self.inputs, self.outputs = tuple(node.inputs), tuple(node.outputs)
+        self.outputs = tuple(node.outputs)
         self.reads = frozenset(v for v in (*node.inputs, *node.outputs) if v)
         self.edges = tuple(zip(node.inputs, self.tainted, self.sources, strict=True))
 
