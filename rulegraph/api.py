@@ -148,9 +148,10 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     result = explain_with(graph, method, inputs, target, output=output, position=position, device=device,
                           dtype=dtype, special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
                           objective=objective, targets=targets, **options)
+    several = isinstance(result, list)          # targets=…, or conditions with alternatives (one map each)
     dressed = [_dressed(e, model, graph, inputs, tokenizer, encoder, encoded, names, picture)
-               for e in (result if targets is not None else [result])]
-    return Targets(dressed) if targets is not None else dressed[0]
+               for e in (result if several else [result])]
+    return Targets(dressed) if several else dressed[0]
 
 
 def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, encoded: list[Encoded], names,

@@ -274,16 +274,20 @@ class Explanation:
 
 
 class Targets(list):
-    """Several targets of one input explained from one forward (``explain(…, targets=…)``): a list of
-    :class:`Explanation`, one per target in the order asked (for ``"top-K"``, highest first), each with
+    """Several explanations of one input from one forward and one walk: a list of :class:`Explanation`,
+    one per target in the order asked (``explain(…, targets=…)``; for ``"top-K"``, highest first) and, for
+    conditions with alternatives (``condition="…:heads=0|1"``), one per map, target by target; each with
     its own audit."""
 
     def __repr__(self) -> str:
-        """One screen: per target what was explained, its value, its strongest tokens for it, its audit."""
+        """One screen: per target (and map) what was explained, its value, its strongest tokens, its audit."""
         from .render.colour import explained_name
-        lines = [f"Targets({self[0].method if self else '—'}: {len(self)} target(s); t[k] is target k's explanation)"]
+        lines = [f"Targets({self[0].method if self else '—'}: {len(self)} explanation(s); t[k] is the k-th)"]
+        maps = len({tuple((e.extra.get("condition") or {}).get("conditions", ())) for e in self}) > 1
         for k, e in enumerate(self):
             head = f"  [{k}] {explained_name(e)} = {e.output_value[0]:.6g}"
+            if maps:
+                head += " | " + "; ".join(e.extra["condition"]["conditions"])
             key = next(iter(e.relevance))
             if e.boundary[key].dim() == 4:
                 lines.append(head + _image_line(key, e.boundary[key][0]).replace(f"  image {key}", ";", 1))

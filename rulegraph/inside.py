@@ -41,6 +41,8 @@ attention output) each conditioned map keeps the bypassing relevance, as zennit-
 """
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -55,6 +57,8 @@ Tensor = torch.Tensor
 
 #: the most values one selector may select (``--at``, ``--condition``)
 MAX_VALUES = 64
+#: the most maps one explanation's conditions make (alternatives ``|``, ``each``)
+MAX_MAPS = 64
 #: the rule-file keys a selector takes (:class:`rulegraph.ruleset.match.Entry`'s fields)
 KEYS = {"op": "ops", "trait": "traits", "name": "names", "scope": "scopes"}
 #: the unit kinds a condition names (``PATTERN:KIND=…``): all but ``heads`` mean the value's unit axis
@@ -289,9 +293,29 @@ class Units:
     indices: tuple[int, ...]
 
 
-def parse_condition(text: str) -> tuple[Selector, Units]:
+@dataclass(frozen=True)
+class Choice:
+    """A condition as given: its selector and its units' alternatives, each a map of its own
+    (``heads=0|1,2``: two maps; ``each``: one map per unit, counted once the forward has run)."""
+
+    selector: str
+    kind: str
+    alternatives: tuple[tuple[int, ...], ...] | None        # None: ``each`` unit
+
+    def units(self, count: int | None = None) -> list[Units]:
+        """The alternatives as :class:`Units` (``count``: the value's units, for ``each``)."""
+        found = self.alternatives if self.alternatives is not None else tuple((i,) for i in range(count or 0))
+        return [Units(self.kind, indices) for indices in found]
+
+    def text(self, units: Units) -> str:
+        """One alternative written as a condition of one map."""
+        return f"{self.selector}:{self.kind}={','.join(map(str, units.indices)) or 'none'}"
+
+
+def parse_condition(text: str) -> tuple[Selector, Choice]:
     """``SELECTOR:KIND=0,2,5-9`` (KIND one of :data:`UNIT_KINDS`; ``KIND=none``: no unit, the relevance
-    that bypasses the value alone) parsed."""
+    that bypasses the value alone) parsed; ``KIND=0|1,2`` gives alternatives, each a map of its own, and
+    ``KIND=each`` a map per unit."""
     if not isinstance(text, str) or ":" not in text:
         raise InputError(f"a condition is SELECTOR:KIND=N[,M|N-M…] (KIND: {', '.join(UNIT_KINDS)}), e.g. "
                          f"'block 1 attention output:heads=0,2'; got {text!r}")
@@ -299,42 +323,45 @@ def parse_condition(text: str) -> tuple[Selector, Units]:
     kind, _, numbers = units.strip().partition("=")
     if kind.strip().lower() not in UNIT_KINDS or not numbers.strip():
         raise InputError(f"condition {text!r}: the units are KIND=N[,M|N-M…]; {choices(UNIT_KINDS, kind.strip())}")
-    indices = () if numbers.strip().lower() == "none" else tuple(sorted(set(_numbers(numbers))))
-    return parse(selector), Units(kind.strip().lower(), indices)
+    spec = numbers.strip().lower()
+    alternatives = None if spec == "each" else tuple(
+        () if part.strip() == "none" else tuple(sorted(set(_numbers(part)))) for part in spec.split("|"))
+    if alternatives is not None and len(alternatives) > MAX_MAPS:
+        raise InputError(f"condition {text!r}: {len(alternatives)} alternatives; the limit is {MAX_MAPS} maps")
+    return parse(selector), Choice(selector.strip(), kind.strip().lower(), alternatives)
 
 
 @dataclass
 class Conditions:
-    """The masks of a walk's conditions, by value; :meth:`apply` is the walk's hook where relevance
-    arrives at a node's outputs (:class:`rulegraph.passes.relevance.RelevanceWalk`)."""
+    """The masks of one map's conditions, by value; :meth:`apply` is the walk's hook where relevance
+    arrives at a node's outputs (:class:`rulegraph.passes.relevance.RelevanceWalk`). ``given``: the masks
+    made beforehand (:meth:`mask` of each map, stacked for the batched walk, which maps over them)."""
 
     masks: dict[str, tuple[Units, int | None]] = field(default_factory=dict)    # value → (units, head count)
-    entries: list[int] = field(default_factory=list)       # ledger entries of the relevance masked out
-    absorbed: float | None = None                           # their sum, once settled (None: no audit)
+    described: list[str] = field(default_factory=list)     # the conditions of this map, as a user writes them
+    given: dict[str, Tensor] | None = None
 
     def mask(self, value: str, x: Tensor) -> Tensor:
         """1 at the chosen units of ``value`` (shaped to broadcast over ``x``), 0 elsewhere."""
+        if self.given is not None:
+            return self.given[value]
         units, heads = self.masks[value]
-        axis = unit_axis(tuple(x.shape))
-        width = x.shape[axis]
-        count = heads if units.kind == "heads" else width
-        if units.kind == "heads" and (not heads or width % heads):
-            raise InputError(f"condition on {value!r}: heads= needs an attention output (the value has no heads "
-                             "rulegraph can split out); use units= / neurons=")
-        if units.indices and units.indices[-1] >= count:
-            raise InputError(f"condition on {value!r}: {units.kind} {units.indices[-1]} is out of range; "
-                             f"it has {count} {units.kind} (0…{count - 1})")
-        keep = torch.zeros(count, dtype=x.dtype, device=x.device)
+        axis, width = unit_axis(tuple(x.shape)), units_of(value, x, units.kind, heads)
+        keep = torch.zeros(width, dtype=x.dtype, device=x.device)
         keep[list(units.indices)] = 1
         if units.kind == "heads":
-            keep = keep.repeat_interleave(width // heads)
+            keep = keep.repeat_interleave(x.shape[axis] // heads)
         shape = [1] * x.dim()
-        shape[axis] = width
+        shape[axis] = x.shape[axis]
         return keep.reshape(shape)
+
+    def fixed(self, given: dict[str, Tensor]) -> Conditions:
+        """These conditions with their masks ``given`` (one map's, or under vmap each map's in turn)."""
+        return Conditions(self.masks, self.described, given)
 
     def apply(self, outputs: tuple[str, ...], arriving: list, ledger: Any) -> tuple[list, list[int]]:
         """``arriving`` (an ``Incoming`` per output) with the masked values' relevance kept at the chosen
-        units, and the ledger entries (when auditing) of the rest, also kept in :attr:`entries`."""
+        units, and the ledger entries (when auditing) of the rest."""
         from .propagation.signal import Incoming
         out, booked = list(arriving), []
         for k, (v, a) in enumerate(zip(outputs, arriving)):
@@ -349,26 +376,63 @@ class Conditions:
             if ledger is not None:
                 booked.append(ledger.arriving(dropped))
             out[k] = kept
-        self.entries += booked
         return out, booked
 
-    def settle(self, ledger: Any) -> None:
-        """The total masked out, once the ledger is settled."""
-        self.absorbed = ledger(self.entries)
+    def describe(self, absorbed: float | None) -> dict[str, Any]:
+        return {"conditions": self.described, "values": sorted(self.masks), "absorbed": absorbed,
+                "note": "the relevance the condition masks out is booked as absorbed at the conditioned nodes"}
+
+
+def units_of(value: str, x: Tensor, kind: str, heads: int | None) -> int:
+    """How many units of ``kind`` the value ``value`` (``x``) has: its heads, or the length of its unit axis."""
+    width = x.shape[unit_axis(tuple(x.shape))]
+    if kind != "heads":
+        return width
+    if not heads or width % heads:
+        raise InputError(f"condition on {value!r}: heads= needs an attention output (the value has no heads "
+                         "rulegraph can split out); use units= / neurons=")
+    return heads
 
 
 @dataclass
 class Request:
-    """What an explanation asks of the inside: values to read (``at``) and conditions."""
+    """What an explanation asks of the inside: values to read (``at``) and conditions, with their values."""
 
     at: dict[str, list[tuple[Node, str]]] = field(default_factory=dict)     # selector → selected
-    conditions: Conditions = field(default_factory=Conditions)
-    described: list[str] = field(default_factory=list)      # the conditions as given
+    choices: list[tuple[Choice, list[str]]] = field(default_factory=list)   # each condition and its values
     heads: dict[str, int] = field(default_factory=dict)
 
     @property
     def values(self) -> frozenset[str]:
         return frozenset(v for found in self.at.values() for _, v in found)
+
+    @property
+    def several(self) -> bool:
+        """Whether the conditions make more than one map (alternatives, ``each``)."""
+        return any(c.alternatives is None or len(c.alternatives) > 1 for c, _ in self.choices)
+
+    def maps(self, value: Callable[[str], Tensor]) -> list[Conditions]:
+        """One :class:`Conditions` per map: every combination of the conditions' alternatives (none without
+        conditions); ``value(name)`` gives a conditioned value (for ``each``'s count and the units' range)."""
+        if not self.choices:
+            return []
+        options = []
+        for choice, values in self.choices:
+            counts = {units_of(v, value(v), choice.kind, self.heads.get(v)) for v in values}
+            if choice.alternatives is None and len(counts) > 1:
+                raise InputError(f"condition {choice.selector!r}:{choice.kind}=each: the values it selects have "
+                                 f"{sorted(counts)} {choice.kind}; select values with one count")
+            units = choice.units(min(counts))
+            for u in units:
+                if u.indices and u.indices[-1] >= min(counts):
+                    raise InputError(f"condition on {values[0]!r}: {u.kind} {u.indices[-1]} is out of range; "
+                                     f"it has {min(counts)} {u.kind} (0…{min(counts) - 1})")
+            options.append([(choice, values, u) for u in units])
+        total = math.prod(len(o) for o in options)
+        if total > MAX_MAPS:
+            raise InputError(f"the conditions make {total} maps; the limit is {MAX_MAPS}")
+        return [Conditions({v: (u, self.heads.get(v)) for c, values, u in combo for v in values},
+                           [c.text(u) for c, _, u in combo]) for combo in itertools.product(*options)]
 
     def read(self, recorded: dict[str, Tensor], values: Any) -> dict[str, list[Inside]]:
         """Per selector, each selected value's :class:`Inside` (zeros where no relevance arrived)."""
@@ -384,11 +448,6 @@ class Request:
             out[selector] = items
         return out
 
-    def describe(self) -> dict[str, Any]:
-        return {"conditions": self.described, "values": sorted(self.conditions.masks),
-                "absorbed": self.conditions.absorbed,
-                "note": "the relevance the condition masks out is booked as absorbed at the conditioned nodes"}
-
 
 def node_block(node: Node) -> int | None:
     from .ir import block_of
@@ -396,7 +455,7 @@ def node_block(node: Node) -> int | None:
 
 
 def request(graph: Graph, binding: Any, at: str | list[str] | None, condition: str | list[str] | None) -> Request:
-    """The values ``at`` selects and the masks ``condition`` asks for, checked against ``graph`` and the
+    """The values ``at`` selects and the conditions ``condition`` asks for, checked against ``graph`` and the
     rule set's ``binding`` (a condition needs a value whose producer the walk visits)."""
     req = Request()
     for text in _listed(at, "at"):
@@ -404,20 +463,26 @@ def request(graph: Graph, binding: Any, at: str | list[str] | None, condition: s
     conditions = _listed(condition, "condition")
     reached = {v for n in binding.reached if n.name in binding.assignments for v in n.outputs} if conditions else set()
     for text in conditions:
-        selector, units = parse_condition(text)
+        selector, choice = parse_condition(text)
         found = [(n, v) for n, v in selector.select(graph)]
-        walked = [(n, v) for n, v in found if v in reached and v not in binding.boundary]
+        walked = [v for n, v in found if v in reached and v not in binding.boundary]
         if not walked:
             raise InputError(f"condition {text!r}: no relevance passes {found[0][1]!r} under this rule set "
                              "(no rule reaches its producer, or it is the input boundary)")
-        for _, v in walked:
-            req.conditions.masks[v] = (units, None)
-        req.described.append(text)
-    asked = req.values | set(req.conditions.masks)
+        req.choices.append((choice, walked))
+    total = math.prod(len(c.alternatives) for c, _ in req.choices if c.alternatives is not None)
+    if total > MAX_MAPS:
+        raise InputError(f"the conditions make {total} maps; the limit is {MAX_MAPS}")
+    asked = req.values | {v for _, values in req.choices for v in values}
     if asked and asked & {v for _, v in _attention_outputs(graph)}:      # heads to split out: read their count
         req.heads = head_counts(graph)
-        req.conditions.masks = {v: (u, req.heads.get(v)) for v, (u, _) in req.conditions.masks.items()}
     return req
+
+
+def several(condition: str | list[str] | None) -> bool:
+    """Whether ``condition`` makes more than one map (``|`` alternatives, ``each``), from its text alone."""
+    found = [parse_condition(text)[1] for text in _listed(condition, "condition")]
+    return any(c.alternatives is None or len(c.alternatives) > 1 for c in found)
 
 
 def _listed(given: str | list[str] | None, what: str) -> list[str]:

@@ -11,8 +11,10 @@ import cnn
 import rulegraph
 from rulegraph.errors import InputError
 from rulegraph.heads import find_heads
-from rulegraph.inside import MAX_VALUES, SITES, parse, parse_condition
+from rulegraph.inside import MAX_MAPS, MAX_VALUES, SITES, parse, parse_condition
+from rulegraph.passes import relevance
 from shell import rulegraph as run_cli
+from targets import same
 
 F64 = torch.float64
 TEXT = "the cat sat on the mat"
@@ -40,9 +42,11 @@ def test_a_selector_reads_blocks_sites_keys_and_names():
     assert parse("every attention output").blocks is None
     with pytest.raises(InputError, match="after the blocks"):
         parse("block 3")
-    selector, units = parse_condition("block 1 attention output:heads=0,2-3")
-    assert (selector.site, units.kind, units.indices) == ("attention output", "heads", (0, 2, 3))
-    assert parse_condition("op Conv:channels=none")[1].indices == ()
+    selector, choice = parse_condition("block 1 attention output:heads=0,2-3")
+    assert (selector.site, choice.kind, choice.alternatives) == ("attention output", "heads", ((0, 2, 3),))
+    assert parse_condition("op Conv:channels=none")[1].alternatives == ((),)
+    assert parse_condition("op Conv:channels=0|1,3|none")[1].alternatives == ((0,), (1, 3), ())
+    assert parse_condition("op Conv:channels=each")[1].alternatives is None
     for bad in ("block 1 attention output", "op Conv:rows=1", "op Conv:heads=a"):
         with pytest.raises(InputError):
             parse_condition(bad)
@@ -113,6 +117,53 @@ def test_heads_off_the_residual_path_add_up_with_the_bypass_counted_once(bert_on
             for h in ("0,2", "1,3", "none")}
     assert close(maps["0,2"] + maps["1,3"] - maps["none"], bert_at.boundary[key]) <= TIGHT
     assert close(maps["0,2"], maps["none"]) > 1e-6
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """The batched walks run (each a list of how many seeds it carried)."""
+    seen: list[int] = []
+    group = relevance._walk_group
+    monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: seen.append(len(a[4])) or group(*a, **k))
+    return seen
+
+
+def test_alternatives_are_maps_of_one_walk_each_equal_to_its_own_condition(bert_onnx, bert_at, walks):
+    """``units=0-9|10-31`` on a cut: two maps from one forward and one batched walk, each equal to its
+    condition given alone (float64, 1e-12, audit included), summing to the unconditioned map."""
+    key = next(iter(bert_at.boundary))
+    maps = explain(bert_onnx, condition="block 0 block output:units=0-9|10-31", at="block 0 block output")
+    assert walks == [2] and len(maps) == 2
+    for e, units in zip(maps, ("0-9", "10-31")):
+        alone = explain(bert_onnx, condition=f"block 0 block output:units={units}", at="block 0 block output")
+        same(e, alone)
+        assert e.extra["condition"]["conditions"] == alone.extra["condition"]["conditions"]
+        assert e.extra["condition"]["absorbed"] == pytest.approx(alone.extra["condition"]["absorbed"], abs=1e-12)
+        assert close(e.at()[0].relevance, alone.at()[0].relevance) <= 1e-12
+    assert close(maps[0].boundary[key] + maps[1].boundary[key], bert_at.boundary[key]) <= TIGHT
+
+
+def test_each_head_and_each_target_in_one_walk(bert_onnx, walks):
+    """``heads=each`` with ``targets``: a map per (target, head), target by target, from one walk."""
+    maps = explain(bert_onnx, condition="block 1 attention output:heads=each", targets="all")
+    heads = 4
+    assert walks == [2 * heads] and len(maps) == 2 * heads
+    assert [e.target[0] for e in maps] == [0] * heads + [1] * heads
+    assert [e.extra["condition"]["conditions"] for e in maps[:heads]] == \
+        [[f"block 1 attention output:heads={h}"] for h in range(heads)]
+    for e in maps[heads - 1:heads + 1]:
+        same(e, explain(bert_onnx, condition=e.extra["condition"]["conditions"][0], target=e.target[0]))
+
+
+def test_the_maps_are_bounded_and_each_needs_one_count(bert_onnx):
+    many = "|".join(str(u) for u in range(MAX_MAPS + 1))
+    with pytest.raises(InputError, match=f"{MAX_MAPS + 1} alternatives; the limit is {MAX_MAPS} maps"):
+        explain(bert_onnx, condition=f"block output:units={many}")
+    with pytest.raises(InputError, match=f"the conditions make 96 maps; the limit is {MAX_MAPS}"):
+        explain(bert_onnx, condition=["block 0 block output:units=" + "|".join(map(str, range(12))),
+                                      "block 1 attention output:heads=0|1|2|3|0,1|2,3|none|0-3"])
+    with pytest.raises(InputError, match="heads 4 is out of range; it has 4 heads"):
+        explain(bert_onnx, condition="block 1 attention output:heads=0|4")
 
 
 def test_bad_selectors_and_conditions_are_refused_naming_the_choices(bert_onnx):
@@ -190,6 +241,19 @@ def test_channel_conditions_on_a_convolution_sum_to_the_map(cnn_model):
     assert all(float(m.abs().sum()) > 0 for m in maps)
 
 
+def test_each_channel_of_a_convolution_in_one_walk_sums_to_the_map(cnn_model, walks):
+    """CRP's channel-wise maps (``channels=each``) from one batched walk: each equals its channel alone."""
+    path, x = cnn_model
+    full = rulegraph.explain(path, "epsilon", {"pixel_values": x}, dtype=F64, at="op Conv")
+    second = full.at()[1].node
+    maps = rulegraph.explain(path, "epsilon", {"pixel_values": x}, dtype=F64, condition=f"name {second}:channels=each")
+    assert walks == [6] and len(maps) == 6
+    for c, e in enumerate(maps):
+        same(e, rulegraph.explain(path, "epsilon", {"pixel_values": x}, dtype=F64,
+                                  condition=f"name {second}:channels={c}"))
+    assert close(sum(e.boundary["pixel_values"] for e in maps), full.boundary["pixel_values"]) <= TIGHT
+
+
 def test_a_channel_condition_under_gradient_times_input_is_the_masked_backward_of_autograd(cnn_model):
     """Under gradient × input, CRP's conditional map (Achtibat et al. 2023, Nature Machine Intelligence)
     has a closed form: the gradient at layer l, masked to the chosen channels, pulled back to the input by
@@ -228,6 +292,16 @@ def test_the_command_line_prints_and_writes_the_relevance_inside(bert_onnx, tmp_
     assert value["axes"] == ["batch", "position", "head", "dim"] and len(value["per_head"]) == 4
     assert value["per_head"][1] == 0 and value["per_head"][3] == 0          # masked before it was recorded
     assert d["condition"]["conditions"] == ["block 1 attention output:heads=0,2"]
+    r = run_cli(["explain", bert_onnx, "--rules", "attnlrp", "--text", TEXT,
+                 "--condition", "block 1 attention output:heads=0|1,2", "--json", "maps.json"], tmp_path)
+    r.ok()
+    assert "1/2 · block 1 attention output:heads=0" in r.out and "2/2 · block 1 attention output:heads=1,2" in r.out
+    d = json.loads((tmp_path / "maps.json").read_text())
+    assert [x["condition"]["conditions"] for x in d] == [["block 1 attention output:heads=0"],
+                                                        ["block 1 attention output:heads=1,2"]]
+    bad = run_cli(["explain", bert_onnx, "--rules", "attnlrp", "--text", TEXT, "--condition", "op Conv:channels=each",
+                   "--png", "x.png"], tmp_path)
+    assert bad.code == 2 and "list them as alternatives" in bad.err and "Traceback" not in bad.err
     bad = run_cli(["explain", bert_onnx, "--rules", "attnlrp", "--text", TEXT, "--at", "block 9 MLP activation"],
                   tmp_path)
     assert bad.code == 2 and "selects no value" in bad.err and "Traceback" not in bad.err

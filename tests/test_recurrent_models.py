@@ -20,6 +20,7 @@ import torch
 import rulegraph
 from rulegraph.dryrun import dry_run, made_up_inputs
 from rulegraph.errors import RulegraphError
+from targets import same
 
 F64 = torch.float64
 VOCAB, EMBED, HIDDEN, CLASSES = 30, 6, 5, 3
@@ -302,3 +303,14 @@ def test_sequence_lens_from_the_attention_mask():
     assert c.relative_error <= 1e-10 and c.breaks == 0.0 and not e.audit.unexpected
     assert float(e.relevance["input_ids"][1, 4:].abs().max()) == 0.0          # past the row's length
     assert float(e.relevance["input_ids"][1, :4].abs().max()) > 0.0
+
+
+@pytest.mark.parametrize("rules", ["epsilon", "gi"])
+def test_every_class_in_one_batched_walk_equals_each_alone(exported, rules):
+    """The recurrent rule and the cells' VJPs under the batched walk of ``targets=`` (a target axis,
+    :func:`rulegraph.passes.relevance.walk_many`): each class's map and audit equal its own walk's."""
+    _, _, path, _ = exported
+    feeds = {"input_ids": IDS}
+    many = rulegraph.explain(path, rules, feeds, targets="all", dtype=F64)
+    for e in many:
+        same(e, rulegraph.explain(path, rules, feeds, target=e.target[0], dtype=F64))

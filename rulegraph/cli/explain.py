@@ -95,7 +95,8 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
-    pngs = render.png_paths(png_path, len(requests) * _targets_per_request(graph, opts, png_path))
+    maps = _maps_per_request(options, png_path)
+    pngs = render.png_paths(png_path, len(requests) * _targets_per_request(graph, opts, png_path) * (maps or 1))
     check_outputs([(json_path, "--json"), (html_path, "--html"), *((p, "--png") for p in pngs),
                    *((p, "--graph") for p in graph_paths)], force, reads)
     if graph_paths and len(requests) > 1:
@@ -126,7 +127,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                 out.print(line)
             continue
         if len(results) > 1:
-            out.rule(f"{i + 1}/{len(results)}" + (f" · {escape(explained_name(e))}" if opts.get("targets") else ""))
+            shown = [explained_name(e)] if opts.get("targets") else []
+            shown += (e.extra.get("condition") or {}).get("conditions", []) if maps != 1 else []
+            out.rule(f"{i + 1}/{len(results)}" + "".join(f" · {escape(s)}" for s in shown))
         for line in render.explanation_lines(e):
             out.print(line)
         _inside(e)
@@ -175,6 +178,21 @@ def _write_graph(g, path, model: str, force: bool, reads) -> None:
     else:
         text = json.dumps(g.to_dict(), indent=2) if suffix == ".json" else flow.page(g, model)
         write(path, text, force, "the relevance graph", reads)
+
+
+def _maps_per_request(options, png_path) -> int | None:
+    """How many maps ``--condition`` makes of each target (1 without alternatives ``|``; ``None`` with
+    ``each``, counted in the run, which ``--png`` refuses: its files are named before the run)."""
+    import math
+    from ..inside import parse_condition
+    given = options.get("condition") or []
+    found = [parse_condition(t)[1] for t in ([given] if isinstance(given, str) else given)]
+    if all(c.alternatives is not None for c in found):
+        return math.prod(len(c.alternatives) for c in found)
+    if png_path is not None:
+        raise InputError("--condition …=each with --png: the units are counted in the run, so the PNG files cannot be "
+                         "named before it; list them as alternatives (0|1|2)")
+    return None
 
 
 def _targets_per_request(graph, opts, png_path) -> int:

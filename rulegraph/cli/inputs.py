@@ -109,7 +109,7 @@ def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any],
                         output=opts["output_name"], position=opts["position"], device=opts["device"],
                         dtype=getattr(torch, opts["dtype"]), tokenizer=tokenizer, targets=opts.get("targets"),
                         question=question if "text" in request else None, **request, **options)
-            results.extend(e if opts.get("targets") is not None else [e])      # --targets: one per target
+            results.extend(e if isinstance(e, list) else [e])     # --targets, condition alternatives: several
             progress.advance(task)
     return results
 

@@ -43,6 +43,7 @@ from ..interpreter import as_tensor
 from ..options import INSIDE_OPTIONS, PASS_OPTIONS, RULE_SET_OPTIONS
 from ..passes import apply, apply_targets
 from ..canonize.final_softmax import only
+from ..inside import several
 from ..passes.base import PROBABILITY, check_arguments, explained_value, target_sets
 from ..ruleset import RuleSet, shipped_rule_sets
 from . import baselines  # noqa: F401  (registers the baselines, in the order of its import list)
@@ -178,12 +179,16 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     feeds = {k: as_tensor(k, v) for k, v in inputs.items()}
     request = Request(graph, feeds, target, output, position, device, dtype, special, vocab, audit, contrast, target_score,
                       objective, ruleset)
-    if targets is None:
+    maps = m.rule_set and several(resolved.get("condition"))
+    if targets is None and not maps:
         return _finished(m.run(request, **resolved), m, resolved, final)
-    if target is not None or contrast is not None or objective is not None:
+    if targets is not None and (target is not None or contrast is not None or objective is not None):
         raise InputError("targets=… explains each of several classes; give it without target, contrast or objective")
+    if maps and (contrast is not None or objective is not None):
+        raise InputError("conditions with alternatives (|, each) make several maps; give them without contrast or "
+                         "objective")
     if m.rule_set:
-        results = apply_targets(graph, ruleset, feeds, targets, **_rules_arguments(request, resolved))
+        results = apply_targets(graph, ruleset, feeds, targets, target=target, **_rules_arguments(request, resolved))
     else:                   # a baseline, once per target: the first run's output names them
         first = m.run(request, **resolved)
         sets = target_sets(first.output_tensor, targets, first.position)

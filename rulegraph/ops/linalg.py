@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .spec import at_most_one, op, unbroadcast
+from .spec import at_most_one, batched, op, unbroadcast
 
 Tensor = torch.Tensor
 
@@ -28,7 +28,7 @@ def rows_matmul(g: Tensor, m: Tensor, recycler=None) -> Tensor:
     of one position of a language model arrives at its [positions, vocabulary] logits, and the LM head's
     VJP then costs a row instead of one per position. The other rows are exactly 0 (a NaN row counts as
     not zero). A row with a single non-zero entry (a one-hot seed) gives the same bits either way."""
-    if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2:
+    if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2 or batched(g):
         return product(g, m, recycler)
     flat = g.reshape(-1, g.shape[-1])
     rows = nonzero_rows(flat)

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .spec import always, only, op, unbroadcast
+from .spec import always, only, op, unbroadcast, zeros_as
 
 Tensor = torch.Tensor
 INT64 = torch.int64
@@ -210,7 +210,7 @@ def _slice_vjp(grads, inputs, outputs, wants, **legacy):
         return [None] * len(inputs)
     x = inputs[0]
     spec = slice_spec(x.shape, *_slice_args(inputs, legacy))
-    g = torch.zeros_like(x)
+    g = zeros_as(x, grads[0])
     if all(step > 0 for *_, step in spec):
         index = [slice(None)] * x.dim()
         for axis, start, end, step in spec:
@@ -218,8 +218,8 @@ def _slice_vjp(grads, inputs, outputs, wants, **legacy):
         g[tuple(index)] = grads[0]
         return [g] + [None] * (len(inputs) - 1)
     with torch.enable_grad():
-        leaf = x.detach().requires_grad_(True)
-        (g,) = torch.autograd.grad(_apply_slice(leaf, spec), leaf, grads[0])
+        _, back = torch.func.vjp(lambda v: _apply_slice(v, spec), x)
+        (g,) = back(grads[0])
     return [g] + [None] * (len(inputs) - 1)
 
 
@@ -239,7 +239,7 @@ def _gather_vjp(grads, inputs, outputs, wants, *, axis=0):
     axis %= data.dim()
     idx = _positive(indices, data.shape[axis]).reshape(-1)
     g = grads[0].reshape(*data.shape[:axis], idx.numel(), *data.shape[axis + 1:])
-    return [torch.zeros_like(data).index_add_(axis, idx, g), None]
+    return [zeros_as(data, g).index_add_(axis, idx, g), None]
 
 
 @op("Gather", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_vjp,
@@ -260,7 +260,7 @@ def _gather_elements_vjp(grads, inputs, outputs, wants, *, axis=0):
         return [None, None]
     data, indices = inputs
     idx = _positive(indices.long(), data.shape[axis])
-    return [torch.zeros_like(data).scatter_add_(axis, idx, grads[0]), None]
+    return [zeros_as(data, grads[0]).scatter_add_(axis, idx, grads[0]), None]
 
 
 @op("GatherElements", affine=lambda t: not t[1], additive=(0,), routing=True, vjp=_gather_elements_vjp)
@@ -348,9 +348,8 @@ def _pad_vjp(grads, inputs, outputs, wants, *, mode="constant", pads=None, value
         return out
     if wants[0]:
         with torch.enable_grad():
-            leaf = x.detach().requires_grad_(True)
-            y = pad(leaf, pads, None, axes, mode=mode)
-            (out[0],) = torch.autograd.grad(y, leaf, g)
+            _, back = torch.func.vjp(lambda v: pad(v, pads, None, axes, mode=mode), x)
+            (out[0],) = back(g)
     return out
 
 

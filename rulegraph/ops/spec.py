@@ -274,17 +274,41 @@ def unbroadcast(grad: Tensor, shape: torch.Size | Sequence[int]) -> Tensor:
     return grad.reshape(shape)
 
 
+def batched(t: Tensor) -> bool:
+    """Whether ``t`` carries the batched walk's target axis (a tensor ``torch.func.vmap`` maps over:
+    :func:`rulegraph.passes.relevance.walk_many`): a VJP whose arithmetic depends on the values (which rows
+    are zero) or writes into a forward value's memory takes its plain path there."""
+    return torch._C._functorch.is_batchedtensor(t)
+
+
+def zeros_as(x: Tensor, grad: Tensor) -> Tensor:
+    """Zeros laid out as ``torch.zeros_like(x)`` would be (its strides, read off a meta tensor: nothing is
+    allocated for them) and dtype, for ``grad``'s VJP to be written into; made from ``grad``, so that under
+    ``torch.func.vmap`` (the batched walk's target axis) they carry the target axis too."""
+    return grad.new_empty_strided(x.shape, torch.empty_like(x, device="meta").stride(), dtype=x.dtype).zero_()
+
+
 def autograd_vjp(spec: OpSpec, grads: list, inputs: list, outputs: list, wants: list[bool], attrs: dict) -> list:
-    """VJP by recomputing the forward under autograd; for ops without an explicit one."""
-    with torch.enable_grad():
-        leaves = [x.detach().requires_grad_(True) if w else x for x, w in zip(inputs, wants)]
-        out = spec.forward(*leaves, **attrs)
+    """VJP by recomputing the forward under ``torch.func.vjp``, for ops without an explicit one (also under
+    ``torch.func.vmap``, where the cotangents carry a target axis: the batched walk); ``None`` for an input
+    not wanted, or where no float output has a cotangent."""
+    wanted = [i for i, w in enumerate(wants) if w]
+    given = [k for k, g in enumerate(grads) if g is not None and k < len(outputs)
+             and isinstance(outputs[k], Tensor) and outputs[k].is_floating_point()]
+    if not wanted or not given:
+        return [None] * len(inputs)
+
+    def forward(*chosen: Tensor) -> tuple[Tensor, ...]:
+        args = list(inputs)
+        for i, x in zip(wanted, chosen):
+            args[i] = x
+        out = spec.forward(*args, **attrs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        wanted = [x for x, w in zip(leaves, wants) if w]
-        if not pairs:
-            return [None] * len(inputs)
-        got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+        return tuple(outs[k] for k in given)
+
+    with torch.enable_grad():
+        _, back = torch.func.vjp(forward, *(inputs[i] for i in wanted))
+        got = back(tuple(grads[k] for k in given))
     it = iter(got)
     return [(next(it) if w else None) for w in wants]
 

@@ -93,6 +93,12 @@ class Forward:
     def out(self) -> Tensor:
         return self.values[self.output]
 
+    def value(self, name: str) -> Tensor:
+        """A forward value, computed again where the forward freed it (:meth:`Plan.recompute`)."""
+        if name not in self.values:
+            self.plan.recompute(self.values, name, self.recycler)
+        return self.values[name]
+
     def retarget(self, targets: list[int], *, shared: bool) -> Forward:
         """This forward seeded for other targets (one per batch item) at the same position, its values
         shared, not copied: ``shared`` when another walk follows on them (:func:`apply_targets`)."""
@@ -161,6 +167,11 @@ class Pass:
     def run(self, forward: Forward, *, audit: bool, **options: Any) -> Explanation:
         raise NotImplementedError
 
+    def run_many(self, forwards: list[Forward], *, audit: bool, **options: Any) -> list[Explanation]:
+        """:meth:`run` for several seeds of one forward's values (:meth:`Forward.retarget`), in their order;
+        by default one walk each (a pass that batches them overrides this)."""
+        return [self.run(f, audit=audit, **options) for f in forwards]
+
     @classmethod
     def keeps(cls, binding: Binding, plan: Plan) -> frozenset[str]:
         """The values the forward keeps for the walk (default: every value a reached node touches)."""
@@ -212,24 +223,27 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     return chosen().run(start, audit=audit, **options)
 
 
-def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int], *,
-                  output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
-                  dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
-                  contrast: None = None, **options: Any) -> list[Explanation]:
-    """``rules`` applied for many targets from **one forward**: one walk per target on the same values
-    (seeded by :meth:`Forward.retarget`; no walk frees a value another still reads), each with its
-    own audit. ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
-    (:func:`target_sets`). The explanations equal :func:`apply`'s, one target at a time, bit for bit."""
+def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int] | None, *,
+                  target: int | Sequence[int] | None = None, output: str | None = None,
+                  position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                  audit: bool = True, score: str = "logit", contrast: None = None, **options: Any) -> list[Explanation]:
+    """``rules`` applied for many targets from **one forward**, each with its own audit: the pass's
+    :meth:`Pass.run_many` on the forward seeded for each (:meth:`Forward.retarget`; the relevance pass walks
+    them all at once). ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
+    (:func:`target_sets`); ``None``: ``target`` alone (default the argmax), for conditions that make several
+    maps. The explanations equal :func:`apply`'s, one target at a time (float64 to 1e-12 relative)."""
     if contrast is not None:
         raise InputError("targets=… explains each of several classes; give it without a contrast")
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
-    start = forward(graph, ruleset, inputs, None, output=output, position=position, device=device, dtype=dtype,
+    start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     score=score, chosen=chosen, recycler=Recycler())
+    if targets is None:
+        return chosen().run_many([start], audit=audit, **options)
     sets = target_sets(start.out, targets, start.position)
-    return [chosen().run(start.retarget(t, shared=k + 1 < len(sets)), audit=audit, **options)
-            for k, t in enumerate(sets)]
+    return chosen().run_many([start.retarget(t, shared=k + 1 < len(sets)) for k, t in enumerate(sets)],
+                             audit=audit, **options)
 
 
 #: the most targets one call explains (``targets="all"`` on a language model's vocabulary is refused)

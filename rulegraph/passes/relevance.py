@@ -86,6 +86,18 @@ def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absol
     return total
 
 
+def _batched_dot(x: Tensor, g: Tensor, absolute: bool, nan_safe: bool) -> Tensor:
+    """``Σ x ⊙ g`` (``absolute``: ``Σ |x| ⊙ |g|``) under :func:`walk_many`'s vmap, ``g`` carrying the target
+    axis and ``x`` (a forward value) not: one matrix–vector product for all targets where the shapes agree;
+    where they broadcast, or ``nan_safe`` (0·inf taken as 0), the product summed."""
+    if x.shape == g.shape and not nan_safe:
+        x, g = (x.abs(), g.abs()) if absolute else (x, g)
+        return torch.matmul(g.reshape(-1), x.reshape(-1))
+    p = x * g
+    p = p.abs() if absolute else p
+    return torch.nansum(p) if nan_safe else p.sum()
+
+
 class Ledger:
     """Sums of relevance tensors, as 0-d tensors until :meth:`settle`.
 
@@ -96,9 +108,10 @@ class Ledger:
     the next edge's ``x · g`` is a dot over the same memory and reads the same entry.
     """
 
-    def __init__(self, nan_safe: bool, eager: bool):
+    def __init__(self, nan_safe: bool, eager: bool, batched: bool = False):
         self.nan_safe = nan_safe
         self.eager = eager          # entries are read as they are made (CPU: no device sync to fear)
+        self.batched = batched      # under :func:`walk_many`'s vmap: sums per target, no memory to key on
         self.entries: list[Tensor | float] = []         # floats where ``eager``, else 0-d tensors
         self.values: list[float] = []
         self._taken: dict[tuple, tuple[tuple, int]] = {}     # key → (weak references, entry)
@@ -108,9 +121,13 @@ class Ledger:
         entries = self.entries
         return sum([entries[i] for i in indices])
 
-    def _entry(self, key: tuple, tensors: tuple[Tensor, ...], compute: Callable[[], Tensor]) -> int:
+    def _entry(self, key: tuple | None, tensors: tuple[Tensor, ...], compute: Callable[[], Tensor]) -> int:
         """The entry ``key`` names: an earlier one while the tensors it was taken from are alive (so their
-        memory was not reused), else ``compute()``'s, a new one."""
+        memory was not reused), else ``compute()``'s, a new one; always a new one where ``key`` is ``None``
+        (:attr:`batched`: a vmapped tensor has no memory of its own to key on)."""
+        if key is None:
+            self.entries.append(compute())
+            return len(self.entries) - 1
         taken = self._taken.get(key)
         if taken is not None and all(ref() is not None for ref in taken[0]):
             return taken[1]
@@ -120,16 +137,19 @@ class Ledger:
         return len(self.entries) - 1
 
     def total(self, t: Tensor) -> int:
-        return self._entry(("total", layout(t)), (t,), lambda: torch.nansum(t) if self.nan_safe else t.sum())
+        return self._entry(None if self.batched else ("total", layout(t)), (t,),
+                           lambda: torch.nansum(t) if self.nan_safe else t.sum())
 
     def mass(self, t: Tensor) -> int:
         """Σ|t|, the scale a conservation error is judged against."""
-        return self._entry(("mass", layout(t)), (t,), lambda: torch.linalg.vector_norm(
+        return self._entry(None if self.batched else ("mass", layout(t)), (t,), lambda: torch.linalg.vector_norm(
             torch.nan_to_num(t) if self.nan_safe else t, ord=1))
 
     def product(self, x: Tensor, g: Tensor, absolute: bool = False) -> int:
         """Σ x ⊙ g (``absolute``: Σ|x ⊙ g|), :func:`product_sum`. Two tensors lying alike in memory
         (:func:`in_memory_order`) sum as one dot over it, whatever their shape: keyed by the memory alone."""
+        if self.batched:            # a matrix–vector product over the targets (vmapped), the product never held
+            return self._entry(None, (), lambda: _batched_dot(x, g, absolute, self.nan_safe))
         flat = None if absolute or self.nan_safe else in_memory_order(x, g)
         if flat is not None:
             return self._entry(("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel()), (x, g),
@@ -161,7 +181,8 @@ class Ledger:
 
 @dataclass
 class NodeFlow:
-    """Relevance through one node: ledger entries until :func:`finish`, then floats."""
+    """Relevance through one node, as ledger entries (read once :func:`finish` settled the ledger: one
+    walk's records serve every target of :func:`walk_many`, each with its own row of numbers)."""
 
     name: str
     rule: str
@@ -170,11 +191,7 @@ class NodeFlow:
     entries_in: list[int] = field(default_factory=list)
     entries_out: list[int] = field(default_factory=list)
     entries_absorbed: list[int] = field(default_factory=list)
-    entries_mass: list[int] = field(default_factory=list)
-    relevance_in: float = 0.0
-    relevance_out: float = 0.0
-    absorbed: float = 0.0
-    mass_in: float = 0.0        # Σ|R| arriving, where measured (see :func:`propagate`)
+    entries_mass: list[int] = field(default_factory=list)      # Σ|R| arriving, where measured
 
 
 @dataclass
@@ -186,7 +203,6 @@ class Edge:
     producer: str | None
     consumer: str | None
     entry: int
-    amount: float = 0.0
 
 
 @dataclass
@@ -205,6 +221,7 @@ class Flow:
     signals: dict[str, Tensor] = field(default_factory=dict)
     # value → the relevance that arrived at it, for the values asked for (``walk(record_at=…)``)
     recorded: dict[str, Tensor] = field(default_factory=dict)
+    masked: list[int] = field(default_factory=list)     # ledger entries of what conditions masked out
 
     @property
     def output_relevance(self) -> Tensor:
@@ -293,16 +310,73 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
         for v in [v for v in env if v not in read and v not in plan.constants]:
             del env[v]
     walker.run(visits, lives)
-    flow, incoming, inflow = walker.flow, walker.incoming, walker.inflow
-    for v in binding.boundary:
-        if v in incoming:
-            arrived = incoming.pop(v)
-            flow.boundary[v] = arrived.tensor
-            if arrived.signal is not None:
-                flow.signals[v] = arrived.signal
-    for v in incoming:  # relevance that reached a value no walked node produces
-        flow.stranded_entries[v] = inflow.get(v, [])
-    return flow
+    return walker.collected()
+
+
+#: the most elements a batched walk's relevance holds per value (targets × the largest value it reads); more
+#: targets than that allows are walked in groups (:func:`walk_many`)
+GROUP = 1 << 25
+
+
+def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, *, audit: bool = True,
+              tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(), conditions: Any = None,
+              masks: dict[str, Tensor] | None = None) -> list[Flow]:
+    """:func:`walk` for many seeds (``seeds``: ``[K, *output shape]``) as one walk: every rule's arithmetic
+    batched over a leading target axis by ``torch.func.vmap``, the forward values shared (read by every
+    target, never copied per target), a :class:`Flow` per seed. The audit's sums are taken per target in the
+    same walk: a row of ledger entries per target, the entries in one order for all. ``env`` is left whole.
+    Where K times the largest value the walk reads exceeds :data:`GROUP` elements, the targets are walked in
+    groups (one plain :func:`walk` each where one target fills a group: a language model's logits).
+    ``conditions`` (:class:`rulegraph.inside.Conditions`) with ``masks`` (value → ``[K, …]``, a mask per seed):
+    each seed's walk is conditioned by its own masks — several conditional maps in one walk. The flows equal :func:`walk`'s one seed at a time up to the order of batched sums (float64 to
+    ~1e-16 relative)."""
+    visits = _visits(binding, plan)
+    largest = max((env[v].numel() for visit in visits for v in visit.reads
+                   if isinstance(env.get(v), Tensor)), default=1)
+    width = max(1, GROUP // max(largest, 1))
+    def part(i: int, j: int) -> dict[str, Tensor] | None:
+        return None if masks is None else {v: m[i:j] for v, m in masks.items()}
+
+    if width == 1:          # a value too large to hold twice: one plain walk per seed
+        return [walk(binding, plan, env, output, seed, audit=audit, tolerance=tolerance, record_at=record_at,
+                     conditions=conditions if masks is None else conditions.fixed({v: m[k] for v, m in masks.items()}))
+                for k, seed in enumerate(seeds)]
+    flows: list[Flow] = []
+    for i in range(0, len(seeds), width):
+        flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, audit=audit,
+                             tolerance=tolerance, record_at=record_at, conditions=conditions,
+                             masks=part(i, i + width))
+    return flows
+
+
+def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, visits: list[_Visit], *,
+                audit: bool, tolerance: float, record_at: frozenset[str], conditions: Any,
+                masks: dict[str, Tensor] | None) -> list[Flow]:
+    traced: list[Flow] = []          # the walk's structure (nodes, edges, entry indices), one for every target
+
+    def one(seed: Tensor, given: dict[str, Tensor] | None):
+        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None,
+                               conditions if given is None else conditions.fixed(given), batched=True)
+        walker.run(visits, None)
+        flow = walker.collected()
+        traced.append(flow)
+        entries = flow.ledger.entries
+        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seed.new_zeros(0)
+
+    boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(seeds, masks)
+    shape, rows = traced[0], entries.tolist()
+    flows = []
+    for k, seed in enumerate(seeds):
+        ledger = Ledger(shape.ledger.nan_safe, eager=True)
+        ledger.entries = rows[k]
+        start = Incoming(env[output])
+        start.add(Contribution(signal=seed))
+        flows.append(Flow(
+            boundary={v: t[k] for v, t in boundary.items()}, start=start, ledger=ledger,
+            nodes=shape.nodes, edges=shape.edges,
+            stranded_entries=shape.stranded_entries, signals={v: t[k] for v, t in signals.items()},
+            recorded={v: t[k] for v, t in recorded.items()}, masked=shape.masked))
+    return flows
 
 
 class RelevanceWalk(Walker):
@@ -311,11 +385,12 @@ class RelevanceWalk(Walker):
     inputs; the relevance that arrived is recycled once the visit has handed it on."""
 
     def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor, audit: bool,
-                 tolerance: float, record_at: frozenset[str], recycler: Recycler | None, conditions: Any = None):
+                 tolerance: float, record_at: frozenset[str], recycler: Recycler | None, conditions: Any = None,
+                 batched: bool = False):
         super().__init__(env, recycler)
         self.conditions = conditions
         self.binding, self.plan, self.audit, self.tolerance, self.record_at = binding, plan, audit, tolerance, record_at
-        ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu")
+        ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu" and not batched, batched=batched)
         self.incoming: dict[str, Incoming] = {}
         self.inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
         self.start = Incoming(env[output])
@@ -327,6 +402,20 @@ class RelevanceWalk(Walker):
             entry = ledger.arriving(self.start)
             self.inflow[output] = [entry]
             self.flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
+
+    def collected(self) -> Flow:
+        """The flow once the walk has run: the relevance that reached the boundary (and its signal, where it
+        arrived in signal form), and what reached a value no walked node produces, stranded."""
+        flow, incoming, inflow = self.flow, self.incoming, self.inflow
+        for v in self.binding.boundary:
+            if v in incoming:
+                arrived = incoming.pop(v)
+                flow.boundary[v] = arrived.tensor
+                if arrived.signal is not None:
+                    flow.signals[v] = arrived.signal
+        for v in incoming:  # relevance that reached a value no walked node produces
+            flow.stranded_entries[v] = inflow.get(v, [])
+        return flow
 
     def free(self, names: tuple[str, ...], recycle: bool) -> None:
         if recycle and self.recycler is not None:
@@ -345,6 +434,7 @@ class RelevanceWalk(Walker):
         if self.conditions is not None:         # conditional relevance: the chosen units' share goes on
             arriving, masked = self.conditions.apply(visit.outputs, arriving, flow.ledger if self.audit else None)
             self.arriving = arriving
+            flow.masked += masked
         if self.record_at:
             flow.recorded.update((v, a.tensor) for v, a in zip(visit.outputs, arriving)
                                  if a is not None and v in self.record_at)
@@ -406,14 +496,9 @@ def _needs_mass(ledger: Ledger, record: NodeFlow, tolerance: float) -> bool:
 
 
 def finish(flow: Flow) -> Flow:
-    """Turn the ledger into numbers (one device sync) and fill in the figures."""
+    """Turn the ledger into numbers (one device sync); the nodes and edges read them (:func:`audit_of`)."""
     ledger = flow.ledger
     ledger.settle()
-    for n in flow.nodes:
-        n.relevance_in, n.relevance_out = ledger(n.entries_in), ledger(n.entries_out)
-        n.absorbed, n.mass_in = ledger(n.entries_absorbed), ledger(n.entries_mass)
-    for e in flow.edges:
-        e.amount = ledger.values[e.entry]
     flow.stranded = {k: ledger(v) for k, v in flow.stranded_entries.items()}
     return flow
 
@@ -430,15 +515,16 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
     graph = binding.graph
     layer_of = graph.layers
     nodes = []
+    ledger = flow.ledger
     for rec in flow.nodes:
         node = graph.node(rec.name)
-        gap = rec.relevance_in - rec.relevance_out - rec.absorbed
+        r_in, r_out, r_abs = ledger(rec.entries_in), ledger(rec.entries_out), ledger(rec.entries_absorbed)
+        gap = r_in - r_out - r_abs
         nodes.append(NodeAudit(
             name=rec.name, op=node.op, layer=layer_of[rec.name], rule=rec.rule, where=rec.where,
-            conserving=rec.conserving, relevance_in=rec.relevance_in, relevance_out=rec.relevance_out,
-            absorbed=rec.absorbed, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
-            relative_error=relative(gap, rec.mass_in, rec.relevance_in, rec.relevance_out, rec.absorbed)
-            if rec.conserving else 0.0,
+            conserving=rec.conserving, relevance_in=r_in, relevance_out=r_out,
+            absorbed=r_abs, breaks=0.0 if rec.conserving else gap, error=gap if rec.conserving else 0.0,
+            relative_error=relative(gap, ledger(rec.entries_mass), r_in, r_out, r_abs) if rec.conserving else 0.0,
             semantics=RULES["relevance"].get(rec.rule).breaking if rec.rule in RULES["relevance"] else ""))
 
     for value, amount in (unmapped or {}).items():
@@ -461,9 +547,9 @@ def audit_of(flow: Flow, binding: Binding, dtype: torch.dtype, unmapped: dict[st
         if src == dst:
             continue
         if src in layers:
-            layers[src].relevance_in += e.amount
+            layers[src].relevance_in += ledger.values[e.entry]
         if dst in layers:
-            layers[dst].relevance_out += e.amount
+            layers[dst].relevance_out += ledger.values[e.entry]
 
     start = flow.start
     output_value = float(_seeded_sum(start.value, start.signal) if start.explicit is None
@@ -523,24 +609,72 @@ class RelevancePass(Pass):
         return cache.spills
 
     def run(self, forward: Forward, *, audit: bool, record=(), at=None, condition=None, graph=False) -> Explanation:
+        asked = _Asked.of(forward, audit, record, at, condition, graph)
+        if len(asked.maps) > 1:
+            raise InputError(f"the conditions make {len(asked.maps)} maps; rulegraph.explain returns them as a list")
+        conditions = asked.maps[0] if asked.maps else None
+        flow = walk(forward.binding, forward.plan, forward.values, forward.output, forward.seed, audit=audit,
+                    tolerance=tolerance(forward.plan.dtype), record_at=asked.record_at,
+                    release=None if forward.shared else asked.kept, recycler=forward.recycler, conditions=conditions)
+        return asked.explanation(forward, flow, conditions)
+
+    def run_many(self, forwards: list[Forward], *, audit: bool, record=(), at=None, condition=None,
+                 graph=False) -> list[Explanation]:
+        """One walk for every forward (one input's, seeded for other targets) and every map the conditions
+        make (:meth:`rulegraph.inside.Request.maps`), target by target: :func:`walk_many`, each map's masks
+        stacked beside the seeds."""
+        first = forwards[0]
+        asked = _Asked.of(first, audit, record, at, condition, graph)
+        pairs = [(f, c) for f in forwards for c in (asked.maps or [None])]
+        masks = None if not asked.maps else \
+            {v: torch.stack([c.mask(v, first.value(v)) for _, c in pairs]) for v in asked.maps[0].masks}
+        flows = walk_many(first.binding, first.plan, first.values, first.output, torch.stack([f.seed for f, _ in pairs]),
+                          audit=audit, tolerance=tolerance(first.plan.dtype), record_at=asked.record_at,
+                          conditions=asked.maps[0] if asked.maps else None, masks=masks)
+        return [asked.explanation(f, flow, c) for (f, c), flow in zip(pairs, flows, strict=True)]
+
+
+@dataclass
+class _Asked:
+    """What a relevance explanation asks beyond the input map: values recorded (``record``, ``--at``, the
+    experts' outputs, the relevance graph's sites) and the conditions' maps; :meth:`explanation` reads a
+    walk's flow."""
+
+    audit: bool
+    record: frozenset[str]
+    inside: Any                     # rulegraph.inside.Request
+    maps: list                      # rulegraph.inside.Conditions, one per map (none without conditions)
+    moe: list
+    layered: Any                    # rulegraph.layergraph.Sites
+    graph: bool
+
+    @classmethod
+    def of(cls, forward: Forward, audit: bool, record, at, condition, graph: bool) -> _Asked:
         from ..inside import request
-        from ..layergraph import Sites, build, sites
-        binding, values, dtype = forward.binding, forward.values, forward.plan.dtype
-        unknown = [v for v in record if v not in values and v not in forward.graph.producer]
+        from ..layergraph import Sites, sites
+        unknown = [v for v in record if v not in forward.values and v not in forward.graph.producer]
         if unknown:
             raise InputError(f"record: the graph has no value {unknown[0]!r}")
-        inside = request(forward.graph, binding, at, condition)       # --at / --condition (rulegraph.inside)
-        moe = find_experts(forward.graph) if audit else []      # the audit shows relevance per expert
-        layered = sites(forward.graph) if graph else Sites([], [], [])     # the relevance graph (rulegraph.layergraph)
-        flow = walk(binding, forward.plan, values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(dtype),
-                    record_at=frozenset(record) | inside.values | {b.output for b in moe} | layered.recorded,
-                    release=None if forward.shared else frozenset(b.weights for b in moe) | layered.kept,
-                    recycler=forward.recycler,
-                    conditions=inside.conditions if inside.conditions.masks else None)
+        inside = request(forward.graph, forward.binding, at, condition)      # --at / --condition (rulegraph.inside)
+        return cls(audit, frozenset(record), inside, inside.maps(forward.value),
+                   find_experts(forward.graph) if audit else [],       # the audit shows relevance per expert
+                   sites(forward.graph) if graph else Sites([], [], []),     # the relevance graph (rulegraph.layergraph)
+                   graph)
+
+    @property
+    def record_at(self) -> frozenset[str]:
+        return self.record | self.inside.values | {b.output for b in self.moe} | self.layered.recorded
+
+    @property
+    def kept(self) -> frozenset[str]:
+        """What a walk that owns the forward's values must leave in them for :meth:`explanation`."""
+        return frozenset(b.weights for b in self.moe) | self.layered.kept
+
+    def explanation(self, forward: Forward, flow: Flow, conditions: Any = None) -> Explanation:
+        from ..layergraph import build
+        binding, values, dtype, audit, inside = forward.binding, forward.values, forward.plan.dtype, self.audit, self.inside
         if audit:
             finish(flow)
-            inside.conditions.settle(flow.ledger)
         arrived = {v: flow.boundary[v] if v in flow.boundary else torch.zeros_like(values[v]) for v in binding.boundary}
         boundary = forward.mapping.by_key(arrived)
         unmapped = {v: float(forward.mapping.unmapped(v, r)) for v, r in flow.boundary.items()} if audit else {}
@@ -551,12 +685,13 @@ class RelevancePass(Pass):
         e = forward.explanation(relevance={k: position_scores(v).detach().cpu() for k, v in boundary.items()},
                                 boundary={k: v.detach().cpu() for k, v in boundary.items()},
                                 audit=audit_of(flow, binding, dtype, unmapped) if audit else None)
-        if moe:
-            e.audit.experts = expert_audits(moe, flow.recorded, values)
-        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in record}
+        if self.moe:
+            e.audit.experts = expert_audits(self.moe, flow.recorded, values)
+        e.recorded = {v: r.detach().cpu() for v, r in flow.recorded.items() if v in self.record}
         e.inside = inside.read(flow.recorded, values)
-        if graph:
-            e.graph = build(layered, {**flow.boundary, **flow.recorded}, values, forward.plan, e.audit, e.output_value)
-        if inside.described:
-            e.extra["condition"] = inside.describe()
+        if self.graph:
+            e.graph = build(self.layered, {**flow.boundary, **flow.recorded}, values, forward.plan, e.audit,
+                            e.output_value)
+        if conditions is not None:
+            e.extra["condition"] = conditions.describe(flow.ledger(flow.masked) if audit else None)
         return e

@@ -95,7 +95,7 @@ class Recurrent(Rule):
             bias = None if b is None else b[d].chunk(2)
             rxd, rh, rc, gone = self._direction(kind, x, w[d], r[d], bias, steps, incoming, d,
                                                 kwargs.get("linear_before_reset", 0))
-            rx += rxd
+            rx = rx + rxd
             rh0.append(rh)
             rc0.append(rc)
             absorbed = absorbed + gone
@@ -122,7 +122,7 @@ class Recurrent(Rule):
         rc = incoming[2][d] if kind == "LSTM" and incoming[2] is not None else \
             (x.new_zeros((batch, hidden)) if kind == "LSTM" else None)
         xs = torch.gather(x, 0, steps.order.unsqueeze(-1).expand_as(x))
-        rx = torch.zeros_like(x)
+        rx: list[Tensor | None] = [None] * count        # per step, stacked (relevance may carry a target axis)
         gone = x.new_zeros((batch, hidden))
         block = {"LSTM": 3, "GRU": 2, "RNN": 0}[kind]                  # the candidate's rows in W and R (iofc, zrh)
         wg, rg = w[block * hidden:(block + 1) * hidden], r[block * hidden:(block + 1) * hidden]
@@ -165,5 +165,6 @@ class Recurrent(Rule):
             rh = torch.where(go, r_hprev, rh)
             if kind == "LSTM":
                 rc = torch.where(go, r_cprev, rc)
+        rx = torch.stack(rx) if count else torch.zeros_like(x)
         rx = torch.zeros_like(rx).scatter(0, steps.order.unsqueeze(-1).expand_as(rx), rx)  # back to time order
         return rx, rh, rc, gone.sum()

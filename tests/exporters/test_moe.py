@@ -14,6 +14,7 @@ import torch
 
 import rulegraph
 import tiny
+from targets import same
 from rulegraph.cli import main
 from rulegraph.exporters.moe import DENSE, use_dense_experts
 
@@ -79,6 +80,19 @@ def test_every_rule_set_conserves_and_splits_over_the_picked_experts(exported):
             node = next(n for n in e.audit.nodes if n.name == block.node)       # the router: held constant
             assert node.relevance_out == pytest.approx(node.relevance_in, rel=1e-12, abs=1e-15), rules
             assert sum(block.relevance) == pytest.approx(node.relevance_in, rel=1e-9, abs=1e-15), rules
+
+
+@pytest.mark.parametrize("rules", ["attnlrp", "gi"])
+def test_top_tokens_in_one_batched_walk_equal_each_alone(exported, rules):
+    """The experts' routing under the batched walk (``targets=``: a target axis through every rule, the
+    routing weights shared): each next token's map, audit and per-expert figures equal its own walk's."""
+    _, path = exported
+    feeds = tiny.token_inputs(("input_ids", "attention_mask"), batch=1, length=9)
+    for e in rulegraph.explain(path, rules, feeds, targets="top-3", dtype=torch.float64):
+        alone = rulegraph.explain(path, rules, feeds, target=e.target[0], dtype=torch.float64)
+        same(e, alone)
+        for a, b in zip(e.audit.experts, alone.audit.experts, strict=True):
+            assert a.relevance == pytest.approx(b.relevance, rel=1e-12, abs=1e-15)
 
 
 def test_gi_equals_autograd(exported):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rulegraph.ops import REGISTRY, autograd_vjp, vjp
+from rulegraph.ops import REGISTRY, vjp
 
 from .samples import SAMPLES, Sample
 
@@ -49,6 +49,22 @@ def _check_equal(got, ref, wants, sample: Sample, what: str):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10, msg=lambda m: f"{sample.id} {what} input {i}: {m}")
 
 
+def _autograd(s: Sample, grads: list, wants: list[bool]) -> list:
+    """The reference: ``torch.autograd.grad`` through the op's forward (``None`` where an input does not
+    reach an output in torch's graph: there finite differences check the VJP)."""
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(True) if w else x for x, w in zip(s.inputs, wants)]
+        out = s.spec.forward(*leaves, **s.attrs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        if not pairs:
+            return [None] * len(s.inputs)
+        got = torch.autograd.grad([o for o, _ in pairs], [x for x, w in zip(leaves, wants) if w],
+                                  [g for _, g in pairs], allow_unused=True)
+    it = iter(got)
+    return [(next(it) if w else None) for w in wants]
+
+
 EXPLICIT = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.vjp is not None and _differentiable(s)]
 ALL = [pytest.param(s, id=s.id) for s in SAMPLES if _differentiable(s)]
 
@@ -70,7 +86,7 @@ def test_explicit_vjp_matches_autograd(s: Sample):
         if s.autograd_outputs is not None:
             grads[s.autograd_outputs:] = [None] * (len(grads) - s.autograd_outputs)
         got = vjp(s.spec, grads, s.inputs, outs, wants, s.attrs)
-        ref = autograd_vjp(s.spec, grads, s.inputs, outs, wants, s.attrs)
+        ref = _autograd(s, grads, wants)
         _check_equal(got, ref, wants, s, f"(seed {seed}, drop {drop})")
 
 
@@ -105,3 +121,31 @@ def test_vjp_matches_finite_differences(s: Sample):
     analytic = sum(float((got[i] * directions[i]).sum()) for i in floats if got[i] is not None)
     assert abs(numeric - analytic) <= 1e-6 * (1 + abs(analytic)), (
         f"{s.id}: finite differences {numeric}, VJP {analytic}")
+
+
+@pytest.mark.parametrize("s", ALL)
+def test_vjp_batched_over_targets(s: Sample):
+    """Every VJP (explicit or autograd's) under ``torch.func.vmap`` over a leading target axis of its
+    cotangents, the forward values shared, as the batched relevance walk runs it
+    (:func:`rulegraph.passes.relevance.walk_many`): each target's VJP equals the VJP of its cotangents alone."""
+    outs = s.call()
+    wants = [_float(x) for x in s.inputs]
+    stacked = [(k, _cotangents(outs, 6)[k], _cotangents(outs, 7)[k]) for k in range(len(outs))]
+    stacked = [(k, torch.stack([a, b])) for k, a, b in stacked if a is not None]
+
+    def one(*gs):
+        grads: list[Tensor | None] = [None] * len(outs)
+        for (k, _), g in zip(stacked, gs):
+            grads[k] = g
+        return tuple(g if g is not None else torch.zeros(()) for g in vjp(s.spec, grads, s.inputs, outs, wants, s.attrs))
+
+    batched = torch.func.vmap(one)(*(t for _, t in stacked))
+    for target in range(2):
+        grads: list[Tensor | None] = [None] * len(outs)
+        for k, t in stacked:
+            grads[k] = t[target]
+        alone = vjp(s.spec, grads, s.inputs, outs, wants, s.attrs)
+        for i, (b, a) in enumerate(zip(batched, alone)):
+            if a is not None:
+                torch.testing.assert_close(b[target], a, rtol=1e-12, atol=1e-12,
+                                           msg=lambda m: f"{s.id} target {target} input {i}: {m}")

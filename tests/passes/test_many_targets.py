@@ -1,6 +1,7 @@
-"""Many targets from one forward (passes.base.apply_targets): one walk per target on the shared
-forward values equals the one-target explanation of each, bit for bit, audit included, for every
-shipped rule set on a classifier and a language model's top-K next tokens."""
+"""Many targets from one forward (passes.base.apply_targets; the relevance pass walks them all at once,
+passes.relevance.walk_many): equal to the one-target explanation of each — float64 to 1e-12 relative,
+the maps, every node's audit figures and the conservation — for every shipped rule set on a classifier
+and a language model's top-K next tokens, in one group of targets or several."""
 from __future__ import annotations
 
 import pytest
@@ -8,19 +9,12 @@ import torch
 
 import rulegraph
 import tiny
+from targets import same
 from rulegraph.errors import InputError
 from rulegraph.passes import apply, apply_targets
 from rulegraph.passes.base import MAX_TARGETS, target_sets
 
 RULE_SETS = sorted(rulegraph.shipped_rule_sets())
-
-
-def _same(a, b):
-    assert a.target == b.target and a.output_value == b.output_value
-    for key in a.boundary:
-        assert torch.equal(a.boundary[key], b.boundary[key]), key
-    if a.audit is not None:
-        assert a.audit.conservation == b.audit.conservation
 
 
 @pytest.mark.parametrize("rules", RULE_SETS)
@@ -30,7 +24,50 @@ def test_every_class_from_one_forward_equals_one_class_at_a_time(bert_onnx, rule
     classes = many[0].output_tensor.shape[-1]
     assert classes >= 2 and [e.target for e in many] == [[c, c] for c in range(classes)]
     for c, e in enumerate(many):
-        _same(e, apply(bert_onnx, rules, feeds, c, dtype=torch.float64))
+        same(e, apply(bert_onnx, rules, feeds, c, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kind", ["cnn", "resnet", "mobilenetv3"])
+def test_cnns_every_class_in_one_walk(tmp_path, kind):
+    """Convolutions, pooling, BatchNorm, Hardswish and the CNN sets' z⁺ / γ / box rules under the batched walk."""
+    import cnn
+    path = cnn.onnx(cnn.build(kind), tmp_path / "m.onnx", cnn.image(1, 8))
+    feeds = {"pixel_values": cnn.image(2, 8)}
+    for rules in sorted(rulegraph.shipped_rule_sets("cnns")) + ["gi"]:
+        for e in apply_targets(path, rules, feeds, "all", dtype=torch.float64):
+            same(e, apply(path, rules, feeds, e.target, dtype=torch.float64))
+
+
+def test_targets_walked_in_groups_equal_one_group(tmp_path, monkeypatch):
+    """More targets than one batched walk may hold (relevance.GROUP) are walked in groups of several, or
+    one plain walk each where one fills a group; the same explanations either way."""
+    from rulegraph.passes import relevance
+    import cnn
+    path = cnn.onnx(cnn.build("mlp"), tmp_path / "m.onnx", cnn.image(1, 2)[:, :, :2, :2])
+    feeds = {"pixel_values": cnn.image(2, 2)[:, :, :2, :2]}
+    whole = apply_targets(path, "gi", feeds, "all", dtype=torch.float64)
+    groups: list[int] = []
+    walk_group = relevance._walk_group
+    monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: groups.append(len(a[4])) or walk_group(*a, **k))
+    for size, expected in ((1 << 20, [3]), (240, [2, 1]), (1, [])):   # the largest value read: a [10, 12] weight
+        groups.clear()
+        monkeypatch.setattr(relevance, "GROUP", size)
+        for a, b in zip(apply_targets(path, "gi", feeds, "all", dtype=torch.float64), whole, strict=True):
+            same(a, b)
+        assert groups == expected, size
+
+
+def test_many_targets_read_inside_the_model(bert_onnx):
+    """``--at`` and a condition under the batched walk: per target, what one target's walk reads."""
+    feeds = tiny.token_inputs(batch=1, length=7)
+    asked = dict(at="block 1 attention output", condition="block 1 attention output:heads=0")
+    many = apply_targets(bert_onnx, "attnlrp", feeds, [1, 0], dtype=torch.float64, **asked)
+    for e in many:
+        one = apply(bert_onnx, "attnlrp", feeds, e.target[0], dtype=torch.float64, **asked)
+        same(e, one)
+        (x,), (y,) = e.inside["block 1 attention output"], one.inside["block 1 attention output"]
+        torch.testing.assert_close(x.relevance, y.relevance, rtol=0, atol=1e-12 * float(y.relevance.abs().max()))
+        assert e.extra["condition"]["absorbed"] == pytest.approx(one.extra["condition"]["absorbed"], abs=1e-12)
 
 
 def test_top_k_next_tokens_of_a_language_model(causal_lm):
@@ -41,7 +78,7 @@ def test_top_k_next_tokens_of_a_language_model(causal_lm):
     logits = many[0].output_tensor[0, -1]
     assert [e.target[0] for e in many] == logits.topk(3).indices.tolist()
     for e in many:
-        _same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
+        same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -147,6 +147,7 @@ def test_releasing_and_recomputing_change_no_number(causal_lm, rules, dtype, len
     assert full.boundary.keys() == flow.boundary.keys()
     for v, r in full.boundary.items():
         assert torch.equal(r, flow.boundary[v])
-    figures = lambda f: ([(n.name, n.relevance_in, n.relevance_out, n.absorbed, n.mass_in) for n in f.nodes],
-                         [(e.producer, e.consumer, e.amount) for e in f.edges], f.stranded)
+    figures = lambda f: ([(n.name, *map(f.ledger, (n.entries_in, n.entries_out, n.entries_absorbed, n.entries_mass)))
+                          for n in f.nodes], [(e.producer, e.consumer, f.ledger.values[e.entry]) for e in f.edges],
+                         f.stranded)
     assert figures(full) == figures(flow)          # every audit figure (the ledger's entries may be shared)

@@ -78,3 +78,24 @@ def test_two_layers_conditioned_together_equal_zennit_crps(model):
     err = relative(ours.boundary["pixel_values"].sum(1), theirs)
     print(f"conv 3 channels 1,4 and conv 6 channels 0,3: max relative error {err:.2e}")
     assert err <= RTOL
+
+
+@pytest.mark.parametrize("layer", CONVS)
+def test_channel_wise_maps_of_one_walk_equal_zennit_crps(model, layer):
+    """``channels=each``: every channel's conditional map of a layer from one batched walk, against zennit-crp
+    explaining the same list of conditions in one call (its batch of conditions)."""
+    module, path, x = model
+    full = rulegraph.explain(str(path), "epsilon-plus-flat", {"pixel_values": x}, dtype=torch.float64, at="op Conv")
+    node, target = full.at()[CONVS.index(layer)].node, full.target[0]
+    ours = rulegraph.explain(str(path), "epsilon-plus-flat", {"pixel_values": x}, dtype=torch.float64,
+                             condition=f"name {node}:channels=each")
+    channels = module[int(layer)].out_channels
+    attribution = crp.CondAttribution(module, no_param_grad=True)
+    theirs = attribution(x.clone().requires_grad_(True), [{"y": [target], layer: [c]} for c in range(channels)],
+                         EpsilonPlusFlat()).heatmap.detach()
+    assert len(ours) == channels == theirs.shape[0]
+    scale = full.boundary["pixel_values"].sum(1).abs().max()         # a channel no relevance reaches is all zero
+    for c, e in enumerate(ours):
+        err = float((e.boundary["pixel_values"].sum(1)[0] - theirs[c]).abs().max() / scale)
+        print(f"conv {layer} channel {c} (one walk of {channels}): max relative error {err:.2e}")
+        assert err <= RTOL

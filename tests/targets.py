@@ -1,0 +1,28 @@
+"""Two explanations of one target compared as the batched walk promises (float64, 1e-12 of the scale)."""
+from __future__ import annotations
+
+import torch
+
+
+def _close(x: float, y: float, scale: float) -> None:
+    assert abs(x - y) <= 1e-12 * scale, (x, y)
+
+
+def same(a, b) -> None:
+    """``a`` (from the batched walk) equals ``b`` (one target) to 1e-12 relative, audit included."""
+    assert a.target == b.target and a.output_value == b.output_value
+    for key in a.boundary:
+        torch.testing.assert_close(a.boundary[key], b.boundary[key], rtol=0,
+                                   atol=1e-12 * float(b.boundary[key].abs().max()))
+    assert (a.audit is None) == (b.audit is None)
+    if a.audit is None:
+        return
+    scale = max(abs(v) for v in b.output_value)
+    ca, cb = a.audit.conservation, b.audit.conservation
+    for field in ("output_value", "input_total", "absorbed", "breaks", "residual"):
+        _close(getattr(ca, field), getattr(cb, field), scale)
+    assert [n.name for n in a.audit.nodes] == [n.name for n in b.audit.nodes]
+    for na, nb in zip(a.audit.nodes, b.audit.nodes):
+        for field in ("relevance_in", "relevance_out", "absorbed", "breaks", "error"):
+            _close(getattr(na, field), getattr(nb, field), scale)
+    assert a.audit.ok == b.audit.ok
