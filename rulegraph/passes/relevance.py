@@ -210,7 +210,7 @@ class Flow:
     """Everything the pass produced."""
 
     boundary: dict[str, Tensor]                 # boundary value → relevance tensor
-    start: Incoming                             # the seed at the explained output (value ⊙ seed, not multiplied out)
+    start: Incoming | None                      # the seed at the explained output (value ⊙ seed, not multiplied out)
     ledger: Ledger
     nodes: list[NodeFlow] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
@@ -325,58 +325,103 @@ def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: Ten
     batched over a leading target axis by ``torch.func.vmap``, the forward values shared (read by every
     target, never copied per target), a :class:`Flow` per seed. The audit's sums are taken per target in the
     same walk: a row of ledger entries per target, the entries in one order for all. ``env`` is left whole.
-    Where K times the largest value the walk reads exceeds :data:`GROUP` elements, the targets are walked in
-    groups (one plain :func:`walk` each where one target fills a group: a language model's logits).
-    ``conditions`` (:class:`rulegraph.inside.Conditions`) with ``masks`` (value → ``[K, …]``, a mask per seed):
-    each seed's walk is conditioned by its own masks — several conditional maps in one walk. The flows equal :func:`walk`'s one seed at a time up to the order of batched sums (float64 to
-    ~1e-16 relative)."""
-    visits = _visits(binding, plan)
-    largest = max((env[v].numel() for visit in visits for v in visit.reads
-                   if isinstance(env.get(v), Tensor)), default=1)
-    width = max(1, GROUP // max(largest, 1))
-    def part(i: int, j: int) -> dict[str, Tensor] | None:
-        return None if masks is None else {v: m[i:j] for v, m in masks.items()}
 
-    if width == 1:          # a value too large to hold twice: one plain walk per seed
-        return [walk(binding, plan, env, output, seed, audit=audit, tolerance=tolerance, record_at=record_at,
-                     conditions=conditions if masks is None else conditions.fixed({v: m[k] for v, m in masks.items()}))
-                for k, seed in enumerate(seeds)]
+    The visits up to the last whose relevance (:func:`_carrying`) two targets would hold in more than
+    :data:`GROUP` elements (a language model's [positions, vocabulary] logits) are the *head*: walked target by
+    target as :func:`walk` does (its VJPs multiply only the rows a seed reaches), the rest batched from the
+    relevance the head left. Where K times the largest relevance the rest holds exceeds :data:`GROUP`, the
+    targets are walked in groups. ``conditions`` (:class:`rulegraph.inside.Conditions`) with ``masks``
+    (value → ``[K, …]``, a mask per seed): each seed's walk conditioned by its own masks — several conditional
+    maps in one walk. The flows equal :func:`walk`'s one seed at a time up to the order of batched sums
+    (float64 to ~1e-16 relative)."""
+    visits = _visits(binding, plan)
+    sizes = [max((env[v].numel() for v in _carrying(visit) if isinstance(env.get(v), Tensor)), default=1)
+             for visit in visits]
+    head = 1 + max((i for i, size in enumerate(sizes) if 2 * size > GROUP), default=-1)
+    width = max(1, GROUP // max(sizes[head:])) if head < len(visits) else max(1, len(seeds))
+    walked = dict(audit=audit, tolerance=tolerance, record_at=record_at, conditions=conditions)
     flows: list[Flow] = []
     for i in range(0, len(seeds), width):
-        flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, audit=audit,
-                             tolerance=tolerance, record_at=record_at, conditions=conditions,
-                             masks=part(i, i + width))
+        given = None if masks is None else {v: m[i:i + width] for v, m in masks.items()}
+        flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, head, given, **walked)
     return flows
 
 
-def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, visits: list[_Visit], *,
-                audit: bool, tolerance: float, record_at: frozenset[str], conditions: Any,
-                masks: dict[str, Tensor] | None) -> list[Flow]:
+def _carrying(visit: _Visit) -> list[str]:
+    """The values whose relevance a visit holds (its outputs and the inputs its rule hands relevance to): what
+    the batched walk holds once per target (a weight it reads, it holds once)."""
+    return [*visit.outputs, *(v for v, tainted, _ in visit.edges if tainted)]
+
+
+def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, visits: list[_Visit],
+                head: int, masks: dict[str, Tensor] | None, *, audit: bool, tolerance: float,
+                record_at: frozenset[str], conditions: Any) -> list[Flow]:
+    """:func:`walk_many` for one group of seeds: the first ``head`` visits target by target, the rest under vmap."""
+    def conditioned(k: int | None, given: dict[str, Tensor] | None = None) -> Any:
+        if masks is None:
+            return conditions
+        return conditions.fixed(given if k is None else {v: m[k] for v, m in masks.items()})
+
+    heads = []
+    for k, seed in enumerate(seeds if head else ()):        # the head, target by target
+        w = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None, conditioned(k))
+        w.run(visits[:head], None)
+        heads.append(w)
+    if head == len(visits):
+        return [w.collected() for w in heads]
+    template = heads[0] if heads else None
+    # where the head left the relevance, a tensor per value with the target axis (signal form where all are)
+    left = {}
+    for v in (template.incoming if template else ()):
+        arrived = [w.incoming[v] for w in heads]
+        signal = all(a.explicit is None for a in arrived)
+        left[v] = (signal, torch.stack([a.signal if signal else a.tensor for a in arrived]))
     traced: list[Flow] = []          # the walk's structure (nodes, edges, entry indices), one for every target
 
-    def one(seed: Tensor, given: dict[str, Tensor] | None):
-        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None,
-                               conditions if given is None else conditions.fixed(given), batched=True)
-        walker.run(visits, None)
+    def one(start: Tensor | dict[str, Tensor], given: dict[str, Tensor] | None):
+        batched = template is None
+        walker = RelevanceWalk(binding, plan, env, output, start if batched else None, audit, tolerance, record_at,
+                               None, conditioned(None, given), batched=True)
+        if not batched:
+            walker.resume(template, {v: (left[v][0], t) for v, t in start.items()})
+        walker.run(visits[head:], None)
         flow = walker.collected()
         traced.append(flow)
         entries = flow.ledger.entries
-        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seed.new_zeros(0)
+        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seeds.new_zeros(0)
 
-    boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(seeds, masks)
+    starts = seeds if template is None else {v: t for v, (_, t) in left.items()}
+    boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(starts, masks)
     shape, rows = traced[0], entries.tolist()
     flows = []
     for k, seed in enumerate(seeds):
         ledger = Ledger(shape.ledger.nan_safe, eager=True)
         ledger.entries = rows[k]
-        start = Incoming(env[output])
-        start.add(Contribution(signal=seed))
+        if heads:                   # the head's own entries, in front
+            ledger.entries[:len(heads[k].flow.ledger.entries)] = _numbers(heads[k].flow.ledger.entries)
+            start = heads[k].start
+        else:
+            start = Incoming(env[output])
+            start.add(Contribution(signal=seed))
         flows.append(Flow(
             boundary={v: t[k] for v, t in boundary.items()}, start=start, ledger=ledger,
             nodes=shape.nodes, edges=shape.edges,
             stranded_entries=shape.stranded_entries, signals={v: t[k] for v, t in signals.items()},
-            recorded={v: t[k] for v, t in recorded.items()}, masked=shape.masked))
+            recorded={**(heads[k].flow.recorded if heads else {}), **{v: t[k] for v, t in recorded.items()}},
+            masked=shape.masked))
     return flows
+
+
+def _numbers(entries: list) -> list[float]:
+    """A ledger's entries as floats (0-d tensors read in one sync)."""
+    tensors = [i for i, e in enumerate(entries) if isinstance(e, Tensor)]
+    if not tensors:
+        return list(entries)
+    read = torch.stack([entries[i] for i in tensors]).tolist()
+    out = list(entries)
+    for i, x in zip(tensors, read):
+        out[i] = x
+    return out
 
 
 class RelevanceWalk(Walker):
@@ -384,7 +429,7 @@ class RelevanceWalk(Walker):
     visit hands the relevance arriving at a node's outputs to its rule, and the contributions to its
     inputs; the relevance that arrived is recycled once the visit has handed it on."""
 
-    def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor, audit: bool,
+    def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor | None, audit: bool,
                  tolerance: float, record_at: frozenset[str], recycler: Recycler | None, conditions: Any = None,
                  batched: bool = False):
         super().__init__(env, recycler)
@@ -393,15 +438,35 @@ class RelevanceWalk(Walker):
         ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu" and not batched, batched=batched)
         self.incoming: dict[str, Incoming] = {}
         self.inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
-        self.start = Incoming(env[output])
+        self.flow = Flow(boundary={}, start=None, ledger=ledger)
+        self.start: Incoming | None = None
+        self.arriving: list[Incoming | None] = []
+        if seed is None:                # the walk goes on from where another left it (resume)
+            return
+        self.start = self.flow.start = Incoming(env[output])
         self.start.add(Contribution(signal=seed))
         self.incoming[output] = self.start
-        self.flow = Flow(boundary={}, start=self.start, ledger=ledger)
-        self.arriving: list[Incoming | None] = []
         if audit:
             entry = ledger.arriving(self.start)
             self.inflow[output] = [entry]
             self.flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
+
+    def resume(self, before: RelevanceWalk, left: dict[str, tuple[bool, Tensor]]) -> None:
+        """Go on from where the walk ``before`` (of one target; its structure is every target's) stopped,
+        the relevance it left at each value given in ``left`` (value → (signal form?, tensor)): its nodes,
+        edges, inflow and masked entries taken over, its ledger entries held by placeholders (read from
+        each target's own walk afterwards, :func:`walk_many`)."""
+        flow = self.flow
+        flow.nodes, flow.edges, flow.masked = list(before.flow.nodes), list(before.flow.edges), list(before.flow.masked)
+        zero = next(iter(left.values()))[1].new_zeros(()) if left else torch.zeros(())
+        flow.ledger.entries = [zero] * len(before.flow.ledger.entries)
+        self.inflow = {v: list(e) for v, e in before.inflow.items()}
+        for v, (signal, t) in left.items():
+            a = self.incoming[v] = Incoming(self.env[v])
+            if signal:
+                a.signal = t
+            else:
+                a.explicit = t
 
     def collected(self) -> Flow:
         """The flow once the walk has run: the relevance that reached the boundary (and its signal, where it
