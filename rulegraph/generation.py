@@ -19,12 +19,14 @@ One forward per step at most:
 * greedy: step ``t`` runs the model once on the prompt (or source) and the ``t`` tokens
   generated so far; that forward is also the explanation's forward (its argmax at the last
   position is the next token, and it is what gets explained);
-* a given continuation: the whole sequence is known, so every step is explained on the one
-  sequence at its own position, ``batch`` steps per call (the batch holds copies of the sequence,
-  each item with its own target and position). With a causal (decoder) model, position ``p``
-  sees only rows ``0…p``, so this equals explaining the prefix (``tests/test_generation.py``);
-  a call that explains one step (``batch=1``, and every baseline) runs on that step's prefix, as
-  greedy does, so that no method reads the tokens after it (random scores are seeded by the ids).
+* a given continuation: the whole sequence is known, so a rule set explains every step on the
+  one sequence at its own position, from **one forward and one walk** (``batch`` steps per walk,
+  default all, at most 256: :func:`rulegraph.passes.base.apply_targets` with each step's position,
+  the walk batched over the steps, :func:`rulegraph.passes.relevance.walk_many`), each step with its
+  own audit. With a causal (decoder) model, position ``p`` sees only rows ``0…p``, so this equals
+  explaining the prefix (``tests/test_generation.py``); a baseline runs once per step on that step's
+  prefix, as greedy does, so that no method reads the tokens after it (random scores are seeded by
+  the ids).
 
 Each step is what :func:`rulegraph.explain` gives on the same tokens: the prompt given as text
 hands the method its special tokens and the tokenizer's [PAD]/[UNK]/[MASK] (IG's ``pad``
@@ -69,11 +71,11 @@ class GeneratedToken:
     output_value: float              # the explained scalar (the logit, or z − Σ p·z for score="logprob")
     probability: float               # p(token) at that position (the softmax of the output)
     scores: list[float]              # relevance of the rows the step sees (rows 0…, in row order)
-    absorbed: float | None = None    # the audit of the call that explained this step (its sum over the batch)
+    absorbed: float | None = None    # the step's audit
     breaks: float | None = None
     residual: float | None = None
     relative_error: float | None = None
-    batched: int = 1                 # steps explained in that call
+    batched: int = 1                 # steps explained from the forward and walk that explained this one
     logprob: float | None = None     # log p(token) (score="logprob")
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,7 +252,7 @@ class _Layout:
 
 def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inputs: dict[str, Any] | None = None,
              max_new_tokens: int | None = None, continuation: str | Sequence[int] | None = None,
-             tokenizer: str | Path | None = None, batch: int = 1,
+             tokenizer: str | Path | None = None, batch: int | None = None,
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
              score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
              steps: int | None = None, options: dict[str, Any] | None = None, span: bool = False,
@@ -275,7 +277,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     tokenizer's ``</s>`` / ``<|endoftext|>``…), which is explained too, unless ``ignore_eos``.
     ``steps``: the former name of ``max_new_tokens``, for a method with no option ``steps``; for
     one with it (IG), its option, refused where it would be read as the number of tokens. ``batch``:
-    continuation steps explained per call (each call's audit is the sum over its steps).
+    a continuation's steps explained per forward and walk by a rule set (default all, at most 256).
     ``progress`` is called with the number of steps done after each call. ``score``: as in
     :func:`rulegraph.explain`. ``span``: also explain the explained tokens together, as one
     objective (the sum of their logits, or log-probabilities with ``score="logprob"``) in one more
@@ -285,6 +287,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     from .loaders import load
     from .methods import Vocab, explain_with, get
     from .passes import prepared
+    from .passes.base import MAX_TARGETS
     from .objective import QUANTITIES
     from .objective import span as span_objective
     from .text import TextEncoder
@@ -317,7 +320,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                          if steps is not None else "give max_new_tokens=N (greedy generation) or continuation=…")
     if steps is not None and (not isinstance(steps, numbers.Integral) or isinstance(steps, bool) or steps < 1):
         raise InputError(f"the number of tokens to generate must be an integer ≥ 1, got {steps!r}")
-    if not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or batch < 1:
+    if batch is not None and (not isinstance(batch, numbers.Integral) or isinstance(batch, bool) or batch < 1):
         raise InputError(f"batch must be an integer ≥ 1, got {batch!r}")
     if score not in QUANTITIES:
         raise InputError(f"score must be one of {', '.join(QUANTITIES)}; got {score!r}")
@@ -404,18 +407,26 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                 progress(1)
             if found[-1].token == eos:
                 break
-    else:
+    elif chosen.rule_set:       # every step from one forward on the whole sequence and one walk (walk_many)
         sequence += given
-        chunk = batch if chosen.rule_set else 1
-        first = len(context) - 1
+        first, known = len(context) - 1, sequence[:-1]
+        chunk = min(batch or n, MAX_TARGETS)
         for begin in range(0, n, chunk):
             positions = [first + t for t in range(begin, min(n, begin + chunk))]
-            # one step: its prefix, as greedy explains it (a method never reads the tokens after it)
-            known = sequence[:positions[0] + 1] if len(positions) == 1 else sequence[:-1]
-            e = one(known, [given[p - first] for p in positions], positions)
-            found.extend(_explained(e, positions, layout, encoder, audit))
+            steps = explain_with(graph, chosen, layout.feeds(known), None, output=output, device=device, dtype=dtype,
+                                 special=layout.special(known), vocab=vocab, audit=audit, target_score=score,
+                                 targets=[given[p - first] for p in positions], positions=positions, **resolved)
+            for e, p in zip(steps, positions, strict=True):
+                found.extend(_explained(e, [p], layout, encoder, audit, batched=len(positions)))
             if progress:
                 progress(len(positions))
+    else:                       # a baseline: a call per step on its prefix (it never reads the tokens after it)
+        sequence += given
+        first = len(context) - 1
+        for p in range(first, first + n):
+            found.extend(_explained(one(sequence[:p + 1], [given[p - first]], [p]), [p], layout, encoder, audit))
+            if progress:
+                progress(1)
     shown = sequence[:-1]
     together = None
     if span and found:
@@ -533,8 +544,10 @@ def _check_language_model(plan, layout: _Layout, context: list[int], n: int, giv
         raise InputError(f"token id {bad[0]} is outside the model's vocabulary (0…{vocab - 1})")
 
 
-def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, audit: bool) -> list[GeneratedToken]:
-    """One :class:`GeneratedToken` per batch item of ``e`` (item ``i`` explains ``positions[i]``)."""
+def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, audit: bool,
+               batched: int | None = None) -> list[GeneratedToken]:
+    """One :class:`GeneratedToken` per batch item of ``e`` (item ``i`` explains ``positions[i]``); ``batched``:
+    the steps its forward and walk explained (default: its items)."""
     c = e.audit.conservation if audit and e.audit is not None else None
     found = []
     for i, p in enumerate(positions):
@@ -544,7 +557,7 @@ def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, a
             probability=float(probabilities[e.target[i]]), scores=layout.rows(e, i, p),
             absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
             residual=None if c is None else c.residual, relative_error=None if c is None else c.relative_error,
-            batched=len(positions), logprob=e.extra["logprob"][i] if "logprob" in e.extra else None))
+            batched=batched or len(positions), logprob=e.extra["logprob"][i] if "logprob" in e.extra else None))
     return found
 
 

@@ -62,6 +62,12 @@ def test_step_equals_a_single_explanation_on_the_prefix_and_on_the_full_sequence
     diff = (batched.matrix - g.matrix).nan_to_num()
     assert diff.abs().max() < 1e-10
     assert torch.equal(batched.matrix.isnan(), g.matrix.isnan())
+    # by default every step from one forward and one walk, each step with its own audit
+    together = rulegraph.generate(path, rules, text=PROMPT, continuation=[s.token for s in g.steps],
+                                  dtype=torch.float64)
+    assert [s.batched for s in together.steps] == [len(g.steps)] * len(g.steps)
+    assert (together.matrix - g.matrix).nan_to_num().abs().max() < 1e-10
+    assert all(s.relative_error < 1e-10 for s in together.steps)
 
 
 @pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))

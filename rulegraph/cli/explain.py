@@ -51,7 +51,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
                          if rules else "give --rules NAME|PATH or --method NAME (see `rulegraph methods`)")
     if method_option and not method:
         raise InputError("-o/--option sets options of a --method; rule sets take none")
-    if generate_n is None and continuation is None and batch != 1:
+    if generate_n is None and continuation is None and batch is not None:
         raise InputError("--batch applies to --continuation")
     if generate_n is None and continuation is None and not steps and span:
         raise InputError("--span applies to --generate N or --continuation TEXT (their tokens, explained together); "

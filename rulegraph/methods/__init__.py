@@ -145,7 +145,7 @@ def get(name: str | RuleSet) -> Method:
 def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], target=None, *, output: str | None = None,
                  position: int | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  special: torch.Tensor | None = None, vocab: Vocab | None = None, audit: bool = True,
-                 contrast=None, target_score: str = "logit", objective=None, targets=None,
+                 contrast=None, target_score: str = "logit", objective=None, targets=None, positions=None,
                  **options) -> Explanation | list[Explanation]:
     """Explain ``model``'s output for ``inputs`` with a method (name or :class:`Method`).
 
@@ -160,8 +160,9 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     (:func:`rulegraph.passes.base.explained_value`).
 
     ``targets`` (``"all"``, ``"top-K"`` or a list of classes; instead of ``target``): one explanation per
-    target, a list. A rule set explains them from one forward, a walk each
-    (:func:`~rulegraph.passes.base.apply_targets`); a baseline runs once per target.
+    target, a list. A rule set explains them from one forward and one walk
+    (:func:`~rulegraph.passes.base.apply_targets`); a baseline runs once per target. ``positions``: with a
+    list of targets, a rule set's only, each target's position (a continuation's steps).
     """
     m = method if isinstance(method, Method) else get(method)
     if (contrast is not None or target_score not in ("logit", PROBABILITY) or objective is not None) and not m.rule_set:
@@ -187,8 +188,11 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
     if maps and (contrast is not None or objective is not None):
         raise InputError("conditions with alternatives (|, each) make several maps; give them without contrast or "
                          "objective")
+    if positions is not None and not m.rule_set:
+        raise InputError(f"positions=… is a rule set's (one forward, one walk); {m.name} is a baseline")
     if m.rule_set:
-        results = apply_targets(graph, ruleset, feeds, targets, target=target, **_rules_arguments(request, resolved))
+        results = apply_targets(graph, ruleset, feeds, targets, target=target, positions=positions,
+                                **_rules_arguments(request, resolved))
     else:                   # a baseline, once per target: the first run's output names them
         first = m.run(request, **resolved)
         sets = target_sets(first.output_tensor, targets, first.position)

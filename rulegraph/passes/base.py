@@ -99,12 +99,14 @@ class Forward:
             self.plan.recompute(self.values, name, self.recycler)
         return self.values[name]
 
-    def retarget(self, targets: list[int], *, shared: bool) -> Forward:
-        """This forward seeded for other targets (one per batch item) at the same position, its values
-        shared, not copied: ``shared`` when another walk follows on them (:func:`apply_targets`)."""
+    def retarget(self, targets: list[int], *, shared: bool, position: int | None = None) -> Forward:
+        """This forward seeded for other targets (one per batch item) at the same position (or at
+        ``position``: a continuation's step), its values shared, not copied: ``shared`` when another walk
+        follows on them (:func:`apply_targets`)."""
         score = "logit" if self.score == PROBABILITY else self.score
-        seed, targets, _ = select(self.out, targets, self.position, None, score)
-        return replace(self, seed=seed, targets=targets, shared=shared)
+        position = self.position if position is None else position
+        seed, targets, _ = select(self.out, targets, position, None, score)
+        return replace(self, seed=seed, targets=targets, shared=shared, position=position)
 
     @property
     def explained(self) -> Tensor:
@@ -225,13 +227,16 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
 
 def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int] | None, *,
                   target: int | Sequence[int] | None = None, output: str | None = None,
-                  position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                  audit: bool = True, score: str = "logit", contrast: None = None, **options: Any) -> list[Explanation]:
+                  position: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
+                  device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
+                  contrast: None = None, **options: Any) -> list[Explanation]:
     """``rules`` applied for many targets from **one forward**, each with its own audit: the pass's
     :meth:`Pass.run_many` on the forward seeded for each (:meth:`Forward.retarget`; the relevance pass walks
     them all at once). ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
     (:func:`target_sets`); ``None``: ``target`` alone (default the argmax), for conditions that make several
-    maps. The explanations equal :func:`apply`'s, one target at a time (float64 to 1e-12 relative)."""
+    maps. ``positions``: with a list of targets, each one's position (a continuation's steps, each token at
+    the position that predicts it). The explanations equal :func:`apply`'s, one target at a time (float64
+    to 1e-12 relative)."""
     if contrast is not None:
         raise InputError("targets=… explains each of several classes; give it without a contrast")
     graph, ruleset = prepared(model, rules)
@@ -241,9 +246,16 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
                     score=score, chosen=chosen, recycler=Recycler())
     if targets is None:
         return chosen().run_many([start], audit=audit, **options)
-    sets = target_sets(start.out, targets, start.position)
-    return chosen().run_many([start.retarget(t, shared=k + 1 < len(sets)) for k, t in enumerate(sets)],
-                             audit=audit, **options)
+    if positions is not None:
+        if isinstance(targets, str) or len(positions) != len(targets) or len(targets) > MAX_TARGETS:
+            raise InputError(f"positions gives each of at most {MAX_TARGETS} targets its position: "
+                             f"{len(positions)} for {targets!r}")
+        sets = [target_sets(start.out, [t], p)[0] for t, p in zip(targets, positions)]
+    else:
+        sets = target_sets(start.out, targets, start.position)
+        positions = [None] * len(sets)
+    return chosen().run_many([start.retarget(t, shared=k + 1 < len(sets), position=p)
+                              for k, (t, p) in enumerate(zip(sets, positions))], audit=audit, **options)
 
 
 #: the most targets one call explains (``targets="all"`` on a language model's vocabulary is refused)

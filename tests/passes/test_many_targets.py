@@ -102,6 +102,23 @@ def test_a_language_models_head_walked_target_by_target_the_rest_batched(causal_
         same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
 
 
+def test_each_target_at_its_own_position(causal_lm):
+    """``explain(…, targets=[…], positions=[…])``: (token, position) pairs from one forward and one walk, each
+    equal to its own explanation at that position; a baseline is refused."""
+    _, path = causal_lm
+    text = "w1 w2 w3 w4 w5"
+    pairs = [(7, 1), (9, 3), (7, 4)]
+    many = rulegraph.explain(path, "attnlrp", text=text, targets=[t for t, _ in pairs],
+                             positions=[p for _, p in pairs], dtype=torch.float64)
+    for e, (t, p) in zip(many, pairs, strict=True):
+        assert e.position == p
+        same(e, rulegraph.explain(path, "attnlrp", text=text, target=t, position=p, dtype=torch.float64))
+    with pytest.raises(InputError, match="positions=… is a rule set's"):
+        rulegraph.explain(path, "ig", text=text, targets=[7], positions=[1])
+    with pytest.raises(InputError, match="each of at most 256 targets its position: 1 for"):
+        rulegraph.explain(path, "attnlrp", text=text, targets=[7, 9], positions=[1])
+
+
 @pytest.mark.parametrize("spec, message", [
     ("top-0", "'top-K' with K in 1…3"), ("top-4", "'top-K' with K in 1…3"), ("best", "targets must be 'all'"),
     ([], "non-empty list"), ([0, 3], "target 3 is out of range; the output has 3 classes"),
