@@ -20,10 +20,9 @@ One forward per step at most:
   generated so far; that forward is also the explanation's forward (its argmax at the last
   position is the next token, and it is what gets explained);
 * a given continuation: the whole sequence is known, so a rule set explains every step on the
-  one sequence at its own position, from **one forward and one walk** (``batch`` steps per walk,
-  default all, at most 256: :func:`rulegraph.passes.base.apply_targets` with each step's position,
-  the walk batched over the steps, :func:`rulegraph.passes.relevance.walk_many`), each step with its
-  own audit. With a causal (decoder) model, position ``p`` sees only rows ``0…p``, so this equals
+  one sequence at its own position, from **one forward** (``batch`` steps per forward, default all,
+  at most 256: :func:`rulegraph.passes.base.apply_targets` with each step's position), each step
+  with its own walk on its values (:func:`rulegraph.passes.relevance.walk_many`) and its own audit. With a causal (decoder) model, position ``p`` sees only rows ``0…p``, so this equals
   explaining the prefix (``tests/test_generation.py``); a baseline runs once per step on that step's
   prefix, as greedy does, so that no method reads the tokens after it (random scores are seeded by
   the ids).
@@ -75,7 +74,7 @@ class GeneratedToken:
     breaks: float | None = None
     residual: float | None = None
     relative_error: float | None = None
-    batched: int = 1                 # steps explained from the forward and walk that explained this one
+    batched: int = 1                 # steps explained from the forward that explained this one
     logprob: float | None = None     # log p(token) (score="logprob")
 
     def to_dict(self) -> dict[str, Any]:
@@ -277,7 +276,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     tokenizer's ``</s>`` / ``<|endoftext|>``…), which is explained too, unless ``ignore_eos``.
     ``steps``: the former name of ``max_new_tokens``, for a method with no option ``steps``; for
     one with it (IG), its option, refused where it would be read as the number of tokens. ``batch``:
-    a continuation's steps explained per forward and walk by a rule set (default all, at most 256).
+    a continuation's steps explained per forward by a rule set (default all, at most 256).
     ``progress`` is called with the number of steps done after each call. ``score``: as in
     :func:`rulegraph.explain`. ``span``: also explain the explained tokens together, as one
     objective (the sum of their logits, or log-probabilities with ``score="logprob"``) in one more

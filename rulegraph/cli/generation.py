@@ -25,8 +25,8 @@ def generation_options(f):
                      help="a language model: explain each token of this continuation of the --text prompt (the "
                           "target of an encoder–decoder) instead of generating"),
         click.option("--batch", "batch", type=Bounded(int, 1), default=None, metavar="K",
-                     help="with --continuation and a rule set: steps explained per forward and walk (default: "
-                          "all, at most 256; fewer: less memory; each step has its own audit either way)"),
+                     help="with --continuation and a rule set: steps explained per forward (default: all, at "
+                          "most 256; fewer: less memory; each step has its own walk and audit either way)"),
         click.option("--span", is_flag=True,
                      help="with --generate/--continuation and a rule set: also explain the tokens together, as one "
                           "objective (the sum of their logits, or log-probabilities with --score logprob), in one "

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import torch
 
@@ -169,9 +169,9 @@ class Pass:
     def run(self, forward: Forward, *, audit: bool, **options: Any) -> Explanation:
         raise NotImplementedError
 
-    def run_many(self, forwards: list[Forward], *, audit: bool, **options: Any) -> list[Explanation]:
-        """:meth:`run` for several seeds of one forward's values (:meth:`Forward.retarget`), in their order;
-        by default one walk each (a pass that batches them overrides this)."""
+    def run_many(self, forwards: Iterable[Forward], *, audit: bool, **options: Any) -> list[Explanation]:
+        """:meth:`run` for several seeds of one forward's values (:meth:`Forward.retarget`, seeded as they are
+        read), in their order; by default one walk each (a pass that batches them overrides this)."""
         return [self.run(f, audit=audit, **options) for f in forwards]
 
     @classmethod
@@ -254,8 +254,8 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     else:
         sets = target_sets(start.out, targets, start.position)
         positions = [None] * len(sets)
-    return chosen().run_many([start.retarget(t, shared=k + 1 < len(sets), position=p)
-                              for k, (t, p) in enumerate(zip(sets, positions))], audit=audit, **options)
+    return chosen().run_many((start.retarget(t, shared=k + 1 < len(sets), position=p)     # seeded as walked
+                              for k, (t, p) in enumerate(zip(sets, positions))), audit=audit, **options)
 
 
 #: the most targets one call explains (``targets="all"`` on a language model's vocabulary is refused)

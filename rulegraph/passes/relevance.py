@@ -14,9 +14,10 @@ single device sync.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 import torch
 
@@ -27,7 +28,7 @@ from ..experts import expert_audits, find_experts
 from ..explanation import Explanation
 from ..interpreter import Plan, Step, Values
 from ..lifetimes import Needs, Recycler, Release, StepLife, WalkCache, Walker, deaths
-from ..ops.linalg import nonzero_rows
+from ..ops.linalg import SPARSE_ROWS_FROM, nonzero_rows
 from ..ir import Node
 from ..propagation import RULES, Rule
 from ..propagation.numerics import layout
@@ -210,7 +211,7 @@ class Flow:
     """Everything the pass produced."""
 
     boundary: dict[str, Tensor]                 # boundary value → relevance tensor
-    start: Incoming | None                      # the seed at the explained output (value ⊙ seed, not multiplied out)
+    start: Incoming                             # the seed at the explained output (value ⊙ seed, not multiplied out)
     ledger: Ledger
     nodes: list[NodeFlow] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
@@ -313,37 +314,44 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
     return walker.collected()
 
 
-#: the most elements a batched walk's relevance holds per value (targets × the largest value it reads); more
-#: targets than that allows are walked in groups (:func:`walk_many`)
+#: the most elements a batched walk's relevance holds per value (targets × the largest relevance a visit holds);
+#: more targets than that allows are walked in groups (:func:`walk_many`)
 GROUP = 1 << 25
+#: an output this large (elements: a language model's [positions, vocabulary] logits) is explained one target
+#: at a time, each seeded as its walk starts (:meth:`RelevancePass.run_many`)
+ONE_BY_ONE_FROM = SPARSE_ROWS_FROM
 
 
-def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, *, audit: bool = True,
+def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: list[Tensor], *, audit: bool = True,
               tolerance: float = 1e-4, record_at: frozenset[str] = frozenset(), conditions: Any = None,
               masks: dict[str, Tensor] | None = None) -> list[Flow]:
-    """:func:`walk` for many seeds (``seeds``: ``[K, *output shape]``) as one walk: every rule's arithmetic
-    batched over a leading target axis by ``torch.func.vmap``, the forward values shared (read by every
-    target, never copied per target), a :class:`Flow` per seed. The audit's sums are taken per target in the
-    same walk: a row of ledger entries per target, the entries in one order for all. ``env`` is left whole.
+    """:func:`walk` for many seeds (``seeds``: K tensors of the output's shape) as one walk: every rule's
+    arithmetic batched over a leading target axis by ``torch.func.vmap``, the forward values shared (read by
+    every target, never copied per target), a :class:`Flow` per seed. The audit's sums are taken per target
+    in the same walk: a row of ledger entries per target, the entries in one order for all. ``env`` is left
+    whole. Where K times the largest relevance a visit holds (:func:`_carrying`) exceeds :data:`GROUP`
+    elements, the targets are walked in groups. ``conditions`` (:class:`rulegraph.inside.Conditions`) with
+    ``masks`` (value → ``[K, …]``, a mask per seed): each seed's walk conditioned by its own masks — several
+    conditional maps in one walk. The flows equal :func:`walk`'s one seed at a time up to the order of
+    batched sums (float64 to ~1e-16 relative).
 
-    The visits up to the last whose relevance (:func:`_carrying`) two targets would hold in more than
-    :data:`GROUP` elements (a language model's [positions, vocabulary] logits) are the *head*: walked target by
-    target as :func:`walk` does (its VJPs multiply only the rows a seed reaches), the rest batched from the
-    relevance the head left. Where K times the largest relevance the rest holds exceeds :data:`GROUP`, the
-    targets are walked in groups. ``conditions`` (:class:`rulegraph.inside.Conditions`) with ``masks``
-    (value → ``[K, …]``, a mask per seed): each seed's walk conditioned by its own masks — several conditional
-    maps in one walk. The flows equal :func:`walk`'s one seed at a time up to the order of batched sums
-    (float64 to ~1e-16 relative)."""
+    Batching pays where the per-node work is small (a classifier at a sentence's length: one walk for 20
+    classes takes 0.65–0.93× the time of 20 walks); relevance too large to hold twice within :data:`GROUP` is
+    walked one target at a time on the same forward values instead, as :class:`RelevancePass` walks a language
+    model's logits (GPT-2 small at 64–480 tokens: a batched walk was no faster, and larger)."""
     visits = _visits(binding, plan)
-    sizes = [max((env[v].numel() for v in _carrying(visit) if isinstance(env.get(v), Tensor)), default=1)
-             for visit in visits]
-    head = 1 + max((i for i, size in enumerate(sizes) if 2 * size > GROUP), default=-1)
-    width = max(1, GROUP // max(sizes[head:])) if head < len(visits) else max(1, len(seeds))
-    walked = dict(audit=audit, tolerance=tolerance, record_at=record_at, conditions=conditions)
+    largest = max((env[v].numel() for visit in visits for v in _carrying(visit) if isinstance(env.get(v), Tensor)),
+                  default=1)
+    if 2 * largest > GROUP:
+        return [walk(binding, plan, env, output, seed, audit=audit, tolerance=tolerance, record_at=record_at,
+                     conditions=conditions if masks is None else conditions.fixed({v: m[k] for v, m in masks.items()}))
+                for k, seed in enumerate(seeds)]
+    width = GROUP // largest
     flows: list[Flow] = []
     for i in range(0, len(seeds), width):
         given = None if masks is None else {v: m[i:i + width] for v, m in masks.items()}
-        flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, head, given, **walked)
+        flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, given, audit=audit,
+                             tolerance=tolerance, record_at=record_at, conditions=conditions)
     return flows
 
 
@@ -353,75 +361,36 @@ def _carrying(visit: _Visit) -> list[str]:
     return [*visit.outputs, *(v for v, tainted, _ in visit.edges if tainted)]
 
 
-def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: Tensor, visits: list[_Visit],
-                head: int, masks: dict[str, Tensor] | None, *, audit: bool, tolerance: float,
-                record_at: frozenset[str], conditions: Any) -> list[Flow]:
-    """:func:`walk_many` for one group of seeds: the first ``head`` visits target by target, the rest under vmap."""
-    def conditioned(k: int | None, given: dict[str, Tensor] | None = None) -> Any:
-        if masks is None:
-            return conditions
-        return conditions.fixed(given if k is None else {v: m[k] for v, m in masks.items()})
-
-    heads = []
-    for k, seed in enumerate(seeds if head else ()):        # the head, target by target
-        w = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None, conditioned(k))
-        w.run(visits[:head], None)
-        heads.append(w)
-    if head == len(visits):
-        return [w.collected() for w in heads]
-    template = heads[0] if heads else None
-    # where the head left the relevance, a tensor per value with the target axis (signal form where all are)
-    left = {}
-    for v in (template.incoming if template else ()):
-        arrived = [w.incoming[v] for w in heads]
-        signal = all(a.explicit is None for a in arrived)
-        left[v] = (signal, torch.stack([a.signal if signal else a.tensor for a in arrived]))
+def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: list[Tensor], visits: list[_Visit],
+                masks: dict[str, Tensor] | None, *, audit: bool, tolerance: float, record_at: frozenset[str],
+                conditions: Any) -> list[Flow]:
+    """:func:`walk_many` for one group of seeds, under vmap."""
     traced: list[Flow] = []          # the walk's structure (nodes, edges, entry indices), one for every target
 
-    def one(start: Tensor | dict[str, Tensor], given: dict[str, Tensor] | None):
-        batched = template is None
-        walker = RelevanceWalk(binding, plan, env, output, start if batched else None, audit, tolerance, record_at,
-                               None, conditioned(None, given), batched=True)
-        if not batched:
-            walker.resume(template, {v: (left[v][0], t) for v, t in start.items()})
-        walker.run(visits[head:], None)
+    def one(seed: Tensor, given: dict[str, Tensor] | None):
+        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None,
+                               conditions if given is None else conditions.fixed(given), batched=True)
+        walker.run(visits, None)
         flow = walker.collected()
         traced.append(flow)
         entries = flow.ledger.entries
-        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seeds.new_zeros(0)
+        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seed.new_zeros(0)
 
-    starts = seeds if template is None else {v: t for v, (_, t) in left.items()}
-    boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(starts, masks)
+    boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(
+        torch.stack(seeds), masks)
     shape, rows = traced[0], entries.tolist()
     flows = []
     for k, seed in enumerate(seeds):
         ledger = Ledger(shape.ledger.nan_safe, eager=True)
         ledger.entries = rows[k]
-        if heads:                   # the head's own entries, in front
-            ledger.entries[:len(heads[k].flow.ledger.entries)] = _numbers(heads[k].flow.ledger.entries)
-            start = heads[k].start
-        else:
-            start = Incoming(env[output])
-            start.add(Contribution(signal=seed))
+        start = Incoming(env[output])
+        start.add(Contribution(signal=seed))
         flows.append(Flow(
             boundary={v: t[k] for v, t in boundary.items()}, start=start, ledger=ledger,
             nodes=shape.nodes, edges=shape.edges,
             stranded_entries=shape.stranded_entries, signals={v: t[k] for v, t in signals.items()},
-            recorded={**(heads[k].flow.recorded if heads else {}), **{v: t[k] for v, t in recorded.items()}},
-            masked=shape.masked))
+            recorded={v: t[k] for v, t in recorded.items()}, masked=shape.masked))
     return flows
-
-
-def _numbers(entries: list) -> list[float]:
-    """A ledger's entries as floats (0-d tensors read in one sync)."""
-    tensors = [i for i, e in enumerate(entries) if isinstance(e, Tensor)]
-    if not tensors:
-        return list(entries)
-    read = torch.stack([entries[i] for i in tensors]).tolist()
-    out = list(entries)
-    for i, x in zip(tensors, read):
-        out[i] = x
-    return out
 
 
 class RelevanceWalk(Walker):
@@ -429,7 +398,7 @@ class RelevanceWalk(Walker):
     visit hands the relevance arriving at a node's outputs to its rule, and the contributions to its
     inputs; the relevance that arrived is recycled once the visit has handed it on."""
 
-    def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor | None, audit: bool,
+    def __init__(self, binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor, audit: bool,
                  tolerance: float, record_at: frozenset[str], recycler: Recycler | None, conditions: Any = None,
                  batched: bool = False):
         super().__init__(env, recycler)
@@ -438,35 +407,15 @@ class RelevanceWalk(Walker):
         ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu" and not batched, batched=batched)
         self.incoming: dict[str, Incoming] = {}
         self.inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
-        self.flow = Flow(boundary={}, start=None, ledger=ledger)
-        self.start: Incoming | None = None
-        self.arriving: list[Incoming | None] = []
-        if seed is None:                # the walk goes on from where another left it (resume)
-            return
-        self.start = self.flow.start = Incoming(env[output])
+        self.start = Incoming(env[output])
         self.start.add(Contribution(signal=seed))
         self.incoming[output] = self.start
+        self.flow = Flow(boundary={}, start=self.start, ledger=ledger)
+        self.arriving: list[Incoming | None] = []
         if audit:
             entry = ledger.arriving(self.start)
             self.inflow[output] = [entry]
             self.flow.edges.append(Edge(_producer(binding.graph, output), None, entry))
-
-    def resume(self, before: RelevanceWalk, left: dict[str, tuple[bool, Tensor]]) -> None:
-        """Go on from where the walk ``before`` (of one target; its structure is every target's) stopped,
-        the relevance it left at each value given in ``left`` (value → (signal form?, tensor)): its nodes,
-        edges, inflow and masked entries taken over, its ledger entries held by placeholders (read from
-        each target's own walk afterwards, :func:`walk_many`)."""
-        flow = self.flow
-        flow.nodes, flow.edges, flow.masked = list(before.flow.nodes), list(before.flow.edges), list(before.flow.masked)
-        zero = next(iter(left.values()))[1].new_zeros(()) if left else torch.zeros(())
-        flow.ledger.entries = [zero] * len(before.flow.ledger.entries)
-        self.inflow = {v: list(e) for v, e in before.inflow.items()}
-        for v, (signal, t) in left.items():
-            a = self.incoming[v] = Incoming(self.env[v])
-            if signal:
-                a.signal = t
-            else:
-                a.explicit = t
 
     def collected(self) -> Flow:
         """The flow once the walk has run: the relevance that reached the boundary (and its signal, where it
@@ -677,26 +626,35 @@ class RelevancePass(Pass):
         asked = _Asked.of(forward, audit, record, at, condition, graph)
         if len(asked.maps) > 1:
             raise InputError(f"the conditions make {len(asked.maps)} maps; rulegraph.explain returns them as a list")
-        conditions = asked.maps[0] if asked.maps else None
-        flow = walk(forward.binding, forward.plan, forward.values, forward.output, forward.seed, audit=audit,
-                    tolerance=tolerance(forward.plan.dtype), record_at=asked.record_at,
-                    release=None if forward.shared else asked.kept, recycler=forward.recycler, conditions=conditions)
-        return asked.explanation(forward, flow, conditions)
+        return self._walked(forward, asked, asked.maps[0] if asked.maps else None)
 
-    def run_many(self, forwards: list[Forward], *, audit: bool, record=(), at=None, condition=None,
+    def run_many(self, forwards: Iterable[Forward], *, audit: bool, record=(), at=None, condition=None,
                  graph=False) -> list[Explanation]:
-        """One walk for every forward (one input's, seeded for other targets) and every map the conditions
-        make (:meth:`rulegraph.inside.Request.maps`), target by target: :func:`walk_many`, each map's masks
-        stacked beside the seeds."""
-        first = forwards[0]
+        """Every forward (one input's, seeded for other targets) and every map the conditions make
+        (:meth:`rulegraph.inside.Request.maps`), target by target, from one walk (:func:`walk_many`, each map's
+        masks stacked beside the seeds); a language model's logits (:data:`ONE_BY_ONE_FROM`) a walk each, the
+        forwards seeded one at a time (a seed is the logits' size)."""
+        forwards = iter(forwards)
+        first = next(forwards)
         asked = _Asked.of(first, audit, record, at, condition, graph)
-        pairs = [(f, c) for f in forwards for c in (asked.maps or [None])]
+        maps = asked.maps or [None]
+        if first.out.numel() >= ONE_BY_ONE_FROM:
+            return [self._walked(f, asked, c) for f in itertools.chain([first], forwards) for c in maps]
+        pairs = [(f, c) for f in itertools.chain([first], forwards) for c in maps]
         masks = None if not asked.maps else \
             {v: torch.stack([c.mask(v, first.value(v)) for _, c in pairs]) for v in asked.maps[0].masks}
-        flows = walk_many(first.binding, first.plan, first.values, first.output, torch.stack([f.seed for f, _ in pairs]),
+        flows = walk_many(first.binding, first.plan, first.values, first.output, [f.seed for f, _ in pairs],
                           audit=audit, tolerance=tolerance(first.plan.dtype), record_at=asked.record_at,
                           conditions=asked.maps[0] if asked.maps else None, masks=masks)
         return [asked.explanation(f, flow, c) for (f, c), flow in zip(pairs, flows, strict=True)]
+
+    @staticmethod
+    def _walked(forward: Forward, asked: _Asked, conditions: Any) -> Explanation:
+        """One walk of ``forward`` (freeing its values as it goes unless ``forward.shared``) and its explanation."""
+        flow = walk(forward.binding, forward.plan, forward.values, forward.output, forward.seed, audit=asked.audit,
+                    tolerance=tolerance(forward.plan.dtype), record_at=asked.record_at,
+                    release=None if forward.shared else asked.kept, recycler=forward.recycler, conditions=conditions)
+        return asked.explanation(forward, flow, conditions)
 
 
 @dataclass

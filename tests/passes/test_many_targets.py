@@ -39,9 +39,8 @@ def test_cnns_every_class_in_one_walk(tmp_path, kind):
 
 
 def test_targets_walked_in_groups_equal_one_group(tmp_path, monkeypatch):
-    """More targets than one batched walk may hold (relevance.GROUP) are walked in groups; the visits that read
-    a value too large to hold for two targets (the head) are walked target by target, the rest batched from
-    where they left the relevance; the same explanations every way."""
+    """More targets than one batched walk may hold (relevance.GROUP) are walked in groups, and relevance too
+    large to hold for two targets one target at a time; the same explanations every way."""
     from rulegraph.passes import relevance
     import cnn
     path = cnn.onnx(cnn.build("mlp"), tmp_path / "m.onnx", cnn.image(1, 2)[:, :, :2, :2])
@@ -50,8 +49,8 @@ def test_targets_walked_in_groups_equal_one_group(tmp_path, monkeypatch):
     groups: list[int] = []
     walk_group = relevance._walk_group
     monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: groups.append(len(a[4])) or walk_group(*a, **k))
-    # the largest relevance held: the [2, 12] input's (a weight is held once); at 1 every visit is the head's
-    for size, expected in ((1 << 20, [3]), (48, [2, 1]), (1, [3])):
+    # the largest relevance held: the [2, 12] input's (a weight is held once)
+    for size, expected in ((1 << 20, [3]), (48, [2, 1]), (47, [])):
         groups.clear()
         monkeypatch.setattr(relevance, "GROUP", size)
         for a, b in zip(apply_targets(path, "gi", feeds, "all", dtype=torch.float64), whole, strict=True):
@@ -83,23 +82,22 @@ def test_top_k_next_tokens_of_a_language_model(causal_lm):
         same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
 
 
-def test_a_language_models_head_walked_target_by_target_the_rest_batched(causal_lm, monkeypatch):
-    """Where the logits are too large to hold for two targets (relevance.GROUP), the visits up to the LM head's
-    are walked per target and the rest batched from the relevance they left: still each target's own walk."""
+def test_a_language_models_logits_are_walked_one_target_at_a_time(causal_lm, monkeypatch):
+    """Logits of relevance.ONE_BY_ONE_FROM elements or more (a language model's [positions, vocabulary]): a
+    walk per target on the one forward, not a batched one; the explanations are the same."""
     from rulegraph.passes import relevance
     _, path = causal_lm
     ids = torch.tensor([tiny.lm_tokenizer().encode("w1 w2 w3 w4").ids])
     feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    logits = rulegraph.run(rulegraph.load(path), feeds)[rulegraph.load(path).outputs[0]]
-    heads: list[int] = []
+    batched = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob")
+    groups: list[int] = []
     walk_group = relevance._walk_group
-    monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: heads.append(a[6]) or walk_group(*a, **k))
-    monkeypatch.setattr(relevance, "GROUP", 2 * logits.numel() - 1)
-    many = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob")
-    visits = relevance._visits(*_bound(path, "attnlrp"))
-    assert heads and all(0 < h < len(visits) for h in heads), (heads, len(visits))     # a head, then the rest
-    for e in many:
-        same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
+    monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: groups.append(len(a[4])) or walk_group(*a, **k))
+    monkeypatch.setattr(relevance, "ONE_BY_ONE_FROM", 1)
+    for a, b in zip(apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob"), batched,
+                    strict=True):
+        same(a, b)
+    assert groups == []
 
 
 def test_each_target_at_its_own_position(causal_lm):
@@ -134,12 +132,3 @@ def test_all_is_bounded():
     with pytest.raises(InputError, match=f"would explain {MAX_TARGETS + 1} classes; the limit is {MAX_TARGETS}"):
         target_sets(torch.zeros(1, MAX_TARGETS + 1), "all", None)
 
-
-def _bound(path, rules):
-    """The rule set's binding and plan of ``path`` (as apply's forward makes them)."""
-    from rulegraph.passes.base import forward, pass_of, prepared
-    graph, ruleset = prepared(path, rules)
-    ids = torch.tensor([tiny.lm_tokenizer().encode("w1 w2 w3 w4").ids])
-    f = forward(graph, ruleset, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, None, output=None,
-                position=None, device="cpu", dtype=torch.float64, chosen=pass_of(ruleset))
-    return f.binding, f.plan
