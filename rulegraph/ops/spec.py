@@ -276,8 +276,8 @@ def unbroadcast(grad: Tensor, shape: torch.Size | Sequence[int]) -> Tensor:
 
 def batched(t: Tensor) -> bool:
     """Whether ``t`` carries the batched walk's target axis (a tensor ``torch.func.vmap`` maps over:
-    :func:`rulegraph.passes.relevance.walk_many`): a VJP whose arithmetic depends on the values (which rows
-    are zero) or writes into a forward value's memory takes its plain path there."""
+    :func:`rulegraph.passes.relevance.walk_many`): a VJP whose path depends on the values (which rows are
+    zero: :func:`~rulegraph.ops.linalg.rows_matmul`) takes its dense one there."""
     return torch._C._functorch.is_batchedtensor(t)
 
 

@@ -336,23 +336,30 @@ def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: lis
     batched sums (float64 to ~1e-16 relative).
 
     Batching pays where the per-node work is small (a classifier at a sentence's length: one walk for 20
-    classes takes 0.65–0.93× the time of 20 walks); relevance too large to hold twice within :data:`GROUP` is
-    walked one target at a time on the same forward values instead, as :class:`RelevancePass` walks a language
-    model's logits (GPT-2 small at 64–480 tokens: a batched walk was no faster, and larger)."""
+    classes takes 0.65–0.93× the time of 20 walks); where it does not (:func:`one_at_a_time`),
+    :class:`RelevancePass` walks one target at a time on the same forward values instead."""
     visits = _visits(binding, plan)
-    largest = max((env[v].numel() for visit in visits for v in _carrying(visit) if isinstance(env.get(v), Tensor)),
-                  default=1)
-    if 2 * largest > GROUP:
-        return [walk(binding, plan, env, output, seed, audit=audit, tolerance=tolerance, record_at=record_at,
-                     conditions=conditions if masks is None else conditions.fixed({v: m[k] for v, m in masks.items()}))
-                for k, seed in enumerate(seeds)]
-    width = GROUP // largest
+    width = max(1, GROUP // _largest(visits, env))
     flows: list[Flow] = []
     for i in range(0, len(seeds), width):
         given = None if masks is None else {v: m[i:i + width] for v, m in masks.items()}
         flows += _walk_group(binding, plan, env, output, seeds[i:i + width], visits, given, audit=audit,
                              tolerance=tolerance, record_at=record_at, conditions=conditions)
     return flows
+
+
+def one_at_a_time(binding: Binding, plan: Plan, env: Values, output: str) -> bool:
+    """Whether targets are better walked one at a time than batched (:func:`walk_many`): a language model's
+    logits (an output of :data:`ONE_BY_ONE_FROM` elements or more, whose VJP multiplies only the rows a seed
+    reaches; on GPT-2 small at 64–480 tokens a batched walk was no faster, and larger), or relevance too large
+    to hold for two targets within :data:`GROUP`."""
+    return env[output].numel() >= ONE_BY_ONE_FROM or 2 * _largest(_visits(binding, plan), env) > GROUP
+
+
+def _largest(visits: list[_Visit], env: Values) -> int:
+    """The most elements of relevance one visit holds (:func:`_carrying`)."""
+    return max((env[v].numel() for visit in visits for v in _carrying(visit) if isinstance(env.get(v), Tensor)),
+               default=1)
 
 
 def _carrying(visit: _Visit) -> list[str]:
@@ -383,14 +390,19 @@ def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: l
     for k, seed in enumerate(seeds):
         ledger = Ledger(shape.ledger.nan_safe, eager=True)
         ledger.entries = rows[k]
-        start = Incoming(env[output])
-        start.add(Contribution(signal=seed))
         flows.append(Flow(
-            boundary={v: t[k] for v, t in boundary.items()}, start=start, ledger=ledger,
+            boundary={v: t[k] for v, t in boundary.items()}, start=_seeded(env[output], seed), ledger=ledger,
             nodes=shape.nodes, edges=shape.edges,
             stranded_entries=shape.stranded_entries, signals={v: t[k] for v, t in signals.items()},
             recorded={v: t[k] for v, t in recorded.items()}, masked=shape.masked))
     return flows
+
+
+def _seeded(value: Tensor, seed: Tensor) -> Incoming:
+    """The relevance at the explained output: ``value ⊙ seed``, held in signal form."""
+    start = Incoming(value)
+    start.add(Contribution(signal=seed))
+    return start
 
 
 class RelevanceWalk(Walker):
@@ -407,9 +419,7 @@ class RelevanceWalk(Walker):
         ledger = Ledger(plan.has_infinite_constants, eager=plan.device.type == "cpu" and not batched, batched=batched)
         self.incoming: dict[str, Incoming] = {}
         self.inflow: dict[str, list[int]] = {}           # value → ledger entries of the relevance handed to it
-        self.start = Incoming(env[output])
-        self.start.add(Contribution(signal=seed))
-        self.incoming[output] = self.start
+        self.start = self.incoming[output] = _seeded(env[output], seed)
         self.flow = Flow(boundary={}, start=self.start, ledger=ledger)
         self.arriving: list[Incoming | None] = []
         if audit:
@@ -632,17 +642,19 @@ class RelevancePass(Pass):
                  graph=False) -> list[Explanation]:
         """Every forward (one input's, seeded for other targets) and every map the conditions make
         (:meth:`rulegraph.inside.Request.maps`), target by target, from one walk (:func:`walk_many`, each map's
-        masks stacked beside the seeds); a language model's logits (:data:`ONE_BY_ONE_FROM`) a walk each, the
-        forwards seeded one at a time (a seed is the logits' size)."""
+        masks stacked beside the seeds); where that does not pay (:func:`one_at_a_time`: a language model's
+        logits) a walk each, the forwards seeded one at a time (a seed is the logits' size)."""
         forwards = iter(forwards)
         first = next(forwards)
         asked = _Asked.of(first, audit, record, at, condition, graph)
         maps = asked.maps or [None]
-        if first.out.numel() >= ONE_BY_ONE_FROM:
+        if one_at_a_time(first.binding, first.plan, first.values, first.output):
             return [self._walked(f, asked, c) for f in itertools.chain([first], forwards) for c in maps]
         pairs = [(f, c) for f in itertools.chain([first], forwards) for c in maps]
-        masks = None if not asked.maps else \
-            {v: torch.stack([c.mask(v, first.value(v)) for _, c in pairs]) for v in asked.maps[0].masks}
+        masks = None
+        if asked.maps:                  # each map's masks, made once, stacked per (target, map)
+            made = [{v: c.mask(v, first.value(v)) for v in c.masks} for c in asked.maps]
+            masks = {v: torch.stack([made[k % len(made)][v] for k in range(len(pairs))]) for v in made[0]}
         flows = walk_many(first.binding, first.plan, first.values, first.output, [f.seed for f, _ in pairs],
                           audit=audit, tolerance=tolerance(first.plan.dtype), record_at=asked.record_at,
                           conditions=asked.maps[0] if asked.maps else None, masks=masks)
