@@ -479,10 +479,18 @@ def request(graph: Graph, binding: Any, at: str | list[str] | None, condition: s
     return req
 
 
-def several(condition: str | list[str] | None) -> bool:
-    """Whether ``condition`` makes more than one map (``|`` alternatives, ``each``), from its text alone."""
+def map_count(condition: str | list[str] | None) -> int | None:
+    """How many maps ``condition`` makes, from its text alone (1 without ``|`` alternatives; ``None`` with
+    ``each``: its units are counted once the forward has run)."""
     found = [parse_condition(text)[1] for text in _listed(condition, "condition")]
-    return any(c.alternatives is None or len(c.alternatives) > 1 for c in found)
+    if any(c.alternatives is None for c in found):
+        return None
+    return math.prod(len(c.alternatives) for c in found)
+
+
+def several(condition: str | list[str] | None) -> bool:
+    """Whether ``condition`` makes more than one map (``|`` alternatives, ``each``)."""
+    return map_count(condition) != 1
 
 
 def _listed(given: str | list[str] | None, what: str) -> list[str]:

@@ -181,18 +181,14 @@ def _write_graph(g, path, model: str, force: bool, reads) -> None:
 
 
 def _maps_per_request(options, png_path) -> int | None:
-    """How many maps ``--condition`` makes of each target (1 without alternatives ``|``; ``None`` with
+    """How many maps ``--condition`` makes of each target (:func:`rulegraph.inside.map_count`; ``None`` with
     ``each``, counted in the run, which ``--png`` refuses: its files are named before the run)."""
-    import math
-    from ..inside import parse_condition
-    given = options.get("condition") or []
-    found = [parse_condition(t)[1] for t in ([given] if isinstance(given, str) else given)]
-    if all(c.alternatives is not None for c in found):
-        return math.prod(len(c.alternatives) for c in found)
-    if png_path is not None:
+    from ..inside import map_count
+    count = map_count(options.get("condition"))
+    if count is None and png_path is not None:
         raise InputError("--condition …=each with --png: the units are counted in the run, so the PNG files cannot be "
                          "named before it; list them as alternatives (0|1|2)")
-    return None
+    return count
 
 
 def _targets_per_request(graph, opts, png_path) -> int:
