@@ -221,32 +221,32 @@ class _Layout:
     def encoder_decoder(self) -> bool:
         return self.source is not None
 
-    def feeds(self, sequence: list[int], copies: int = 1) -> dict[str, Tensor]:
-        """The graph's inputs for ``sequence``, ``copies`` times (all-ones masks, zero token types)."""
-        seq = torch.tensor([sequence] * copies, dtype=torch.int64)
-        ids = torch.tensor([self.source] * copies, dtype=torch.int64) if self.encoder_decoder else seq
+    def feeds(self, sequence: list[int]) -> dict[str, Tensor]:
+        """The graph's inputs for ``sequence`` (all-ones masks, zero token types)."""
+        seq = torch.tensor([sequence], dtype=torch.int64)
+        ids = torch.tensor([self.source], dtype=torch.int64) if self.encoder_decoder else seq
         return token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
 
-    def special(self, sequence: list[int], copies: int = 1) -> Tensor | None:
-        """``[copies, tokens]`` flags of the special tokens of the token input (the prompt's as the
+    def special(self, sequence: list[int]) -> Tensor | None:
+        """``[1, tokens]`` flags of the special tokens of the token input (the prompt's as the
         tokenizer marked them, a generated token never; the source's), as :func:`rulegraph.explain`
         hands a text's to a method; ``None`` where the prompt was given as ids."""
         if self.given_special is None:
             return None
         flags = self.given_special if self.encoder_decoder else \
             self.given_special + [False] * (len(sequence) - len(self.given_special))
-        return torch.tensor([flags] * copies, dtype=torch.bool)
+        return torch.tensor([flags], dtype=torch.bool)
 
-    def rows(self, e: Explanation, item: int, position: int) -> list[float]:
-        """Row scores of batch item ``item`` explained at ``position``: the rows that step sees."""
+    def rows(self, e: Explanation, position: int) -> list[float]:
+        """Row scores of ``e`` (one item) explained at ``position``: the rows that step sees."""
         if self.sequence_input not in e.relevance:
             raise InputError(f"{e.method} scores only {', '.join(e.relevance)} of this model, not its "
                              f"{self.sequence_input}: a generation's rows need both (the source and the target "
                              f"prefix); use a rule set (attnlrp, gi…) or ig")
-        seq = e.relevance[self.sequence_input][item, :position + 1].double().tolist()
+        seq = e.relevance[self.sequence_input][0, :position + 1].double().tolist()
         if not self.encoder_decoder:
             return seq
-        return e.relevance["input_ids"][item].double().tolist() + seq
+        return e.relevance["input_ids"][0].double().tolist() + seq
 
 
 def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inputs: dict[str, Any] | None = None,
@@ -386,44 +386,39 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     plan = prepare(graph, device, dtype)
     _check_language_model(plan, layout, context, n, given, prompt)
 
-    def one(sequence: list[int], targets: list[int] | None, positions: list[int] | None) -> Explanation:
-        feeds = layout.feeds(sequence, len(positions) if positions else 1)
-        position = positions if positions and len(positions) > 1 else (positions[0] if positions else None)
-        target = targets if targets and len(targets) > 1 else (targets[0] if targets else None)
-        return explain_with(graph, chosen, feeds, target, output=output, position=position, device=device,
-                            dtype=dtype, special=layout.special(sequence, len(positions) if positions else 1),
-                            vocab=vocab, audit=audit, target_score=score, **resolved)
+    def one(sequence: list[int], **explained: Any) -> Explanation | list[Explanation]:
+        """``sequence`` explained as ``explain`` would (``explained``: the target(s) and position(s))."""
+        return explain_with(graph, chosen, layout.feeds(sequence), explained.pop("target", None), output=output,
+                            device=device, dtype=dtype, special=layout.special(sequence), vocab=vocab, audit=audit,
+                            target_score=score, **explained, **resolved)
 
     found: list[GeneratedToken] = []
     sequence = list(context)
     if given is None:                                   # greedy: the explained forward picks the token
         eos = None if ignore_eos else _eos(graph, encoder)
         for _ in range(n):
-            found.extend(_explained(one(sequence, None, [len(sequence) - 1]), [len(sequence) - 1], layout, encoder,
-                                    audit))
+            found.append(_explained(one(sequence, position=len(sequence) - 1), layout, encoder, audit))
             sequence.append(found[-1].token)
             if progress:
                 progress(1)
             if found[-1].token == eos:
                 break
-    elif chosen.rule_set:       # every step from one forward on the whole sequence and one walk (walk_many)
+    elif chosen.rule_set:       # every step from one forward on the whole sequence, each its own walk and audit
         sequence += given
         first, known = len(context) - 1, sequence[:-1]
         chunk = min(batch or n, MAX_TARGETS)
         for begin in range(0, n, chunk):
             positions = [first + t for t in range(begin, min(n, begin + chunk))]
-            steps = explain_with(graph, chosen, layout.feeds(known), None, output=output, device=device, dtype=dtype,
-                                 special=layout.special(known), vocab=vocab, audit=audit, target_score=score,
-                                 targets=[given[p - first] for p in positions], positions=positions, **resolved)
-            for e, p in zip(steps, positions, strict=True):
-                found.extend(_explained(e, [p], layout, encoder, audit, batched=len(positions)))
+            steps = one(known, targets=[given[p - first] for p in positions], positions=positions)
+            found.extend(_explained(e, layout, encoder, audit, batched=len(positions)) for e in steps)
             if progress:
                 progress(len(positions))
     else:                       # a baseline: a call per step on its prefix (it never reads the tokens after it)
         sequence += given
         first = len(context) - 1
         for p in range(first, first + n):
-            found.extend(_explained(one(sequence[:p + 1], [given[p - first]], [p]), [p], layout, encoder, audit))
+            found.append(_explained(one(sequence[:p + 1], target=given[p - first], position=p), layout, encoder,
+                                    audit))
             if progress:
                 progress(1)
     shown = sequence[:-1]
@@ -434,7 +429,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                          audit=audit, objective=objective, **resolved)
         c = e.audit.conservation if audit and e.audit is not None else None
         together = Span(objective=objective.text, output_value=e.output_value[0],
-                        value=e.extra["objective_value"][0], scores=layout.rows(e, 0, len(shown) - 1),
+                        value=e.extra["objective_value"][0], scores=layout.rows(e, len(shown) - 1),
                         absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
                         residual=None if c is None else c.residual,
                         relative_error=None if c is None else c.relative_error)
@@ -543,21 +538,17 @@ def _check_language_model(plan, layout: _Layout, context: list[int], n: int, giv
         raise InputError(f"token id {bad[0]} is outside the model's vocabulary (0…{vocab - 1})")
 
 
-def _explained(e: Explanation, positions: list[int], layout: _Layout, encoder, audit: bool,
-               batched: int | None = None) -> list[GeneratedToken]:
-    """One :class:`GeneratedToken` per batch item of ``e`` (item ``i`` explains ``positions[i]``); ``batched``:
-    the steps its forward and walk explained (default: its items)."""
+def _explained(e: Explanation, layout: _Layout, encoder, audit: bool, batched: int = 1) -> GeneratedToken:
+    """The :class:`GeneratedToken` of ``e``, one step explained at its position; ``batched``: the steps its
+    forward explained."""
     c = e.audit.conservation if audit and e.audit is not None else None
-    found = []
-    for i, p in enumerate(positions):
-        probabilities = e.output_tensor[i, p].double().softmax(-1)
-        found.append(GeneratedToken(
-            token=e.target[i], text=_token(encoder, e.target[i]), position=p, output_value=e.output_value[i],
-            probability=float(probabilities[e.target[i]]), scores=layout.rows(e, i, p),
-            absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
-            residual=None if c is None else c.residual, relative_error=None if c is None else c.relative_error,
-            batched=batched or len(positions), logprob=e.extra["logprob"][i] if "logprob" in e.extra else None))
-    return found
+    p, token = e.position, e.target[0]
+    return GeneratedToken(
+        token=token, text=_token(encoder, token), position=p, output_value=e.output_value[0],
+        probability=float(e.output_tensor[0, p].double().softmax(-1)[token]), scores=layout.rows(e, p),
+        absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
+        residual=None if c is None else c.residual, relative_error=None if c is None else c.relative_error,
+        batched=batched, logprob=e.extra["logprob"][0] if "logprob" in e.extra else None)
 
 
 def _token(encoder, i: int) -> str:
