@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from harness import REPO, machine, peak_rss, report
-from memory import MODELS, ids, lxt_importable, made
+from harness import REPO, last_json, machine, peak_rss, report
+from memory import MODELS, ids, lxt_arguments, lxt_importable, made
 
 CHILD = "import sys; sys.path.insert(0, {bench!r}); import continuation_matrix; continuation_matrix.child(*sys.argv[1:])"
 VARIANTS = {"rulegraph": "rulegraph attnlrp, one forward, a walk per token (audit on)",
@@ -98,10 +97,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=480)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
-                    help="an interpreter where lxt and rulegraph import (LXT 2.1 needs transformers 4.x)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "continuation_matrix.md")
+    lxt_arguments(ap, "continuation_matrix.md")
     args = ap.parse_args()
     versions = lxt_importable(args.lxt_python)
     if not versions:
@@ -117,8 +113,7 @@ def main() -> None:
                     out = Path(scratch) / f"{name}-{variant}.pt"
                     run = peak_rss(CHILD.format(bench=str(REPO / "benchmarks")), variant, str(args.work / name),
                                    str(args.prompt), str(args.steps), str(out), python=args.lxt_python)
-                    line = next(x for x in reversed(run["stdout"].splitlines()) if x.startswith("{"))
-                    runs[variant].append({**json.loads(line), "peak_gib": run["peak_gib"]})
+                    runs[variant].append({**last_json(run["stdout"]), "peak_gib": run["peak_gib"]})
                     print(name, variant, runs[variant][-1], flush=True)
             matrices = {v: torch.load(Path(scratch) / f"{name}-{v}.pt") for v in VARIANTS}
             reference = matrices["lxt-each"]

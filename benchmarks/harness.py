@@ -83,6 +83,12 @@ def gradient_times_input(module, embed: Callable, run: Callable, target: Callabl
     return call
 
 
+def last_json(stdout: str) -> Any:
+    """The last line of a child process's output that is a JSON object, read."""
+    import json
+    return json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith("{")))
+
+
 def peak_rss(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 3600,
              python: str | None = None) -> dict[str, Any]:
     """Run ``python -c code args`` in a process of its own (``python``: another interpreter than this

@@ -31,11 +31,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from harness import REPO, machine, report
-from memory import MODELS, ids, lxt_importable, made
+from harness import REPO, last_json, machine, report
+from memory import MODELS, ids, lxt_arguments, lxt_importable, made
 
 
 def child(folder: str, length: str, rounds: str) -> None:
@@ -82,10 +81,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keep-freed-memory", action="store_true",
                     help="run both tools with glibc keeping freed memory for reuse (KEEP_FREED)")
-    ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
-                    help="an interpreter where lxt and rulegraph import (LXT 2.1 needs transformers 4.x)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "lm_speed.md")
+    lxt_arguments(ap, "lm_speed.md")
     args = ap.parse_args()
     versions = lxt_importable(args.lxt_python)
     if not versions:
@@ -100,7 +96,7 @@ def main() -> None:
                                  env={**os.environ, **(KEEP_FREED if args.keep_freed_memory else {})})
             if run.returncode != 0:
                 sys.exit(f"lm_speed: {name} at {length} tokens failed: {run.stderr[-2000:]}")
-            times = json.loads(next(line for line in reversed(run.stdout.splitlines()) if line.startswith("{")))
+            times = last_json(run.stdout)
             medians = {k: statistics.median(v) for k, v in times.items()}
             print(name, length, {k: round(v) for k, v in medians.items()}, flush=True)
             for key, label in LABELS.items():

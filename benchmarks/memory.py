@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import REPO, machine, peak_rss, report
+from harness import REPO, last_json, machine, peak_rss, report
 
 #: model name → (transformers config class, LM class, config keywords)
 MODELS = {
@@ -147,8 +147,16 @@ def made(work: Path, name: str) -> dict:
 
 def measure(variant: str, folder: Path, length: int, python: str) -> dict:
     out = peak_rss(CHILD.format(bench=str(REPO / "benchmarks")), variant, str(folder), str(length), python=python)
-    line = next(line for line in reversed(out["stdout"].splitlines()) if line.startswith("{"))
-    return {**json.loads(line), "peak_gib": out["peak_gib"]}
+    return {**last_json(out["stdout"]), "peak_gib": out["peak_gib"]}
+
+
+def lxt_arguments(ap: argparse.ArgumentParser, out: str, reads: str = "lxt and rulegraph import") -> None:
+    """The options of a benchmark that runs LXT in another interpreter: ``--lxt-python``, ``--work`` (the
+    models, made once) and ``--out`` (``benchmarks/results/OUT``)."""
+    ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
+                    help=f"an interpreter where {reads} (LXT 2.1 needs transformers 4.x)")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / out)
 
 
 def lxt_importable(python: str | None) -> str | None:
@@ -169,10 +177,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
-                    help="an interpreter where lxt imports (LXT 2.1 needs transformers 4.x)")
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "memory.md")
+    lxt_arguments(ap, "memory.md", reads="lxt imports")
     args = ap.parse_args()
     lxt = lxt_importable(args.lxt_python)
     variants = [v for v in args.variants if v != "lxt" or lxt]
