@@ -155,6 +155,16 @@ def test_each_head_and_each_target_in_one_walk(bert_onnx, walks):
         same(e, explain(bert_onnx, condition=e.extra["condition"]["conditions"][0], target=e.target[0]))
 
 
+def test_each_maps_page_names_its_condition(bert_onnx):
+    """The HTML of several maps (a notebook's view, ``to_html``) says which units each map kept."""
+    maps = explain(bert_onnx, condition="block 1 attention output:heads=0|1,2")
+    page = maps.to_html()
+    for e, units in zip(maps, ("0", "1,2")):
+        absorbed = e.extra["condition"]["absorbed"]
+        assert f"conditioned on <code>block 1 attention output:heads={units}</code>; {absorbed:+.4g} masked out" in page
+    assert maps._repr_html_().count("conditioned on <code>") == 2
+
+
 def test_the_maps_are_bounded_and_each_needs_one_count(bert_onnx):
     many = "|".join(str(u) for u in range(MAX_MAPS + 1))
     with pytest.raises(InputError, match=f"{MAX_MAPS + 1} alternatives; the limit is {MAX_MAPS} maps"):

@@ -138,6 +138,11 @@ def _item(e, item: int, heading: str) -> str:
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
                  f"with <code>{html.escape(e.method)}</code>; scores from <code>{html.escape(key)}</code> "
                  f"(Σ {sum(scores):+.4g})</p>")
+    condition = e.extra.get("condition")
+    if condition:               # conditional relevance (rulegraph.inside): which units this map kept
+        masked = "" if condition["absorbed"] is None else f"; {condition['absorbed']:+.4g} masked out, booked as absorbed"
+        parts.append(f"<p>conditioned on <code>{html.escape('; '.join(condition['conditions']))}</code>"
+                     f"{html.escape(masked)}</p>")
     from ..image import is_image
     images = [k for k, v in e.boundary.items() if is_image(v)]
     if images:          # an image: the picture, its relevance over it and beside it
