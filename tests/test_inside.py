@@ -163,6 +163,8 @@ def test_each_maps_page_names_its_condition(bert_onnx):
         absorbed = e.extra["condition"]["absorbed"]
         assert f"conditioned on <code>block 1 attention output:heads={units}</code>; {absorbed:+.4g} masked out" in page
     assert maps._repr_html_().count("conditioned on <code>") == 2
+    masked = maps[0].extra["condition"]["absorbed"]
+    assert f"went to the units the condition masked out ({masked:+.3g}) and biases" in page
 
 
 def test_the_maps_are_bounded_and_each_needs_one_count(bert_onnx):

@@ -132,9 +132,11 @@ def verdict(e) -> str:
         ops = sorted({n.op for n in e.audit.expected})
         parts.append(f"the breaks ({c.breaks:+.3g}) are by design: the rules of `{e.method}` at "
                      f"{len(e.audit.expected)} node(s) ({', '.join(ops)}) do not conserve")
+    masked = (e.extra.get("condition") or {}).get("absorbed")       # conditional relevance (rulegraph.inside)
     if abs(c.absorbed) > 1e-3 * size:
-        parts.append(f"absorbed ({c.absorbed:+.3g}) went to biases, position embeddings, LayerNorm β and ε, "
-                     "not to the input tokens")
+        parts.append(f"absorbed ({c.absorbed:+.3g}) went to " +
+                     (f"the units the condition masked out ({masked:+.3g}) and " if masked else "") +
+                     "biases, position embeddings, LayerNorm β and ε, not to the input tokens")
     return "; ".join(parts)
 
 
