@@ -1,84 +1,127 @@
-"""Time per explanation on a GPU: rulegraph vs torch autograd GI, MiniLM-shaped BERT.
+"""Time per explanation on a GPU: rulegraph against a fair torch autograd Gradient×Input, side by side.
 
-    python benchmarks/cuda_speed.py [--device cuda] [--lengths 94 512] [--batch 1]
+    python benchmarks/cuda_speed.py [--device cuda] [--lengths 94 128 512] [--lm-lengths 256 1024]
+        [--rounds 20] [--work .cache/bench-models] [--out benchmarks/results/cuda_speed.md]
 
-The demo model is not needed: a BERT with the demo's shape (6 layers, hidden 384,
-12 heads, 2 classes) and random weights is exported to ONNX in a temporary folder.
-Timings use CUDA synchronisation around each call; median of interleaved rounds.
+Two models with random weights, neither needing a download:
+
+* a classifier of the demo's shape (BERT, 6 layers, hidden 384, 12 heads, 2 classes), exported to ONNX
+  here: the forward, ``lrp-ah-ln`` and ``attnlrp`` with the conservation audit and without;
+* GPT-2 small (:mod:`memory`'s ``gpt2-small``, exported once under ``--work``): ``attnlrp`` with the
+  audit and without, explaining the predicted next token after ``L`` random ids.
+
+The reference is torch autograd Gradient×Input on the HF module with the weights' gradients off
+(:func:`harness.gradient_times_input`): one forward and one backward, the least an explanation costs.
+float32, batch 1. Each call is wrapped in CUDA synchronisation; calls are interleaved (one of each per
+round, after two warm-up rounds); the table gives the median, the minimum and the ratio of medians to
+the reference. LXT is not compared here: LXT 2.1 needs transformers 4.x.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+
+from harness import REPO, gradient_times_input, interleave, machine, report
 
 import rulegraph
 from rulegraph.exporters import HFClassifier, export_onnx
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[94, 512])
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=30)
-    args = parser.parse_args(argv)
+def synchronised(call, device: str):
+    """``call`` followed by a CUDA synchronisation, so its time is the GPU's work and not its queueing."""
+    if not device.startswith("cuda"):
+        return call
+
+    def timed():
+        out = call()
+        torch.cuda.synchronize()
+        return out
+    return timed
+
+
+def rows_of(times: dict[str, list[float]], model: str, length: int, reference: str) -> list[list]:
+    base = statistics.median(times[reference])
+    return [[model, length, name, f"{statistics.median(ts):.2f}", f"{min(ts):.2f}",
+             f"{statistics.median(ts) / base:.2f}×"] for name, ts in times.items()]
+
+
+def classifier(args) -> list[list]:
     from transformers import BertConfig, BertForSequenceClassification
     torch.manual_seed(0)
     config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
                         attn_implementation="eager")
     module = BertForSequenceClassification(config).eval()
-    folder = Path(tempfile.mkdtemp())
     example = {"input_ids": torch.randint(1000, 2000, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
                "token_type_ids": torch.zeros(2, 8, dtype=torch.long)}
-    path = export_onnx(HFClassifier(module), example, folder / "model.onnx")
-    graph = rulegraph.load(path)
-    rules = rulegraph.RuleSet.load("lrp-ah-ln")
-    gpu_module = module.to(args.device)
-
-    def sync():
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    print(f"device {torch.cuda.get_device_name() if args.device.startswith('cuda') else args.device}, "
-          f"torch {torch.__version__}, batch {args.batch}")
-    print("| tokens | method | median ms |\n|---:|---|---:|")
+    graph = rulegraph.load(export_onnx(HFClassifier(module), example, Path(tempfile.mkdtemp()) / "model.onnx"))
+    on_device = module.to(args.device)
+    rows = []
     for length in args.lengths:
-        feeds = {"input_ids": torch.randint(1000, 2000, (args.batch, length)),
-                 "attention_mask": torch.ones(args.batch, length, dtype=torch.long),
-                 "token_type_ids": torch.zeros(args.batch, length, dtype=torch.long)}
-        on_device = {k: v.to(args.device) for k, v in feeds.items()}
+        feeds = {"input_ids": torch.randint(1000, 2000, (1, length)),
+                 "attention_mask": torch.ones(1, length, dtype=torch.long),
+                 "token_type_ids": torch.zeros(1, length, dtype=torch.long)}
+        device_feeds = {k: v.to(args.device) for k, v in feeds.items()}
+        gi = gradient_times_input(
+            on_device, lambda: on_device.bert.embeddings.word_embeddings(device_feeds["input_ids"]),
+            lambda words: on_device(inputs_embeds=words, attention_mask=device_feeds["attention_mask"],
+                                    token_type_ids=device_feeds["token_type_ids"]).logits,
+            lambda logits: logits.gather(1, logits.argmax(1, keepdim=True)).sum())
+        calls = {"torch autograd GI": gi, "rulegraph forward": lambda: rulegraph.run(graph, feeds, device=args.device)}
+        for rules in ("lrp-ah-ln", "attnlrp"):
+            for audit in (True, False):
+                calls[f"rulegraph {rules} (audit {'on' if audit else 'off'})"] = (
+                    lambda rules=rules, audit=audit: rulegraph.explain(graph, rules, feeds, device=args.device,
+                                                                       audit=audit))
+        times = interleave({k: synchronised(c, args.device) for k, c in calls.items()}, args.rounds)
+        rows += rows_of(times, "BERT 6×384 (MiniLM shape)", length, "torch autograd GI")
+    return rows
 
-        def torch_gi():
-            words = gpu_module.bert.embeddings.word_embeddings(on_device["input_ids"]).detach().requires_grad_(True)
-            logits = gpu_module(inputs_embeds=words, attention_mask=on_device["attention_mask"],
-                                token_type_ids=on_device["token_type_ids"]).logits
-            logits.gather(1, logits.argmax(1, keepdim=True)).sum().backward()
-            return (words * words.grad).sum(-1)
 
-        methods = {
-            "rulegraph forward": lambda: rulegraph.run(graph, feeds, device=args.device),
-            "rulegraph explain lrp-ah-ln (with audit)": lambda: rulegraph.explain(graph, rules, feeds, device=args.device),
-            "rulegraph explain lrp-ah-ln (no audit)":
-                lambda: rulegraph.explain(graph, rules, feeds, device=args.device, audit=False),
-            "torch autograd GI": torch_gi,
-        }
-        times = {k: [] for k in methods}
-        for fn in methods.values():
-            fn(), fn()
-        for _ in range(args.rounds):
-            for name, fn in methods.items():
-                sync()
-                start = time.perf_counter()
-                fn()
-                sync()
-                times[name].append((time.perf_counter() - start) * 1e3)
-        for name, ts in times.items():
-            print(f"| {length} | {name} | {statistics.median(ts):.2f} |")
+def language_model(args) -> list[list]:
+    import transformers
+    from memory import MODELS, ids, make
+    make(args.work, "gpt2-small")
+    graph = rulegraph.load(args.work / "gpt2-small" / "export" / "model.onnx")
+    module = getattr(transformers, MODELS["gpt2-small"][1]).from_pretrained(
+        args.work / "gpt2-small" / "hf", attn_implementation="eager").eval().to(args.device)
+    rows = []
+    for length in args.lm_lengths:
+        feeds = ids(length, MODELS["gpt2-small"][2]["vocab_size"])
+        device_feeds = {k: v.to(args.device) for k, v in feeds.items()}
+        gi = gradient_times_input(
+            module, lambda: module.transformer.wte(device_feeds["input_ids"]),
+            lambda words: module(inputs_embeds=words, attention_mask=device_feeds["attention_mask"]).logits,
+            lambda logits: logits[0, -1].max())
+        calls = {"torch autograd GI": gi}
+        for audit in (True, False):
+            calls[f"rulegraph attnlrp (audit {'on' if audit else 'off'})"] = (
+                lambda audit=audit: rulegraph.explain(graph, "attnlrp", feeds, device=args.device, audit=audit))
+        times = interleave({k: synchronised(c, args.device) for k, c in calls.items()}, args.rounds)
+        rows += rows_of(times, "GPT-2 small (random weights)", length, "torch autograd GI")
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[94, 128, 512])
+    parser.add_argument("--lm-lengths", type=int, nargs="*", default=[256, 1024])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "bench-models")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "cuda_speed.md")
+    args = parser.parse_args(argv)
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
+    rows = classifier(args) + (language_model(args) if args.lm_lengths else [])
+    report(args.out, "Time per explanation on a GPU",
+           [f"{machine()} · {device} · {sys.version.split()[0]}",
+            f"float32, batch 1, median and minimum of {args.rounds} interleaved rounds (ms), each call synchronised; "
+            "ratio: median over the reference's."],
+           ["model", "tokens", "method", "median ms", "min ms", "vs autograd GI"], rows)
     return 0
 
 

@@ -43,3 +43,73 @@ def test_cli_on_cuda(bert_onnx, capsys):
     out = capsys.readouterr().out
     assert re.search(r"^unexplained residual .* rel [0-9.e+-]+ ok$", out, re.M), out     # the audit's verdict
     assert "conserved:" in out and "FLAGGED" not in out, out
+
+
+# Beyond the encoder's single target: the batched walk (vmap over targets), language models, convolutions,
+# recurrent cells and conditioned maps, each on the GPU against the CPU in float64.
+F64_ACROSS = 1e-9
+
+
+@pytest.mark.parametrize("rules", ["attnlrp", "lrp-ah-ln", "decomposition", "gi"])
+def test_cuda_many_targets_in_one_walk(bert_onnx, rules):
+    from targets import same
+    from rulegraph.passes import apply_targets
+    feeds = tiny.token_inputs(batch=2, length=7)
+    cpu = apply_targets(bert_onnx, rules, feeds, "all", dtype=torch.float64)
+    gpu = apply_targets(bert_onnx, rules, feeds, "all", dtype=torch.float64, device="cuda")
+    for a, b in zip(gpu, cpu, strict=True):
+        same(a, b, rounding=F64_ACROSS)
+
+
+def test_cuda_language_model_top_k(causal_lm):
+    """A causal LM's top-3 next tokens (one walk each on the one forward), AttnLRP, float64."""
+    from targets import same
+    from rulegraph.passes import apply_targets
+    _, path = causal_lm
+    ids = torch.tensor([tiny.lm_tokenizer().encode("w1 w2 w3 w4 w5").ids])
+    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    cpu = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob")
+    gpu = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob", device="cuda")
+    for a, b in zip(gpu, cpu, strict=True):
+        same(a, b, rounding=F64_ACROSS)
+
+
+@pytest.mark.parametrize("kind", ["resnet", "mobilenetv3"])
+def test_cuda_cnns(tmp_path, kind):
+    from targets import same
+    from rulegraph.passes import apply_targets
+    import cnn
+    path = cnn.onnx(cnn.build(kind), tmp_path / "m.onnx", cnn.image(1, 8))
+    feeds = {"pixel_values": cnn.image(2, 8)}
+    for rules in sorted(rulegraph.shipped_rule_sets("cnns")):
+        cpu = apply_targets(path, rules, feeds, "top-2", dtype=torch.float64)
+        gpu = apply_targets(path, rules, feeds, "top-2", dtype=torch.float64, device="cuda")
+        for a, b in zip(gpu, cpu, strict=True):
+            same(a, b, rounding=F64_ACROSS)
+
+
+def test_cuda_recurrent(tmp_path):
+    """A bidirectional LSTM tagger's ONNX LSTM op and the ``recurrent`` rule."""
+    from targets import same
+    from test_recurrent_models import IDS, Recurrent
+    module = Recurrent("LSTM", bidirectional=True, tagger=True).eval()
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(module, (IDS,), str(path), input_names=["input_ids"], output_names=["logits"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}}, dynamo=False, opset_version=17)
+    feeds = {"input_ids": IDS}
+    for rules in ("epsilon", "gi"):
+        cpu = rulegraph.explain(str(path), rules, feeds, dtype=torch.float64)
+        gpu = rulegraph.explain(str(path), rules, feeds, dtype=torch.float64, device="cuda")
+        same(gpu, cpu, rounding=F64_ACROSS)
+
+
+def test_cuda_each_head_in_one_walk(bert_onnx):
+    """``heads=each``: the conditions' masks stacked beside the seeds, one map per head."""
+    from targets import same
+    feeds = tiny.token_inputs(batch=1, length=7)
+    asked = dict(condition="block 1 attention output:heads=each", dtype=torch.float64)
+    cpu = rulegraph.explain(bert_onnx, "attnlrp", feeds, **asked)
+    gpu = rulegraph.explain(bert_onnx, "attnlrp", feeds, device="cuda", **asked)
+    assert len(gpu) == len(cpu) > 1
+    for a, b in zip(gpu, cpu, strict=True):
+        same(a, b, rounding=F64_ACROSS)

@@ -260,22 +260,88 @@ def test_the_ledger_sums_a_pair_of_tensors_once():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_the_ledger_reads_the_same_figures_as_it_goes_or_at_the_end(dtype):
+def test_the_ledger_reads_the_same_figures_as_it_goes_or_at_the_end(dtype, monkeypatch):
     """On the CPU each entry is read as it is made (``eager``); on other devices the 0-d sums are kept and
-    read in one sync at :meth:`settle`: the same floats either way."""
-    from rulegraph.passes.relevance import Ledger
+    read in one sync at :meth:`settle`: the same floats either way. There the sums of small tensors are
+    taken together (``GroupedSums``): the same figures to rounding, and the same floats on every run."""
+    from rulegraph.passes import relevance
     from rulegraph.propagation.signal import Contribution
     torch.manual_seed(0)
     pairs = [(torch.randn(7, 5, dtype=dtype), torch.randn(7, 5, dtype=dtype)) for _ in range(4)]
-    figures = []
-    for eager in (True, False):
-        ledger = Ledger(nan_safe=False, eager=eager)
+    pairs += [(torch.randn(3, 40, dtype=dtype).mT, torch.randn(40, 3, dtype=dtype)), (torch.randn(()), torch.randn(()))]
+    pairs = [(x.to(dtype), g.to(dtype)) for x, g in pairs]
+
+    def figures(eager: bool) -> list[float]:
+        ledger = relevance.Ledger(nan_safe=False, eager=eager)
         entries = [ledger.contribution(Contribution(signal=g), x) for x, g in pairs] + \
-            [ledger.mass(x) for x, _ in pairs] + [ledger.total(g) for _, g in pairs]
+            [ledger.mass(x) for x, _ in pairs] + [ledger.total(g) for _, g in pairs] + \
+            [ledger.product(x, g, absolute=True) for x, g in pairs]
         ledger.settle()
-        figures.append([ledger([i]) for i in entries])
         assert all(type(v) is float for v in ledger.values)
-    assert figures[0] == figures[1]
+        return [ledger([i]) for i in entries]
+
+    eager = figures(True)
+    grouped = figures(False)
+    assert grouped == figures(False)                                    # deterministic
+    scale = max(abs(v) for v in eager)
+    assert max(abs(a - b) for a, b in zip(grouped, eager)) <= (1e-6 if dtype == torch.float32 else 1e-13) * scale
+    monkeypatch.setattr(relevance, "GROUP_BELOW", 0)                    # each sum alone: the same floats
+    assert figures(False) == eager
+
+
+def test_grouped_sums_equal_each_sum_alone():
+    """``GroupedSums``: Σ t, Σ|t|, Σ x ⊙ g and Σ |x ⊙ g| of tensors of many sizes (padded to powers of two)
+    and two dtypes, taken together, against each reduction in float64."""
+    from rulegraph.passes.relevance import GroupedSums
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(), (1,), (2,), (3,), (5, 7), (4, 8), (2, 3, 17), (0,), (1, 12, 9, 9), (9, 33)]
+    grouped, expected = GroupedSums(), {}
+    for i, shape in enumerate(shapes * 2):
+        dtype = F64 if i % 3 else torch.float32
+        x, g = torch.randn(shape, generator=gen, dtype=dtype), torch.randn(shape, generator=gen, dtype=dtype)
+        kind = GroupedSums.KINDS[i % 4]
+        tensors = (x,) if kind in ("total", "mass") else (x, g)
+        p = x.double() * g.double() if len(tensors) == 2 else x.double()
+        expected[i] = float((p.abs() if kind in ("mass", "absdot") else p).sum())
+        grouped.add(i, kind, tensors)
+    assert grouped.bytes > 0
+    sums = grouped.take()
+    assert grouped.waiting == [] and grouped.bytes == 0 and sorted(sums) == sorted(expected)
+    for i, value in sums.items():
+        assert value.dim() == 0
+        assert float(value) == pytest.approx(expected[i], rel=1e-5 if value.dtype == torch.float32 else 1e-12,
+                                             abs=1e-6), i
+
+
+@pytest.mark.parametrize("rules", sorted(rulegraph.shipped_rule_sets()))
+def test_a_device_ledgers_grouped_sums_audit_alike(bert_onnx, rules, monkeypatch):
+    """A whole explanation's audit with a device's ledger (kept as tensors, read at the end), its small sums
+    grouped or each alone: every node's figures to 1e-12 relative (float64), the verdict the same."""
+    import tiny
+    from targets import same
+    from rulegraph.passes import relevance
+
+    class DeviceLedger(relevance.Ledger):           # what a CUDA walk makes, on the CPU
+        def __init__(self, nan_safe, eager, batched=False):
+            super().__init__(nan_safe, False, batched)
+
+    monkeypatch.setattr(relevance, "Ledger", DeviceLedger)
+    feeds = tiny.token_inputs(batch=2, length=7)
+    grouped = rulegraph.explain(bert_onnx, rules, feeds, dtype=F64)
+    monkeypatch.setattr(relevance, "GROUP_BELOW", 0)
+    same(grouped, rulegraph.explain(bert_onnx, rules, feeds, dtype=F64), rounding=1e-12)
+
+
+def test_grouped_sums_are_taken_when_they_hold_enough(monkeypatch):
+    """The tensors waiting are bounded (``GROUP_BYTES``): past it the ledger takes their sums."""
+    from rulegraph.passes import relevance
+    monkeypatch.setattr(relevance, "GROUP_BYTES", 3 * 40 * 8)
+    ledger = relevance.Ledger(nan_safe=False, eager=False)
+    ts = [torch.full((40,), float(k), dtype=F64) for k in range(7)]
+    entries = [ledger.total(t) for t in ts]
+    assert [e is None for e in ledger.entries] == [False] * 6 + [True]
+    ledger.settle()
+    assert [ledger([e]) for e in entries] == [40.0 * k for k in range(7)]
 
 
 @pytest.mark.parametrize("shape,order", [((6, 4), (1, 0)), ((2, 5, 3, 4), (0, 2, 1, 3)),
