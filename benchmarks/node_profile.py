@@ -15,7 +15,7 @@ sums (``Ledger._entry``: the key, the weak references, the reduction) have their
 ATen calls the walk makes outside rules and ledger (relevance from several consumers summed). The profiler adds a few microseconds to every ATen call: its rows over-state kernel time on
 small tensors; the phase rows (no profiler) are the ones to compare between versions.
 
-Random token ids (as ``/work/wt/speed.py`` uses) keep it free of any data set: the cost per node does
+Random token ids keep it free of any data set: the cost per node does
 not depend on which tokens they are.
 """
 from __future__ import annotations
