@@ -45,18 +45,29 @@ Tensor = torch.Tensor
 CHUNK = 1 << 22
 
 
-def in_memory_order(x: Tensor, g: Tensor) -> tuple[Tensor, Tensor] | None:
-    """``x`` and ``g`` flattened in the order their elements lie in memory, without a copy, where both
-    are one dtype and shape and lie alike and densely (the same strides, no gaps, no overlap): a
+def memory_order(x: Tensor, g: Tensor) -> tuple[int, ...] | None:
+    """The order of dimensions in which ``x`` and ``g`` lie in memory (``()``: as they are, contiguous), where
+    both are one dtype and shape and lie alike and densely (the same strides, no gaps, no overlap): a
     contiguous tensor, or a permuted one (a head view of queries, transposed keys). ``None`` otherwise
-    (a slice, a broadcast). ``x[i]`` pairs with ``g[i]`` either way, so ``Σ x ⊙ g`` is their dot."""
+    (a slice, a broadcast). Nothing is reshaped: a ledger that has this pair's sum already reads it."""
     if x.shape != g.shape or x.dtype != g.dtype or x.stride() != g.stride():
         return None
     if x.is_contiguous():
-        return x.reshape(-1), g.reshape(-1)
-    order = sorted(range(x.dim()), key=lambda d: -x.stride(d))
-    xp = x.permute(order)
-    return (xp.reshape(-1), g.permute(order).reshape(-1)) if xp.is_contiguous() else None
+        return ()
+    order = tuple(sorted(range(x.dim()), key=lambda d: -x.stride(d)))
+    return order if x.permute(order).is_contiguous() else None
+
+
+def in_memory_order(x: Tensor, g: Tensor, order: tuple[int, ...] | None = None) -> tuple[Tensor, Tensor] | None:
+    """``x`` and ``g`` flattened in the order their elements lie in memory, without a copy, where they lie
+    alike (:func:`memory_order`, or the ``order`` it gave); ``None`` otherwise. ``x[i]`` pairs with ``g[i]``
+    either way, so ``Σ x ⊙ g`` is their dot."""
+    order = memory_order(x, g) if order is None else order
+    if order is None:
+        return None
+    if order:
+        x, g = x.permute(order), g.permute(order)
+    return x.reshape(-1), g.reshape(-1)
 
 
 def product_sum(x: Tensor, g: Tensor, *, dtype: torch.dtype | None = None, absolute: bool = False,
@@ -229,10 +240,10 @@ class Ledger:
             return self._entry(None, (), lambda: _batched_dot(x, g, absolute, self.nan_safe))
         kind = "absdot" if absolute else "dot"
         kind = kind if x.shape == g.shape and x.dtype == g.dtype else None     # (a broadcast: summed alone)
-        flat = None if absolute or self.nan_safe else in_memory_order(x, g)
-        if flat is not None:
+        order = None if absolute or self.nan_safe else memory_order(x, g)
+        if order is not None:
             return self._entry(("dot", x.device, x.dtype, x.data_ptr(), g.data_ptr(), x.numel()), (x, g),
-                               lambda: torch.vdot(*flat), kind)
+                               lambda: torch.vdot(*in_memory_order(x, g, order)), kind)
         return self._entry(("product", absolute, layout(x), layout(g)), (x, g),
                            lambda: product_sum(x, g, absolute=absolute, nan_safe=self.nan_safe), kind)
 
