@@ -14,8 +14,8 @@ BATCH_AXIS = "batch"
 SEQUENCE_AXIS = "sequence"
 #: The sequence axis of a decoder's inputs (``decoder_input_ids``…), free of the source's length.
 DECODER_SEQUENCE_AXIS = "decoder_sequence"
-#: The sequence axis of a decoder's inputs (``decoder_input_ids``…), free of the source's length.
-DECODER_SEQUENCE_AXIS = "decoder_sequence"
+#: The time axis of a waveform ``[batch, samples]`` (an audio classifier's ``input_values``).
+SAMPLES_AXIS = "samples"
 
 # Loggers whose warnings about tracing and export internals are noise to a user.
 _NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "torch._dynamo", "torch.fx", "torch.utils._sympy", "onnxscript")
@@ -33,10 +33,12 @@ def check_example_inputs(example_inputs: Mapping[str, torch.Tensor]) -> None:
 
 
 #: the inputs that get dynamic axes, by (rank, floating point): token ids and masks ``[batch, sequence]``,
-#: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic)
+#: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic),
+#: waveforms ``[batch, samples]``
 DYNAMIC_AXES: dict[tuple[int, bool], dict[int, str]] = {
     (2, False): {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     (4, True): {0: BATCH_AXIS},
+    (2, True): {0: BATCH_AXIS, 1: SAMPLES_AXIS},
 }
 
 
@@ -82,7 +84,7 @@ def torch_export_dynamic_shapes(
     :func:`torch.export.export` infer bounds such as ``sequence <= max_position_embeddings``
     instead of failing on them.
     """
-    dims = {axis: torch.export.Dim(axis) for axis in (BATCH_AXIS, SEQUENCE_AXIS, DECODER_SEQUENCE_AXIS)}
+    dims = {axis: torch.export.Dim(axis) for axis in (BATCH_AXIS, SEQUENCE_AXIS, DECODER_SEQUENCE_AXIS, SAMPLES_AXIS)}
     return {name: ({axis: dims[dim] if named else torch.export.Dim.DYNAMIC for axis, dim in axes[name].items()}
                    if name in axes else None) for name in example_inputs}
 

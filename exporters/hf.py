@@ -3,15 +3,15 @@
 A Hugging Face model directory (as written by ``save_pretrained``) holds
 ``config.json`` and the weights, and beside them what turns raw input into the model's:
 the fast tokenizer (``tokenizer.json``, needed for export) of a text model, the image
-processor (``preprocessor_config.json``, optional) of an image classifier.
+processor or feature extractor (``preprocessor_config.json``, optional) of an image or audio classifier.
 
-Which head is exported is a :class:`Head` of :data:`HEADS` — sequence classification, image
-classification, causal LM, span question answering, encoder–decoder LM — each a wrapper module
+Which head is exported is a :class:`Head` of :data:`HEADS` — audio classification, sequence classification,
+image classification, causal LM, span question answering, encoder–decoder LM — each a wrapper module
 with plain named inputs and outputs. The task is the one ``config.architectures`` names (its
 endings), else the first whose transformers Auto class knows the config's model type, unless
 given. :func:`export_hf` turns the directory into ``model.onnx`` plus copies of the task's
 files, with the task, labels (classifiers) and the maximum length (or the image size and
-normalisation) in the ONNX metadata.
+normalisation, or the audio's sampling rate) in the ONNX metadata.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Mapping
 import torch
 
 from ..errors import ExportError, InputError
-from ..loaders.metadata import ExportInfo
+from ..loaders.metadata import MAX_SAMPLING_RATE, ExportInfo
 from ..registry import Registry
 from ._common import dynamic_axes
 from .check import verify
@@ -70,6 +70,7 @@ class HFInfo:
         outputs: the graph's output names.
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
+        sampling_rate: an audio classifier's samples per second (its feature extractor's, else 16 kHz).
         decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
         eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
             (whose rows must each end in it), if the config names one.
@@ -88,6 +89,7 @@ class HFInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    sampling_rate: int | None = None
     decoder_start: int | None = None
     eos_token_id: int | None = None
     encoder_decoder: bool = False
@@ -97,7 +99,7 @@ class HFInfo:
         :data:`rulegraph.loaders.metadata.KEYS`, as :class:`~rulegraph.loaders.metadata.ExportInfo` writes them)."""
         return ExportInfo(model_type=self.model_type, source=self.source, task=self.task,
                           labels=self.labels or None, max_length=self.max_length, image_size=self.image_size,
-                          image_mean=self.image_mean, image_std=self.image_std,
+                          image_mean=self.image_mean, image_std=self.image_std, sampling_rate=self.sampling_rate,
                           decoder_start_token_id=self.decoder_start, eos_token_id=self.eos_token_id).metadata()
 
     @property
@@ -156,6 +158,12 @@ def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     return {"pixel_values": torch.randn(batch, *info.image_size, generator=g)}
 
 
+def _audio_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
+    """A normalised waveform of a quarter second at the model's sampling rate (``length`` is not used)."""
+    g = torch.Generator().manual_seed(0)
+    return {"input_values": torch.randn(batch, max(info.sampling_rate // 4, 2), generator=g)}
+
+
 class HFClassifier(torch.nn.Module):
     """A Hugging Face sequence classifier or causal LM as
     ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
@@ -197,6 +205,21 @@ class HFImageClassifier(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Return the classification logits, shape ``(batch, num_labels)``."""
         return self.model(pixel_values=pixel_values).logits
+
+
+class HFAudioClassifier(torch.nn.Module):
+    """A Hugging Face audio classifier over the waveform (Wav2Vec2, HuBERT, WavLM, Data2VecAudio…
+    ``ForSequenceClassification``) as ``forward(input_values) -> logits``: a clip is taken whole, with no
+    attention mask, and its relevance lies on its samples."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        """Return the classification logits, shape ``(batch, num_labels)``."""
+        return self.model(input_values=input_values).logits
 
 
 class HFSeq2SeqLM(torch.nn.Module):
@@ -253,6 +276,8 @@ class Head:
         outputs: the graph's output names.
         architectures: endings of ``config.architectures`` names that mark the task.
         labelled: the output's last axis is the config's classes (``id2label``).
+        by_auto_class: the architecture's ending marks the task only where :attr:`auto_class` also knows the
+            config's model type (an audio classifier's class ends in ``ForSequenceClassification`` too).
     """
 
     auto_class: str
@@ -264,6 +289,12 @@ class Head:
     outputs: tuple[str, ...] = ("logits",)
     architectures: tuple[str, ...] = ()
     labelled: bool = False
+    by_auto_class: bool = False
+
+    def knows(self, config: object) -> bool:
+        """Whether this head's Auto class loads ``config``'s model type."""
+        import transformers
+        return type(config) in getattr(transformers, self.auto_class)._model_mapping
 
 
 #: task name → :class:`Head`, in the order tried; ``rulegraph export --task`` and :func:`load_hf` take these names
@@ -282,10 +313,11 @@ def task_of(config: object, architecture: str | None = None) -> str:
 
     for architecture in [*([architecture] if architecture else []), *(getattr(config, "architectures", None) or ())]:
         for name in HEADS:
-            if architecture.endswith(HEADS.get(name).architectures):
+            head = HEADS.get(name)
+            if architecture.endswith(head.architectures) and (not head.by_auto_class or head.knows(config)):
                 return name
     for name in HEADS:
-        if type(config) in getattr(transformers, HEADS.get(name).auto_class)._model_mapping:
+        if HEADS.get(name).knows(config):
             return name
     kinds = ", ".join(f"{HEADS.get(n).auto_class} ({n})" for n in HEADS)
     raise ValueError(f"model type {getattr(config, 'model_type', '?')!r} has no head rulegraph exports "
@@ -566,18 +598,24 @@ def _labels(config: object) -> tuple[str, ...]:
     return tuple(str(config.id2label[i]) for i in range(config.num_labels))
 
 
+def _processor(model_dir: Path) -> dict:
+    """The directory's ``preprocessor_config.json`` (an image processor's or a feature extractor's), or ``{}``."""
+    if not (model_dir / PREPROCESSOR_FILE).is_file():
+        return {}
+    try:
+        processor = json.loads((model_dir / PREPROCESSOR_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {model_dir / PREPROCESSOR_FILE}: {error}") from None
+    if not isinstance(processor, dict):
+        raise ValueError(f"{model_dir / PREPROCESSOR_FILE} is not a JSON object")
+    return processor
+
+
 def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """Labels and the input image's size from the config; the normalisation from the image
     processor's ``preprocessor_config.json`` when the directory has one."""
     config = model.config
-    processor = {}
-    if (model_dir / PREPROCESSOR_FILE).is_file():
-        try:
-            processor = json.loads((model_dir / PREPROCESSOR_FILE).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError(f"cannot read {model_dir / PREPROCESSOR_FILE}: {error}") from None
-        if not isinstance(processor, dict):
-            raise ValueError(f"{model_dir / PREPROCESSOR_FILE} is not a JSON object")
+    processor = _processor(model_dir)
     height, width = _image_size(config, processor, model_dir)
     mean, std = processor.get("image_mean"), processor.get("image_std")
     return HFInfo(
@@ -595,7 +633,25 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     )
 
 
+def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
+    """Labels from the config; the sampling rate from the feature extractor's ``preprocessor_config.json``
+    when the directory has one, else 16 kHz (what Wav2Vec2 and its kin are trained at)."""
+    processor = _processor(model_dir)
+    rate = processor.get("sampling_rate", 16_000)
+    if not isinstance(rate, int) or isinstance(rate, bool) or not 0 < rate <= MAX_SAMPLING_RATE:
+        raise ValueError(f"{model_dir / PREPROCESSOR_FILE}: sampling_rate must be an integer in "
+                         f"1…{MAX_SAMPLING_RATE:,}, got {rate!r}")
+    return HFInfo(model_type=model.config.model_type, labels=_labels(model.config), max_length=None,
+                  input_names=("input_values",), vocab_size=0, pad_token_id=None, source=str(model_dir), task=task,
+                  sampling_rate=rate)
+
+
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
+# (before the text classifier: an audio classifier's class name ends alike, and the Auto class tells them apart)
+HEADS.add("audio-classification", Head("AutoModelForAudioClassification", HFAudioClassifier, (PREPROCESSOR_FILE,),
+                                       {}, _audio_info, _audio_example,
+                                       architectures=("ForSequenceClassification", "ForAudioClassification"),
+                                       labelled=True, by_auto_class=True))
 HEADS.add("sequence-classification", Head("AutoModelForSequenceClassification", HFClassifier, (TOKENIZER_FILE,),
                                           _TOKENIZER, _text_info, _token_example,
                                           architectures=("ForSequenceClassification",), labelled=True))

@@ -161,7 +161,8 @@ def _lengths(graph: Graph, lengths: tuple[int, ...]) -> tuple[int, ...]:
 def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = None,
                    model_path: str | Path | None = None) -> dict[str, torch.Tensor]:
     """One item of inputs of the graph's declared shapes: free dims 1 (the first) or ``length``; an image's
-    (a float input of rank 4) free height and width the side :func:`_spatial` gives.
+    (a float input of rank 4) free height and width the side :func:`_spatial` gives, a waveform's (a float
+    input of rank 2) free length the samples :func:`_samples` gives.
     Token inputs come from a made-up text of plain vocabulary words when a tokenizer is given or lies
     beside the model (so special tokens are where the model expects them: an eos at the end for an
     encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (0, 1, … for a table of 5 rows or fewer; each row ending in
@@ -172,8 +173,8 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     feeds = {}
     side = _spatial(graph, length)
     for info in graph.inputs:
-        image = info.is_float and info.shape is not None and len(info.shape) == 4
-        dims = item_shape(info, side if image else length)
+        rank = len(info.shape) if info.is_float and info.shape is not None else 0
+        dims = item_shape(info, side if rank == 4 else _samples(graph, length) if rank == 2 else length)
         if info.is_float:
             feeds[info.name] = torch.randn(dims, generator=g)
         elif text is not None and info.name in text and (len(dims) < 2 or isinstance(info.shape[1], str)
@@ -208,11 +209,25 @@ def _spatial(graph: Graph, length: int) -> int:
     stated = re.findall(r"\d+", graph.metadata.get("rulegraph.image_size", ""))
     if len(stated) == 3:
         return int(stated[1])
+    stride = _stride(graph)
+    return -(-length // stride) * stride
+
+
+def _stride(graph: Graph) -> int:
+    """The product of the graph's convolutions' and poolings' strides, at most 256."""
     stride = 1
     for node in graph.nodes:
         if node.op in ("Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool"):
             stride = min(stride * max(node.attrs.get("strides") or [1]), 256)
-    return -(-length // stride) * stride
+    return stride
+
+
+def _samples(graph: Graph, length: int) -> int:
+    """The length of a made-up waveform: a quarter second at the export's ``rulegraph.sampling_rate`` where
+    it states one, else ``length`` times the graph's total stride (:func:`_spatial`'s), so that an audio
+    encoder's convolutional front end has frames to make."""
+    rate = export_info(graph).sampling_rate
+    return max(rate // 4, 2) if rate else length * _stride(graph)
 
 
 def _rows(graph: Graph, name: str) -> int:

@@ -105,10 +105,14 @@ def is_mask(info: ValueInfo) -> bool:
 
 def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
     """A small input for each graph input: ``1 × length`` token ids (0), masks of ones; float
-    inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise)."""
+    inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise; a waveform's
+    samples, a float input of rank 2, a quarter second at the export's ``rulegraph.sampling_rate``)."""
+    from .loaders.metadata import export_info
+    rate = export_info(graph).sampling_rate
     feeds = {}
     for info in graph.inputs:
-        dims = item_shape(info, length)
+        wave = rate and info.is_float and info.shape is not None and len(info.shape) == 2
+        dims = item_shape(info, max(rate // 4, 2) if wave else length)
         if info.is_float:
             feeds[info.name] = torch.zeros(dims)
         else:
@@ -118,8 +122,8 @@ def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
 
 #: the rank of the outputs of each head ``rulegraph export`` writes (``rulegraph.task``): ``[batch, classes]``,
 #: span QA's ``[batch, positions]``, a language model's ``[batch, positions, vocab]``
-TASK_RANKS = {"sequence-classification": 2, "image-classification": 2, "question-answering": 2, "causal-lm": 3,
-              "seq2seq-lm": 3}
+TASK_RANKS = {"sequence-classification": 2, "image-classification": 2, "audio-classification": 2,
+              "question-answering": 2, "causal-lm": 3, "seq2seq-lm": 3}
 #: one item of inputs, or a function making them (called only when a probe runs)
 Feeds = Mapping[str, Tensor] | Callable[[], Mapping[str, Tensor]]
 

@@ -368,7 +368,7 @@ def _heads_table(graph) -> None:
         out.print(f"[yellow]attention heads not counted[/]: {escape(str(exc))}")
         return
     t = Table(title=f"attention: {len(blocks)} blocks, {sum(b.heads for b in blocks)} heads "
-                    "(head count from one forward on a 1×5 dummy input)")
+                    "(head count from one forward on a small made-up input)")
     for col in ("block", "heads", "softmax node", "value-product node"):
         t.add_column(col, justify="right" if col in ("block", "heads") else "left", overflow="fold")
     for b in blocks:

@@ -21,8 +21,8 @@ from .console import err, out
 @click.option("--attention", type=click.Choice(["eager", "sdpa"]), default="eager", show_default=True,
               help="attention implementation to export (eager gives an explicit Softmax → MatMul)")
 @click.option("--task", default=None, metavar="NAME",
-              help="the head to export: sequence-classification, image-classification, causal-lm, "
-                   "question-answering (outputs start_logits, end_logits) or seq2seq-lm (inputs input_ids, "
+              help="the head to export: sequence-classification, image-classification, audio-classification "
+                   "(input input_values, the waveform), causal-lm, question-answering (outputs start_logits, end_logits) or seq2seq-lm (inputs input_ids, "
                    "attention_mask, decoder_input_ids); "
                    "default: the one config.json's architectures names")
 @click.option("--external-data-above", "external_mib", type=click.FloatRange(min=0), default=1024, show_default=True,
@@ -30,7 +30,7 @@ from .console import err, out
                                   "model.onnx.data beside model.onnx")
 @click.option("--force", is_flag=True, help="overwrite an existing export")
 def export_cmd(source, out_dir, fmt, exporter, opset, attention, task, external_mib, force):
-    """Export a Hugging Face model directory SOURCE (text or image) to OUT_DIR/model.onnx or model.pt2,
+    """Export a Hugging Face model directory SOURCE (text, image or audio) to OUT_DIR/model.onnx or model.pt2,
     with its tokenizer.json or preprocessor_config.json."""
     from ..exporters import HEADS, export_hf, save_hf_fx
     from ..exporters.to_onnx import check_exporter_options

@@ -22,6 +22,8 @@ MAX_LENGTH = 2**24
 MAX_LABELS = 2**20
 #: the largest token id an export may declare
 MAX_TOKEN = 2**31 - 1
+#: the highest sampling rate (Hz) an audio export may declare
+MAX_SAMPLING_RATE = 10**6
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class ExportInfo:
         max_length: the longest input, in tokens.
         image_size: ``(channels, height, width)`` of an image model's input.
         image_mean, image_std: the normalisation of its image processor.
+        sampling_rate: the samples per second an audio model's waveform input is taken at.
         decoder_start_token_id: an encoder–decoder's decoder start token.
         eos_token_id: the end-of-sequence token.
         exporter: the exporter that wrote it.
@@ -52,6 +55,7 @@ class ExportInfo:
     image_size: tuple[int, int, int] | None = None
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
+    sampling_rate: int | None = None
     decoder_start_token_id: int | None = None
     eos_token_id: int | None = None
     exporter: str | None = None
@@ -139,6 +143,8 @@ KEYS: tuple[Key, ...] = (
         "a JSON list [channels, height, width] of positive integers ≤ 65536"),
     Key("image_mean", _numbers(3), _list, "a JSON list of 3 finite numbers"),
     Key("image_std", _numbers(3, positive=True), _list, "a JSON list of 3 positive numbers"),
+    Key("sampling_rate", _count(1, MAX_SAMPLING_RATE), _integer,
+        f"an integer in 1…{MAX_SAMPLING_RATE:,} (samples per second)"),
     Key("decoder_start_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
     Key("eos_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
     Key("exporter", _text, str, "the exporter's name"),
