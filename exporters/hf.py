@@ -71,6 +71,7 @@ class HFInfo:
         image_size: ``(channels, height, width)`` of an image classifier's input, else ``None``.
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
         sampling_rate: an audio classifier's samples per second (its feature extractor's, else 16 kHz).
+        normalize_audio: whether its feature extractor normalises a clip (``do_normalize``, else true).
         decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
         eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
             (whose rows must each end in it), if the config names one.
@@ -90,6 +91,7 @@ class HFInfo:
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
     sampling_rate: int | None = None
+    normalize_audio: bool | None = None
     decoder_start: int | None = None
     eos_token_id: int | None = None
     encoder_decoder: bool = False
@@ -100,6 +102,7 @@ class HFInfo:
         return ExportInfo(model_type=self.model_type, source=self.source, task=self.task,
                           labels=self.labels or None, max_length=self.max_length, image_size=self.image_size,
                           image_mean=self.image_mean, image_std=self.image_std, sampling_rate=self.sampling_rate,
+                          normalize_audio=self.normalize_audio,
                           decoder_start_token_id=self.decoder_start, eos_token_id=self.eos_token_id).metadata()
 
     @property
@@ -634,16 +637,18 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
 
 
 def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
-    """Labels from the config; the sampling rate from the feature extractor's ``preprocessor_config.json``
-    when the directory has one, else 16 kHz (what Wav2Vec2 and its kin are trained at)."""
+    """Labels from the config; the sampling rate and whether a clip is normalised from the feature extractor's
+    ``preprocessor_config.json`` when the directory has one, else 16 kHz and normalised (Wav2Vec2's defaults)."""
     processor = _processor(model_dir)
-    rate = processor.get("sampling_rate", 16_000)
+    rate, normalize = processor.get("sampling_rate", 16_000), processor.get("do_normalize", True)
     if not isinstance(rate, int) or isinstance(rate, bool) or not 0 < rate <= MAX_SAMPLING_RATE:
         raise ValueError(f"{model_dir / PREPROCESSOR_FILE}: sampling_rate must be an integer in "
                          f"1…{MAX_SAMPLING_RATE:,}, got {rate!r}")
+    if not isinstance(normalize, bool):
+        raise ValueError(f"{model_dir / PREPROCESSOR_FILE}: do_normalize must be true or false, got {normalize!r}")
     return HFInfo(model_type=model.config.model_type, labels=_labels(model.config), max_length=None,
                   input_names=("input_values",), vocab_size=0, pad_token_id=None, source=str(model_dir), task=task,
-                  sampling_rate=rate)
+                  sampling_rate=rate, normalize_audio=normalize)
 
 
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}

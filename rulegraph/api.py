@@ -19,6 +19,7 @@ import torch
 from .errors import InputError
 from .explanation import Explanation, Targets
 from .facts import has_positions, output_kind, roles
+from .audio import audio_input, waveform_input
 from .image import image_input
 from .ir import Graph
 from .loaders import load
@@ -36,7 +37,8 @@ __all__ = ["Explanation", "encode", "explain", "prepared"]
 
 def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] | None = None,
             target: int | str | Sequence[int | str] | None = None, *, text: str | Sequence[str] | None = None,
-            question: str | None = None, image: Any = None, tokenizer: Any = None, output: str | None = None,
+            question: str | None = None, image: Any = None, audio: Any = None, tokenizer: Any = None,
+            output: str | None = None,
             position: int | Sequence[int] | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
             audit: bool = True, contrast: int | str | Sequence[int | str] | None = None, score: str = "logit",
             objective: str | Objective | None = None, targets: str | Sequence[int | str] | None = None,
@@ -76,6 +78,11 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     is preprocessed as ``rulegraph explain --image`` does it (:func:`rulegraph.image.image_input`: the
     input's layout and sides, the export's recorded size and normalization) and fills the model's
     pixel input; the explanation keeps the pixels, so ``e.plot()`` draws the relevance over the image.
+
+    For an audio model, ``audio=`` (a WAV file's path, or an array of samples at the model's rate) is read,
+    resampled and normalised as ``rulegraph explain --audio`` does it (:func:`rulegraph.audio.audio_input`: the
+    export's recorded sampling rate and normalisation) and fills the model's waveform input;
+    ``e.extra["audio"]`` names it and its rate.
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
@@ -96,6 +103,16 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         if picture.name in (inputs or {}):
             raise InputError(f"give inputs[{picture.name!r}] or image=…, not both")
         inputs = {**(inputs or {}), picture.name: picture.tensor}
+    sound = None
+    if audio is not None:
+        if text is not None or image is not None:
+            raise InputError("give text=…, image=… or audio=…, one of them")
+        sound = audio_input(graph, audio)
+        if inputs is not None and not isinstance(inputs, dict):
+            raise InputError(f"inputs must be a dict of input name → tensor, got {_kind(inputs)}")
+        if sound.name in (inputs or {}):
+            raise InputError(f"give inputs[{sound.name!r}] or audio=…, not both")
+        inputs = {**(inputs or {}), sound.name: sound.tensor}
     encoder = None
     listed = [] if targets is None or isinstance(targets, str) else \
         _flat(targets.tolist() if hasattr(targets, "tolist") else targets)              # targets=[" Paris", …]
@@ -125,7 +142,7 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
                                                                                                    output):
                 position = [len(e.tokens) - 1 for e in encoded]       # each text's last token, not padding
     elif inputs is None:
-        raise InputError("give the model's inputs (a dict of input name → tensor), text=… or image=…")
+        raise InputError("give the model's inputs (a dict of input name → tensor), text=…, image=… or audio=…")
     names = model_labels(graph)
     if isinstance(objective, str):
         objective = parse_objective(objective)
@@ -149,14 +166,15 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
                           dtype=dtype, special=special, vocab=vocab, audit=audit, contrast=contrast, target_score=score,
                           objective=objective, targets=targets, **options)
     several = isinstance(result, list)          # targets=…, or conditions with alternatives (one map each)
-    dressed = [_dressed(e, model, graph, inputs, tokenizer, encoder, encoded, names, picture)
+    dressed = [_dressed(e, model, graph, inputs, tokenizer, encoder, encoded, names, picture, sound)
                for e in (result if several else [result])]
     return Targets(dressed) if several else dressed[0]
 
 
 def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, encoded: list[Encoded], names,
-             picture) -> Explanation:
-    """``e`` with what the API knows beyond the method: the tokens and texts, class names, the pixels."""
+             picture, sound) -> Explanation:
+    """``e`` with what the API knows beyond the method: the tokens and texts, class names, the pixels, a clip's
+    rate."""
     e.real = _real(graph, inputs, e.relevance)
     if encoded:
         e.tokens, e.texts, e.special = [x.tokens for x in encoded], [x.texts for x in encoded], [x.special for x in encoded]
@@ -182,6 +200,10 @@ def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, en
         from .image import preprocessing
         pre = preprocessing(graph.metadata)
         e.pixels, e.normalization = images, (pre["mean"], pre["std"])
+    wave_in = waveform_input(graph)
+    rate = sound.rate if sound is not None else export_info(graph).sampling_rate
+    if wave_in is not None and rate and wave_in.name in e.boundary:    # a clip: its relevance is read over time
+        e.extra["audio"] = {"input": wave_in.name, "sampling_rate": rate}
     return e
 
 

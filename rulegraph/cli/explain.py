@@ -34,8 +34,8 @@ from .options import (OUTPUT, TARGETS, Grouped, image_options, input_options, me
 @image_options
 @generation_options
 def explain_cmd(model, rules, method, method_option, texts, question, tokenizer, raw_inputs, json_path, html_path, force,
-                steps, image_path, png_path, image_size, image_resize, image_mean, image_std, generate_n, continuation,
-                batch, span, ignore_eos, graph_paths, **opts):
+                steps, image_path, audio_path, png_path, image_size, image_resize, image_mean, image_std, generate_n,
+                continuation, batch, span, ignore_eos, graph_paths, **opts):
     """Relevance of each input token for MODEL's output, with the conservation summary.
     Give a rule set with --rules, or any method (baselines too) with --method. For a language
     model (decoder-only or encoder–decoder), --generate N (or --continuation TEXT) explains every
@@ -73,9 +73,9 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if graph_paths:
             raise InputError("--graph draws one explanation: a language model's next token, without --generate / "
                              "--continuation (the API's explain(…, graph=True) takes any one of its positions)")
-        if image_path is not None or question is not None:
-            raise InputError("--generate/--continuation explains a language model's text; --image and --question "
-                             "do not apply")
+        if image_path is not None or audio_path is not None or question is not None:
+            raise InputError("--generate/--continuation explains a language model's text; --image, --audio and "
+                             "--question do not apply")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
@@ -84,8 +84,17 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         options = pass_arguments(RuleSet.load(rules), opts)
     if graph_paths:
         options["graph"] = _graph_option(graph_paths, rules, options)
-    reads = read_files(model, tokenizer, rules, raw_inputs, image_path)
-    if image_path is not None:
+    reads = read_files(model, tokenizer, rules, raw_inputs, image_path or audio_path)
+    if image_path is not None and audio_path is not None:
+        raise InputError("give --image or --audio, not both")
+    if audio_path is not None:
+        from ..audio import audio_input
+        sound = audio_input(graph, audio_path)
+        if texts:                       # after the model is known to take a waveform: a text model says so first
+            raise InputError("give --text or --audio, not both")
+        err.print(f"[dim]{escape(sound.describe())}[/]")
+        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), sound.name: sound.tensor}}]
+    elif image_path is not None:
         from ..image import image_input
         picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
         if texts:                       # after the model is known to take an image: a text model says so first
@@ -106,7 +115,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
     if pngs:
         from ..image import is_image, preprocessing
-        from ..render.figure import explanation_figure, image_figure, save
+        from ..render.figure import audio_figure, explanation_figure, image_figure, save
     for i, (e, path) in enumerate(zip(results, pngs)):
         images = [k for k, v in e.boundary.items() if is_image(v)]          # NCHW, NHWC, CHW or HWC
         if images and image_path is None:       # pixels given with --input: normalised as the export says
@@ -114,6 +123,10 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if images:
             figure = image_figure(e.boundary[images[0]], requests[i].get("inputs", {}).get(images[0]), mean=pre["mean"],
                                   std=pre["std"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
+        elif "audio" in e.extra:
+            clip = e.extra["audio"]["input"]
+            figure = audio_figure(e.boundary[clip], requests[i].get("inputs", {}).get(clip),
+                                  e.extra["audio"]["sampling_rate"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
         else:
             figure = explanation_figure(e)
         save(figure, path)
@@ -124,6 +137,10 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             break
         if image_path is not None or render.image_key(e) is not None:     # an image: its heatmap, never its pixels
             for line in render.image_lines(e):
+                out.print(line)
+            continue
+        if "audio" in e.extra:                  # a clip: its relevance over time, never a score per sample
+            for line in render.audio_lines(e):
                 out.print(line)
             continue
         if len(results) > 1:

@@ -21,7 +21,7 @@ DTYPES = DTYPE_NAMES
 SECTIONS = {
     "Method": ("rules", "method", "method_option", "groups", "alpha", "threshold", "variant", "mode"),
     "Input": ("texts", "question", "tokenizer", "raw_inputs", "image_path", "image_size", "image_resize", "image_mean",
-              "image_std"),
+              "image_std", "audio_path"),
     "What is explained": ("target", "contrast", "objective", "region", "score", "position", "output_name"),
     "Inside the model": ("at", "condition"),
     "Language models": ("generate_n", "continuation", "batch", "ignore_eos"),
@@ -209,16 +209,19 @@ def input_options(f):
 
 
 def image_options(f):
-    """``explain --image``: preprocessing (see rulegraph.image) and the heatmap PNG."""
+    """``explain --image``: preprocessing (see rulegraph.image) and the heatmap PNG; ``--audio`` (rulegraph.audio)."""
     floats = click.Tuple([float, float, float])
     for decorator in reversed([
         click.option("--image", "image_path", type=click.Path(path_type=Path), metavar="PATH",
                      help="an image for a vision model, in the input's layout (NCHW or NHWC): resized, "
                           "center-cropped where the model fixes both sides (said in the output), normalised "
                           "(see --size, --mean)"),
+        click.option("--audio", "audio_path", type=click.Path(path_type=Path), metavar="FILE.wav",
+                     help="a clip for an audio model (a PCM WAV file): channels averaged, resampled to the export's "
+                          "rulegraph.sampling_rate, normalised as its feature extractor says; relevance over time"),
         click.option("--png", "png_path", type=PNG, metavar="OUT",
                      help="write a figure as a PNG: the tokens' scores, an image's heatmap (default with --image and "
-                          "--html: beside the page), a generation's matrix"),
+                          "--html: beside the page), a clip's relevance over its waveform, a generation's matrix"),
         click.option("--size", "image_size", metavar="N|H,W", default=None,
                      help="the model's image size: N (square) or H,W [default: the input's declared H×W (a free "
                           "width keeps the image's aspect ratio), else the export's rulegraph.image_size, else 224]"),

@@ -40,6 +40,7 @@ class ExportInfo:
         image_size: ``(channels, height, width)`` of an image model's input.
         image_mean, image_std: the normalisation of its image processor.
         sampling_rate: the samples per second an audio model's waveform input is taken at.
+        normalize_audio: whether its feature extractor normalises a clip to zero mean and unit variance.
         decoder_start_token_id: an encoder–decoder's decoder start token.
         eos_token_id: the end-of-sequence token.
         exporter: the exporter that wrote it.
@@ -56,6 +57,7 @@ class ExportInfo:
     image_mean: tuple[float, ...] | None = None
     image_std: tuple[float, ...] | None = None
     sampling_rate: int | None = None
+    normalize_audio: bool | None = None
     decoder_start_token_id: int | None = None
     eos_token_id: int | None = None
     exporter: str | None = None
@@ -118,6 +120,14 @@ def _numbers(n: int, positive: bool = False, integers: bool = False) -> Callable
     return read
 
 
+def _flag(raw: str) -> bool | None:
+    return {"true": True, "false": False}.get(raw.strip())
+
+
+def _written_flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
 def _names(raw: str) -> tuple[str, ...] | None:
     found = _json(raw)
     return tuple(found) if isinstance(found, list) and all(isinstance(x, str) and x for x in found) else None
@@ -145,6 +155,7 @@ KEYS: tuple[Key, ...] = (
     Key("image_std", _numbers(3, positive=True), _list, "a JSON list of 3 positive numbers"),
     Key("sampling_rate", _count(1, MAX_SAMPLING_RATE), _integer,
         f"an integer in 1…{MAX_SAMPLING_RATE:,} (samples per second)"),
+    Key("normalize_audio", _flag, _written_flag, "true or false"),
     Key("decoder_start_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
     Key("eos_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
     Key("exporter", _text, str, "the exporter's name"),

@@ -111,9 +111,10 @@ def explained_name(e, item: int = 0) -> str:
 
 def shares(e):
     """The audit's shares of the explained value in words (:meth:`rulegraph.audit.Conservation.summary`),
-    naming the inputs as they are: tokens, or an image's pixels."""
+    naming the inputs as they are: tokens, an image's pixels, or a clip's samples."""
     image = any(v.dim() == 4 for v in e.boundary.values())
-    return e.audit.conservation.summary(e.method, e.batch_size, "pixels" if image else "tokens")
+    inputs = "pixels" if image else "samples" if "audio" in e.extra else "tokens"
+    return e.audit.conservation.summary(e.method, e.batch_size, inputs)
 
 
 def verdict(e) -> str:

@@ -108,6 +108,39 @@ def explanation_image_figure(e, item: int = 0, ax=None):
     return image_figure(e.boundary[key], pixels, mean=mean, std=std, title=explained_name(e, item), item=item, ax=ax)
 
 
+def audio_figure(relevance, clip=None, rate: int = 16_000, *, title: str = "", item: int = 0, spans: int = 200):
+    """A clip's relevance over time: the waveform (when ``clip`` is given) on a background coloured by the
+    relevance of each of ``spans`` equal spans of time (red positive, blue negative, symmetric scale), and
+    those sums as bars below; batch item ``item``. Returns the figure."""
+    import numpy as np
+
+    from ..audio import bins
+    plt = _pyplot()
+    r = relevance[item].reshape(-1).detach().double().cpu()
+    spans_ = bins(r, rate, spans)
+    starts = np.array([a for a, _, _ in spans_])
+    widths = np.array([b - a for a, b, _ in spans_])
+    sums = np.array([s for _, _, s in spans_])
+    bound = float(np.abs(sums).max()) or 1.0
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.2), sharex=True, height_ratios=(3, 2))
+    colours = plt.get_cmap("bwr")((sums / bound + 1) / 2)
+    for x0, w, c in zip(starts, widths, colours):
+        top.axvspan(x0, x0 + w, color=c, alpha=0.6, linewidth=0)
+    if clip is not None:
+        wave = clip[item].reshape(-1).detach().double().cpu().numpy()
+        top.plot(np.arange(wave.size) / rate, wave, color="black", linewidth=0.4)
+        top.set_ylabel("waveform")
+    top.set_yticks([]) if clip is None else None
+    top.set_title(title or "relevance over time")
+    bottom.bar(starts, sums, width=widths, align="edge", color=colours, edgecolor="none")
+    bottom.axhline(0, color="grey", linewidth=0.5)
+    bottom.set_ylabel(f"Σ relevance per {widths.mean() * 1e3:.0f} ms")
+    bottom.set_xlabel("time (s)")
+    bottom.set_xlim(0, r.numel() / rate)
+    fig.tight_layout()
+    return fig
+
+
 def image_figure(relevance, image=None, *, mean: Sequence[float], std: Sequence[float], title: str = "",
                  item: int = 0, ax=None):
     """The per-pixel relevance (red positive, blue negative, symmetric scale), beside the

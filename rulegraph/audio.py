@@ -1,0 +1,148 @@
+"""Waveforms in and relevance over time out, for audio models (``rulegraph explain MODEL --audio FILE.wav``,
+and ``rulegraph.explain(model, method, audio=…)``: both through :func:`audio_input`).
+
+A WAV file is read with the standard library: PCM of 8, 16, 24 or 32 bits, its channels averaged into one,
+scaled to [−1, 1). It is resampled to the rate the export records (``rulegraph.sampling_rate``, from the
+model's feature extractor; 16 kHz where none is recorded) by linear interpolation, and normalised to zero
+mean and unit variance where the feature extractor does that (``rulegraph.normalize_audio``, its
+``do_normalize``), as Wav2Vec2's does: ``(x − mean) / √(var + 1e-7)``. An array is taken as samples at the
+model's rate, normalised alike. Linear interpolation does not filter before it drops samples: for the
+feature extractor's own resampling, resample beforehand and give the array.
+
+What the summary shows of an explanation over a waveform is its relevance over time (:func:`bins`).
+"""
+from __future__ import annotations
+
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+#: the rate assumed where the export records none (Wav2Vec2's, HuBERT's, WavLM's)
+DEFAULT_RATE = 16_000
+#: the longest clip read (seconds, at its own rate and at the model's)
+MAX_SECONDS = 600
+#: Wav2Vec2's feature extractor's variance floor
+VARIANCE_FLOOR = 1e-7
+#: the sample widths (bytes) a PCM WAV file may have
+WIDTHS = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """A clip as a model takes it: the graph input it fills, the samples ``[1, n]``, the rate, and what was done
+    to it."""
+
+    name: str
+    tensor: "torch.Tensor"
+    rate: int
+    note: str
+
+    def describe(self) -> str:
+        """One line: the input, its length in samples and seconds, what was done to the clip."""
+        n = self.tensor.shape[-1]
+        return f"{self.name} 1×{n} at {self.rate} Hz ({n / self.rate:.2f} s): {self.note}"
+
+
+def waveform_input(graph) -> Any:
+    """The graph's waveform input (the first float input ``[batch, samples]``), or ``None``."""
+    return next((i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 2), None)
+
+
+def audio_input(graph, audio: Any) -> AudioInput:
+    """``audio`` (a WAV file's path, or an array of samples at the model's rate) made the model's waveform input:
+    resampled to the export's rate and normalised as its feature extractor says. A model without a waveform
+    input is refused naming its inputs."""
+    from .loaders.metadata import export_info
+    wave_in = waveform_input(graph)
+    if wave_in is None:
+        names = ", ".join(graph.input_names)
+        raise InputError(f"audio=… needs a model with a waveform input [batch, samples]; this model takes {names}",
+                         cli=f"--audio needs a model with a waveform input [batch, samples]; this model takes "
+                             f"{names}")
+    info = export_info(graph)
+    rate = info.sampling_rate or DEFAULT_RATE
+    samples, notes = load(audio, rate)
+    if info.sampling_rate is None:
+        notes.append(f"the export records no sampling rate: {DEFAULT_RATE} Hz assumed")
+    if info.normalize_audio is not False:
+        samples = (samples - samples.mean()) / (samples.var(unbiased=False) + VARIANCE_FLOOR).sqrt()
+        notes.append("normalised to zero mean and unit variance")
+    return AudioInput(wave_in.name, samples.float().unsqueeze(0), rate, "; ".join(notes) or "as given")
+
+
+def load(audio: Any, rate: int) -> tuple["torch.Tensor", list[str]]:
+    """The samples of ``audio`` at ``rate`` (float64, 1-D) and what was done to them."""
+    import numpy as np
+    import torch
+    if isinstance(audio, (str, Path)):
+        data, given = read_wav(Path(audio))
+        notes = [f"read at {given} Hz"] if given == rate else [f"resampled from {given} Hz (linear)"]
+    else:
+        try:
+            array = np.asarray(audio, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"audio= takes a WAV file's path or an array of samples, got {type(audio).__name__}",
+                             cli="--audio takes a WAV file") from None
+        if array.ndim == 2 and array.shape[0] == 1:
+            array = array[0]
+        if array.ndim != 1 or array.size < 2 or not np.isfinite(array).all():
+            raise InputError(f"audio= takes one clip: a 1-D array of at least 2 finite samples, got shape "
+                             f"{list(array.shape)}")
+        if array.size > MAX_SECONDS * rate:
+            raise InputError(f"the clip is {array.size / rate:.0f} s at {rate} Hz; the limit is {MAX_SECONDS} s")
+        data, given, notes = torch.from_numpy(array.copy()), rate, [f"taken as samples at {rate} Hz"]
+    if given != rate:
+        length = max(round(data.numel() * rate / given), 2)
+        data = torch.nn.functional.interpolate(data[None, None], size=length, mode="linear", align_corners=False)[0, 0]
+    return data, notes
+
+
+def read_wav(path: Path) -> tuple["torch.Tensor", int]:
+    """A PCM WAV file's samples (float64 in [−1, 1), channels averaged) and its rate; bounded by
+    :data:`MAX_SECONDS` before its frames are read."""
+    import numpy as np
+    import torch
+    if not path.is_file():
+        raise InputError(f"audio file not found: {path}", cli=f"--audio: file not found: {path}")
+    try:
+        with wave.open(str(path), "rb") as w:
+            channels, width, rate, frames = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+            if width not in WIDTHS or channels < 1 or rate < 1:
+                raise InputError(f"{path}: a PCM WAV file of {channels} channel(s), {8 * width}-bit samples at "
+                                 f"{rate} Hz is not read (8, 16, 24 or 32-bit PCM)")
+            if frames > MAX_SECONDS * rate:
+                raise InputError(f"{path}: the clip is {frames / rate:.0f} s; the limit is {MAX_SECONDS} s")
+            raw = w.readframes(frames)
+    except (wave.Error, EOFError) as error:
+        raise InputError(f"{path}: not a PCM WAV file the standard library reads ({error})") from None
+    frames = len(raw) // (width * channels)
+    if frames < 2:
+        raise InputError(f"{path}: the clip holds {frames} sample(s); at least 2 are needed")
+    raw = np.frombuffer(raw[:frames * width * channels], dtype=np.uint8).reshape(frames * channels, width)
+    if width == 1:                                            # unsigned, centred on 128
+        values = raw[:, 0].astype(np.float64) - 128.0
+    else:                                                     # little-endian signed
+        padded = np.zeros((raw.shape[0], 4), dtype=np.uint8)
+        padded[:, 4 - width:] = raw
+        values = padded.view("<i4")[:, 0].astype(np.float64) / 2 ** (8 * (4 - width))
+    scale = 2.0 ** (8 * width - 1)
+    samples = values.reshape(frames, channels).mean(axis=1) / scale
+    return torch.from_numpy(samples), rate
+
+
+def bins(relevance: "torch.Tensor", rate: int, count: int = 60) -> list[tuple[float, float, float]]:
+    """The relevance of a clip ``[samples]`` summed over ``count`` equal spans of time (fewer for a short clip):
+    ``(start s, end s, Σ relevance)`` each."""
+    import torch
+    r = torch.as_tensor(relevance).double().reshape(-1)
+    n = r.numel()
+    count = max(1, min(count, n))
+    edges = [round(k * n / count) for k in range(count + 1)]
+    sums = torch.stack([r[a:b].sum() for a, b in zip(edges, edges[1:])]).tolist()
+    return [(a / rate, b / rate, s) for a, b, s in zip(edges, edges[1:], sums)]

@@ -1,0 +1,153 @@
+"""Clips in and relevance over time out (``rulegraph.audio``): PCM WAV files of every width the standard library
+writes read to the exact samples, channels averaged, resampled to the export's rate, normalised as its feature
+extractor says; bounds and bad files refused in one line naming the file; ``explain(…, audio=…)`` equal to the
+same samples given as inputs; ``rulegraph explain --audio`` as a user types it (the strip over time, the PNG)."""
+from __future__ import annotations
+
+import json
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rulegraph
+from rulegraph import audio
+from rulegraph.errors import InputError
+from shell import rulegraph as run_cli
+
+RATE = 8000
+
+
+def write_wav(path: Path, frames: np.ndarray, *, width: int, rate: int) -> Path:
+    """``frames`` ``[n, channels]`` of integers written as PCM of ``width`` bytes (8-bit: unsigned)."""
+    data = frames.astype(np.int64)
+    if width == 1:
+        raw = (data + 128).astype(np.uint8).tobytes()
+    else:
+        raw = b"".join(int(v).to_bytes(width, "little", signed=True) for v in data.reshape(-1))
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(frames.shape[1])
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(raw)
+    return path
+
+
+@pytest.mark.parametrize("width", audio.WIDTHS)
+def test_every_pcm_width_reads_to_its_samples_and_channels_average(tmp_path, width):
+    top = 2 ** (8 * width - 1)
+    left = np.array([0, 1, -1, top - 1, -top, top // 2])
+    right = np.array([0, -1, 1, -top, top - 1, -(top // 2)])
+    samples, rate = audio.read_wav(write_wav(tmp_path / "c.wav", np.stack([left, right], 1), width=width, rate=RATE))
+    assert rate == RATE and samples.dtype == torch.float64
+    np.testing.assert_array_equal(samples.numpy(), (left + right) / 2 / top)
+
+
+def test_resampled_linearly_to_the_models_rate(tmp_path):
+    ramp = np.arange(0, 1600, dtype=np.int64)[:, None] * 16
+    path = write_wav(tmp_path / "r.wav", ramp, width=2, rate=16_000)
+    samples, notes = audio.load(path, RATE)
+    assert samples.numel() == 800 and notes == ["resampled from 16000 Hz (linear)"]
+    steps = samples[1:-1].diff()
+    assert torch.allclose(steps, steps[0].expand_as(steps), rtol=0, atol=1e-12)     # a ramp stays a ramp
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p, "audio file not found"),
+    (lambda p: (p.write_bytes(b"RIFF0000WAVEjunk") and p), "not a PCM WAV file the standard library reads"),
+    (lambda p: write_wav(p, np.zeros((1, 1)), width=2, rate=RATE), "holds 1 sample"),
+])
+def test_a_bad_file_is_refused_naming_it(tmp_path, make, message):
+    path = make(tmp_path / "bad.wav")
+    with pytest.raises(InputError, match=message):
+        audio.read_wav(path)
+
+
+def test_a_clip_over_the_limit_is_refused_before_its_frames_are_read(tmp_path, monkeypatch):
+    path = write_wav(tmp_path / "long.wav", np.zeros((3 * RATE, 1)), width=2, rate=RATE)
+    monkeypatch.setattr(audio, "MAX_SECONDS", 2)
+    monkeypatch.setattr(wave.Wave_read, "readframes", lambda *a: pytest.fail("frames read past the limit"))
+    with pytest.raises(InputError, match=r"long\.wav: the clip is 3 s; the limit is 2 s"):
+        audio.read_wav(path)
+    with pytest.raises(InputError, match="the clip is 3 s at 8000 Hz; the limit is 2 s"):
+        audio.load(np.zeros(3 * RATE), RATE)
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.zeros((2, 5)), r"a 1-D array of at least 2 finite samples, got shape \[2, 5\]"),
+    (np.array([0.0, np.nan]), "finite samples"), ([0.5], r"at least 2 finite samples, got shape \[1\]"),
+    (object(), "takes a WAV file's path or an array of samples, got object"),
+])
+def test_a_bad_array_is_refused(array, message):
+    with pytest.raises(InputError, match=message):
+        audio.load(array, RATE)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A tiny Wav2Vec2 classifier exported by rulegraph's exporter, its feature extractor at 8 kHz."""
+    import transformers
+    from rulegraph.exporters import export_hf
+    torch.manual_seed(0)
+    config = transformers.Wav2Vec2Config(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
+        conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+        num_labels=2, vocab_size=10, attn_implementation="eager", id2label={0: "speech", 1: "music"},
+        label2id={"speech": 0, "music": 1})
+    folder = tmp_path_factory.mktemp("wav2vec2")
+    transformers.Wav2Vec2ForSequenceClassification(config).save_pretrained(folder / "hf")
+    (folder / "hf" / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": RATE, "do_normalize": True}))
+    return export_hf(folder / "hf", folder / "out")
+
+
+def tone(path: Path, rate: int = 16_000, seconds: float = 0.3) -> Path:
+    t = np.arange(int(rate * seconds)) / rate
+    wave_ = (0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype(np.int64)
+    return write_wav(path, np.stack([wave_, wave_ // 2], 1), width=2, rate=rate)
+
+
+def test_audio_fills_the_waveform_input_as_the_export_says(model, tmp_path):
+    """A 16 kHz stereo file for an 8 kHz model: averaged, resampled, normalised; the explanation equals the same
+    samples given as inputs, and names its clip and rate."""
+    graph = rulegraph.load(model)
+    clip = audio.audio_input(graph, tone(tmp_path / "t.wav"))
+    assert clip.name == "input_values" and clip.rate == RATE and clip.tensor.shape == (1, int(RATE * 0.3))
+    assert abs(float(clip.tensor.mean())) < 1e-6 and abs(float(clip.tensor.std(unbiased=False)) - 1) < 1e-4
+    assert "resampled from 16000 Hz (linear); normalised to zero mean and unit variance" in clip.describe()
+    e = rulegraph.explain(model, "attnlrp", audio=tmp_path / "t.wav", dtype=torch.float64)
+    same = rulegraph.explain(model, "attnlrp", {"input_values": clip.tensor}, dtype=torch.float64)
+    torch.testing.assert_close(e.relevance["input_values"], same.relevance["input_values"], rtol=0, atol=0)
+    assert e.extra["audio"] == {"input": "input_values", "sampling_rate": RATE} == same.extra["audio"]
+    assert e.audit.ok and e.audit.conservation.relative_error <= 1e-10
+    spans = audio.bins(e.relevance["input_values"][0], RATE)
+    assert len(spans) == 60 and abs(sum(s for _, _, s in spans) - float(e.relevance["input_values"].sum())) < 1e-12
+
+
+def test_a_feature_extractor_that_does_not_normalise_is_followed(model):
+    graph = rulegraph.load(model)
+    graph.metadata["rulegraph.normalize_audio"] = "false"
+    x = np.linspace(-0.5, 1.5, RATE // 2)
+    np.testing.assert_allclose(audio.audio_input(graph, x).tensor[0].numpy(), x.astype(np.float32))
+
+
+def test_audio_for_a_model_without_a_waveform_and_with_text_is_refused(model, bert_onnx, tmp_path):
+    with pytest.raises(InputError, match="audio=… needs a model with a waveform input .*; this model takes input_ids"):
+        rulegraph.explain(bert_onnx, "gi", audio=np.zeros(100))
+    with pytest.raises(InputError, match="give text=…, image=… or audio=…, one of them"):
+        rulegraph.explain(model, "gi", audio=np.zeros(100), text="hello")
+
+
+def test_explain_audio_as_typed(model, tmp_path):
+    """``rulegraph explain model.onnx -r attnlrp --audio clip.wav --png out.png``: the clip's line, the strip of
+    spans over time, the spans for and against, the summary; the PNG written; never a score per sample."""
+    tone(tmp_path / "clip.wav")
+    ran = run_cli(["explain", str(model), "-r", "attnlrp", "--audio", "clip.wav", "--png", "out.png"], tmp_path)
+    ran.ok()
+    assert "input_values 1×2400 at 8000 Hz (0.30 s): resampled from 16000 Hz (linear)" in ran.err
+    assert "input_values: relevance over time, 2400 samples at 8000 Hz (0.30 s) in 60 spans of 5 ms" in ran.out
+    assert "█" * 60 in ran.out and "the samples carry" in ran.out and "conservation" in ran.out
+    assert (tmp_path / "out.png").stat().st_size > 10_000
+    refused = run_cli(["explain", str(model), "-r", "gi", "--audio", "missing.wav"], tmp_path)
+    assert refused.code != 0 and "missing.wav" in refused.err and "Traceback" not in refused.err
