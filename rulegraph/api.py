@@ -204,6 +204,7 @@ def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, en
     rate = sound.rate if sound is not None else export_info(graph).sampling_rate
     if wave_in is not None and rate and wave_in.name in e.boundary:    # a clip: its relevance is read over time
         e.extra["audio"] = {"input": wave_in.name, "sampling_rate": rate}
+        e.clip = {wave_in.name: torch.as_tensor(inputs[wave_in.name]).detach().cpu()}
     return e
 
 

@@ -37,6 +37,7 @@ class Explanation:
     names: dict[int, str] = field(default_factory=dict)   # output index → its token's text (language models)
     pixels: dict[str, Tensor] = field(default_factory=dict)   # image inputs (normalised), to show beside their relevance
     normalization: tuple | None = None          # (mean, std) of those images, per channel
+    clip: dict[str, Tensor] = field(default_factory=dict)     # a clip's samples as the model took them (extra["audio"])
     extra: dict[str, Any] = field(default_factory=dict)
     recorded: dict[str, Tensor] = field(default_factory=dict)   # relevance at the values asked for (record=…)
     inside: dict[str, list] = field(default_factory=dict)     # selector → rulegraph.inside.Inside per value (at=…)
@@ -84,7 +85,8 @@ class Explanation:
             output_value=[self.output_value[i]], relevance={k: own(k, v) for k, v in self.relevance.items()},
             boundary={k: own(k, v) for k, v in self.boundary.items()}, real={},
             tokens=one(self.tokens), texts=one(self.texts), special=one(self.special), word_ids=one(self.word_ids),
-            pixels={k: one(v) for k, v in self.pixels.items()}, extra=extra,
+            pixels={k: one(v) for k, v in self.pixels.items()}, clip={k: one(v) for k, v in self.clip.items()},
+            extra=extra,
             recorded={k: one(v) for k, v in self.recorded.items()},
             inside={k: [x.item(i) for x in v] for k, v in self.inside.items()},
             graph=None if self.graph is None else self.graph.item(i),
@@ -197,12 +199,15 @@ class Explanation:
 
     def plot(self, item: int = 0, ax=None):
         """Batch item ``item``'s scores, each token's as a bar, or for an image the picture, the
-        relevance over it and beside it (matplotlib, as ``rulegraph explain --png`` draws them); into
-        ``ax`` when given (an image's relevance panel alone); returns the figure."""
-        from .render.figure import explanation_figure, explanation_image_figure
+        relevance over it and beside it, or for a clip its relevance over time under its waveform (matplotlib,
+        as ``rulegraph explain --png`` draws them); into ``ax`` when given (an image's relevance panel alone);
+        returns the figure."""
+        from .render.figure import explanation_audio_figure, explanation_figure, explanation_image_figure
         item = self._item(item)
         if any(v.dim() == 4 for v in self.boundary.values()):
             return explanation_image_figure(self, item, ax)
+        if "audio" in self.extra:
+            return explanation_audio_figure(self, item)
         return explanation_figure(self, item, ax)
 
     def scores(self, item: int = 0, key: str | None = None) -> list[float]:

@@ -125,6 +125,20 @@ def test_audio_fills_the_waveform_input_as_the_export_says(model, tmp_path):
     assert len(spans) == 60 and abs(sum(s for _, _, s in spans) - float(e.relevance["input_values"].sum())) < 1e-12
 
 
+def test_a_batch_of_clips_plots_and_pages_item_by_item(model):
+    """Two clips given as inputs: each item keeps its own samples and rate; ``plot`` draws the waveform over the
+    spans, the notebook's page embeds that figure instead of a score per sample."""
+    x = torch.randn(2, RATE // 4, generator=torch.Generator().manual_seed(3))
+    e = rulegraph.explain(model, "gi", {"input_values": x})
+    second = e[1]
+    assert second.extra["audio"] == {"input": "input_values", "sampling_rate": RATE}
+    torch.testing.assert_close(second.clip["input_values"], x[1:])
+    figure = second.plot()
+    assert len(figure.axes) == 2 and figure.axes[0].lines             # the waveform, the spans' sums
+    page = second.to_html()
+    assert "2000 samples at 8000 Hz" in page and "data:image/png;base64," in page and page.count("<span") < 100
+
+
 def test_a_feature_extractor_that_does_not_normalise_is_followed(model):
     graph = rulegraph.load(model)
     graph.metadata["rulegraph.normalize_audio"] = "false"
@@ -143,8 +157,14 @@ def test_explain_audio_as_typed(model, tmp_path):
     """``rulegraph explain model.onnx -r attnlrp --audio clip.wav --png out.png``: the clip's line, the strip of
     spans over time, the spans for and against, the summary; the PNG written; never a score per sample."""
     tone(tmp_path / "clip.wav")
-    ran = run_cli(["explain", str(model), "-r", "attnlrp", "--audio", "clip.wav", "--png", "out.png"], tmp_path)
+    ran = run_cli(["explain", str(model), "-r", "attnlrp", "--audio", "clip.wav", "--png", "out.png", "--html",
+                   "out.html", "--json", "out.json"], tmp_path)
     ran.ok()
+    page = (tmp_path / "out.html").read_text()
+    assert "input_values: 2400 samples at 8000 Hz (0.30 s)" in page and "data:image/png;base64," in page
+    assert page.count("<span") < 100                                  # no score per sample drawn
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert len(written["relevance"]["input_values"]) == 2400 and written["audio"] == {"input": "input_values", "sampling_rate": RATE}
     assert "input_values 1×2400 at 8000 Hz (0.30 s): resampled from 16000 Hz (linear)" in ran.err
     assert "input_values: relevance over time, 2400 samples at 8000 Hz (0.30 s) in 60 spans of 5 ms" in ran.out
     assert "█" * 60 in ran.out and "the samples carry" in ran.out and "conservation" in ran.out

@@ -115,7 +115,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         results[0].normalization = (pre["mean"], pre["std"])        # as the image was preprocessed
     if pngs:
         from ..image import is_image, preprocessing
-        from ..render.figure import audio_figure, explanation_figure, image_figure, save
+        from ..render.figure import explanation_audio_figure, explanation_figure, image_figure, save
     for i, (e, path) in enumerate(zip(results, pngs)):
         images = [k for k, v in e.boundary.items() if is_image(v)]          # NCHW, NHWC, CHW or HWC
         if images and image_path is None:       # pixels given with --input: normalised as the export says
@@ -124,9 +124,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             figure = image_figure(e.boundary[images[0]], requests[i].get("inputs", {}).get(images[0]), mean=pre["mean"],
                                   std=pre["std"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
         elif "audio" in e.extra:
-            clip = e.extra["audio"]["input"]
-            figure = audio_figure(e.boundary[clip], requests[i].get("inputs", {}).get(clip),
-                                  e.extra["audio"]["sampling_rate"], title=f"{e.method}: {e.output}[{e.name(e.target[0])}]")
+            figure = explanation_audio_figure(e)
         else:
             figure = explanation_figure(e)
         save(figure, path)

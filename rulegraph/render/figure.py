@@ -108,6 +108,14 @@ def explanation_image_figure(e, item: int = 0, ax=None):
     return image_figure(e.boundary[key], pixels, mean=mean, std=std, title=explained_name(e, item), item=item, ax=ax)
 
 
+def explanation_audio_figure(e, item: int = 0):
+    """A clip's explanation (``e.extra["audio"]``) as :func:`audio_figure` draws it: batch item ``item``'s
+    relevance over time under its waveform (``e.clip``), titled with what was explained."""
+    key, rate = e.extra["audio"]["input"], e.extra["audio"]["sampling_rate"]
+    return audio_figure(e.boundary[key], e.clip.get(key), rate, title=f"{e.method}: {explained_name(e, item)}",
+                        item=item)
+
+
 def audio_figure(relevance, clip=None, rate: int = 16_000, *, title: str = "", item: int = 0, spans: int = 200):
     """A clip's relevance over time: the waveform (when ``clip`` is given) on a background coloured by the
     relevance of each of ``spans`` equal spans of time (red positive, blue negative, symmetric scale), and

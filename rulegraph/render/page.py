@@ -131,7 +131,8 @@ def _item(e, item: int, heading: str) -> str:
     """One batch item: the tokens on their colours (or the image) and what was explained."""
     key = next(iter(e.relevance))
     scores = e.scores(key, item)
-    tokens = token_texts(e, item, len(scores)) if not any(v.dim() == 4 for v in e.boundary.values()) else []
+    shown = any(v.dim() == 4 for v in e.boundary.values()) or "audio" in e.extra     # drawn, not as tokens
+    tokens = token_texts(e, item, len(scores)) if not shown else []
     special = e.special[item] if e.special else [False] * len(tokens)
     scale = colour_scale(scores, special)
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
@@ -147,6 +148,8 @@ def _item(e, item: int, heading: str) -> str:
     images = [k for k, v in e.boundary.items() if is_image(v)]
     if images:          # an image: the picture, its relevance over it and beside it
         parts.append(_image(e, images[0], item))
+    elif "audio" in e.extra:        # a clip: its relevance over time under its waveform, never a score per sample
+        parts.append(_clip(e, item))
     else:
         parts.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
                                                    zip(tokens, scores, special)) + "</p>")
@@ -241,3 +244,15 @@ def _image(e, key: str, item: int) -> str:
 
     data = base64.b64encode(save_png(explanation_image_figure(e, item))).decode("ascii")
     return f'<p><img class="heatmap" alt="relevance of {html.escape(key)}" src="data:image/png;base64,{data}"></p>'
+
+
+def _clip(e, item: int) -> str:
+    """A clip's figure (:func:`rulegraph.render.figure.explanation_audio_figure`) as an embedded PNG."""
+    import base64
+
+    from .figure import explanation_audio_figure
+    key, rate = e.extra["audio"]["input"], e.extra["audio"]["sampling_rate"]
+    data = base64.b64encode(save_png(explanation_audio_figure(e, item))).decode("ascii")
+    n = e.boundary[key].shape[-1]
+    return (f'<p>{html.escape(key)}: {n} samples at {rate} Hz ({n / rate:.2f} s)</p>'
+            f'<p><img class="heatmap" alt="relevance of {html.escape(key)} over time" src="data:image/png;base64,{data}"></p>')
