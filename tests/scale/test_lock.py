@@ -21,24 +21,31 @@ from rulegraph.files import LOCK, FolderLock
 
 N = 40
 
-#: a job in a child process whose progress waits 0.4 s per task and says "running" at the first
+#: a job in a child process that says "running" at its first task's progress and holds there (its folder
+#: locked, the task's rows journaled) until the file ``release`` is made, for at most two minutes
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from rulegraph.scale.listener import Listener
 
-    class Slow(Listener):
-        def advance(self, tokens, pairs):
-            print("running", flush=True)
-            time.sleep(0.4)
+    class Held(Listener):
+        first = True
 
-    kind, model, data, out = sys.argv[1:]
+        def advance(self, tokens, pairs):
+            if self.first:
+                self.first = False
+                print("running", flush=True)
+                deadline = time.monotonic() + 120
+                while not Path(release).exists() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+
+    kind, model, data, out, release = sys.argv[1:]
     if kind == "dataset":
         from rulegraph.scale.explain import DatasetConfig, explain_dataset
-        explain_dataset(DatasetConfig(model, data, "gi", batch=4), Path(out), listener=Slow())
+        explain_dataset(DatasetConfig(model, data, "gi", batch=4), Path(out), listener=Held())
     else:
         from rulegraph.evaluate.runner import Config, Evaluation
-        Evaluation(Config(model, data, ["random", "gi"], metrics=["aopc"], batch=4), Path(out), listener=Slow()).run()
+        Evaluation(Config(model, data, ["random", "gi"], metrics=["aopc"], batch=4), Path(out), listener=Held()).run()
 """)
 
 
@@ -53,11 +60,17 @@ def job(tmp_path_factory):
 
 
 def _start(kind: str, model: Path, data: Path, out: Path) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, kind, str(model), str(data), str(out)],
+    """The job, held after its first task until :func:`_release`."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, kind, str(model), str(data), str(out),
+                              str(out.parent / "release")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = child.stdout.readline()              # the first task's rows are in the journal
     assert line.strip() == "running", child.stderr.read()[-2000:]
     return child
+
+
+def _release(out: Path) -> None:
+    (out.parent / "release").touch()
 
 
 def _argv(kind: str, model: Path, data: Path, out: Path) -> list[str]:
@@ -84,6 +97,7 @@ def test_a_second_run_on_the_same_out_is_refused_with_the_first_ones_pid(kind, j
         errors = [line for line in said.err.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and f"is in use by another run (pid {first.pid})" in errors[0], said.err
     finally:
+        _release(out)
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     methods = 1 if kind == "dataset" else 2
     journal = _journal(kind, out)
