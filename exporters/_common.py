@@ -34,11 +34,12 @@ def check_example_inputs(example_inputs: Mapping[str, torch.Tensor]) -> None:
 
 #: the inputs that get dynamic axes, by (rank, floating point): token ids and masks ``[batch, sequence]``,
 #: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic),
-#: waveforms ``[batch, samples]``
+#: waveforms ``[batch, samples]``, spectrograms ``[batch, mel bins, frames]`` (their frames are the model's)
 DYNAMIC_AXES: dict[tuple[int, bool], dict[int, str]] = {
     (2, False): {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     (4, True): {0: BATCH_AXIS},
     (2, True): {0: BATCH_AXIS, 1: SAMPLES_AXIS},
+    (3, True): {0: BATCH_AXIS},
 }
 
 

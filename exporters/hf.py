@@ -72,6 +72,7 @@ class HFInfo:
         image_mean, image_std: the normalisation of its image processor, when the directory has one.
         sampling_rate: an audio classifier's samples per second (its feature extractor's, else 16 kHz).
         normalize_audio: whether its feature extractor normalises a clip (``do_normalize``, else true).
+        features: ``(mel bins, frames)`` of an audio classifier over log-mel features (Whisper's), else ``None``.
         decoder_start: an encoder–decoder's decoder start token (``config.decoder_start_token_id``).
         eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
             (whose rows must each end in it), if the config names one.
@@ -92,6 +93,7 @@ class HFInfo:
     image_std: tuple[float, ...] | None = None
     sampling_rate: int | None = None
     normalize_audio: bool | None = None
+    features: tuple[int, int] | None = None
     decoder_start: int | None = None
     eos_token_id: int | None = None
     encoder_decoder: bool = False
@@ -162,8 +164,11 @@ def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
 
 
 def _audio_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
-    """A normalised waveform of a quarter second at the model's sampling rate (``length`` is not used)."""
+    """A normalised waveform of a quarter second at the model's sampling rate, or log-mel features of the
+    model's size (``info.features``); ``length`` is not used."""
     g = torch.Generator().manual_seed(0)
+    if info.features is not None:
+        return {"input_features": torch.randn(batch, *info.features, generator=g)}
     return {"input_values": torch.randn(batch, max(info.sampling_rate // 4, 2), generator=g)}
 
 
@@ -223,6 +228,26 @@ class HFAudioClassifier(torch.nn.Module):
     def forward(self, input_values: torch.Tensor) -> torch.Tensor:
         """Return the classification logits, shape ``(batch, num_labels)``."""
         return self.model(input_values=input_values).logits
+
+
+class HFSpectrogramClassifier(torch.nn.Module):
+    """A Hugging Face audio classifier over log-mel features (Whisper's ``…ForAudioClassification``) as
+    ``forward(input_features) -> logits``: ``[batch, mel bins, frames]`` in, the frames the encoder's."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        """Return the classification logits, shape ``(batch, num_labels)``."""
+        return self.model(input_features=input_features).logits
+
+
+def _audio_wrapper(model: torch.nn.Module) -> torch.nn.Module:
+    """The audio classifier's wrapper for its input: the waveform, or log-mel features."""
+    features = getattr(model, "main_input_name", "input_values") == "input_features"
+    return (HFSpectrogramClassifier if features else HFAudioClassifier)(model)
 
 
 class HFSeq2SeqLM(torch.nn.Module):
@@ -646,14 +671,20 @@ def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
                          f"1…{MAX_SAMPLING_RATE:,}, got {rate!r}")
     if not isinstance(normalize, bool):
         raise ValueError(f"{model_dir / PREPROCESSOR_FILE}: do_normalize must be true or false, got {normalize!r}")
-    return HFInfo(model_type=model.config.model_type, labels=_labels(model.config), max_length=None,
+    config = model.config
+    if getattr(model, "main_input_name", "input_values") == "input_features":      # Whisper: log-mel frames
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return HFInfo(model_type=config.model_type, labels=_labels(config), max_length=None,
+                      input_names=("input_features",), vocab_size=0, pad_token_id=None, source=str(model_dir),
+                      task=task, sampling_rate=rate, features=(config.num_mel_bins, frames))
+    return HFInfo(model_type=config.model_type, labels=_labels(config), max_length=None,
                   input_names=("input_values",), vocab_size=0, pad_token_id=None, source=str(model_dir), task=task,
                   sampling_rate=rate, normalize_audio=normalize)
 
 
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
 # (before the text classifier: an audio classifier's class name ends alike, and the Auto class tells them apart)
-HEADS.add("audio-classification", Head("AutoModelForAudioClassification", HFAudioClassifier, (PREPROCESSOR_FILE,),
+HEADS.add("audio-classification", Head("AutoModelForAudioClassification", _audio_wrapper, (PREPROCESSOR_FILE,),
                                        {}, _audio_info, _audio_example,
                                        architectures=("ForSequenceClassification", "ForAudioClassification"),
                                        labelled=True, by_auto_class=True))

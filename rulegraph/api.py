@@ -107,7 +107,8 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     if audio is not None:
         if text is not None or image is not None:
             raise InputError("give text=…, image=… or audio=…, one of them")
-        sound = audio_input(graph, audio)
+        sound = audio_input(graph, audio, model if isinstance(model, (str, Path)) else
+                            graph.source.partition(":")[2] or None)
         if inputs is not None and not isinstance(inputs, dict):
             raise InputError(f"inputs must be a dict of input name → tensor, got {_kind(inputs)}")
         if sound.name in (inputs or {}):
@@ -200,11 +201,13 @@ def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, en
         from .image import preprocessing
         pre = preprocessing(graph.metadata)
         e.pixels, e.normalization = images, (pre["mean"], pre["std"])
-    wave_in = waveform_input(graph)
-    rate = sound.rate if sound is not None else export_info(graph).sampling_rate
-    if wave_in is not None and rate and wave_in.name in e.boundary:    # a clip: its relevance is read over time
-        e.extra["audio"] = {"input": wave_in.name, "sampling_rate": rate}
-        e.clip = {wave_in.name: torch.as_tensor(inputs[wave_in.name]).detach().cpu()}
+    wave_in, rate = waveform_input(graph), export_info(graph).sampling_rate
+    clip = sound.extra if sound is not None else {"input": wave_in.name, "sampling_rate": rate, "per_second": rate} \
+        if wave_in is not None and rate else None
+    if clip is not None and clip["input"] in e.boundary and \
+            e.boundary[clip["input"]].shape == torch.as_tensor(inputs[clip["input"]]).shape:   # read over time
+        e.extra["audio"] = clip
+        e.clip = {clip["input"]: torch.as_tensor(inputs[clip["input"]]).detach().cpu()}
     return e
 
 

@@ -9,7 +9,12 @@ mean and unit variance where the feature extractor does that (``rulegraph.normal
 model's rate, normalised alike. Linear interpolation does not filter before it drops samples: for the
 feature extractor's own resampling, resample beforehand and give the array.
 
-What the summary shows of an explanation over a waveform is its relevance over time (:func:`bins`).
+A model over log-mel features (Whisper's audio classifier, ``input_features`` ``[batch, mel bins, frames]``)
+gets them from its own feature extractor, read from the ``preprocessor_config.json`` beside the model (which
+``rulegraph export`` copies; it needs ``transformers``), after the clip is read and resampled as above.
+
+What the summary shows of an explanation over a clip is its relevance over time (:func:`bins`; a
+spectrogram's summed over its mel bins).
 """
 from __future__ import annotations
 
@@ -35,18 +40,30 @@ WIDTHS = (1, 2, 3, 4)
 
 @dataclass(frozen=True)
 class AudioInput:
-    """A clip as a model takes it: the graph input it fills, the samples ``[1, n]``, the rate, and what was done
-    to it."""
+    """A clip as a model takes it: the graph input it fills, the samples ``[1, n]`` (or log-mel features
+    ``[1, mel bins, frames]``), the sampling rate, the positions per second along the last axis (the rate, or
+    the frames' rate), and what was done to it."""
 
     name: str
     tensor: "torch.Tensor"
     rate: int
     note: str
+    per_second: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.per_second:
+            object.__setattr__(self, "per_second", float(self.rate))
 
     def describe(self) -> str:
-        """One line: the input, its length in samples and seconds, what was done to the clip."""
+        """One line: the input, its shape and length in seconds, what was done to the clip."""
         n = self.tensor.shape[-1]
-        return f"{self.name} 1×{n} at {self.rate} Hz ({n / self.rate:.2f} s): {self.note}"
+        shape = "×".join(map(str, self.tensor.shape))
+        return f"{self.name} {shape} at {self.rate} Hz ({n / self.per_second:.2f} s): {self.note}"
+
+    @property
+    def extra(self) -> dict:
+        """What an explanation of this clip records (``e.extra["audio"]``)."""
+        return {"input": self.name, "sampling_rate": self.rate, "per_second": self.per_second}
 
 
 def waveform_input(graph) -> Any:
@@ -54,12 +71,24 @@ def waveform_input(graph) -> Any:
     return next((i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 2), None)
 
 
-def audio_input(graph, audio: Any) -> AudioInput:
+def features_input(graph) -> Any:
+    """An audio classifier's log-mel input (its first float input ``[batch, mel bins, frames]``), or ``None``."""
+    from .loaders.metadata import export_info
+    if export_info(graph).task != "audio-classification":
+        return None
+    return next((i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 3), None)
+
+
+def audio_input(graph, audio: Any, model_path: str | Path | None = None) -> AudioInput:
     """``audio`` (a WAV file's path, or an array of samples at the model's rate) made the model's waveform input:
-    resampled to the export's rate and normalised as its feature extractor says. A model without a waveform
-    input is refused naming its inputs."""
+    resampled to the export's rate and normalised as its feature extractor says; or, for a model over log-mel
+    features, those its feature extractor (beside ``model_path``) computes. A model without either input is
+    refused naming its inputs."""
     from .loaders.metadata import export_info
     wave_in = waveform_input(graph)
+    features = features_input(graph) if wave_in is None else None
+    if features is not None:
+        return _features(graph, features, audio, model_path)
     if wave_in is None:
         names = ", ".join(graph.input_names)
         raise InputError(f"audio=… needs a model with a waveform input [batch, samples]; this model takes {names}",
@@ -74,6 +103,37 @@ def audio_input(graph, audio: Any) -> AudioInput:
         samples = (samples - samples.mean()) / (samples.var(unbiased=False) + VARIANCE_FLOOR).sqrt()
         notes.append("normalised to zero mean and unit variance")
     return AudioInput(wave_in.name, samples.float().unsqueeze(0), rate, "; ".join(notes) or "as given")
+
+
+def _features(graph, features, audio: Any, model_path) -> AudioInput:
+    """The log-mel features of ``audio`` as the model's feature extractor computes them."""
+    from .loaders.metadata import export_info
+    path = Path(model_path) if model_path is not None else None
+    config = path.parent / "preprocessor_config.json" if path is not None else None
+    if config is None or not config.is_file():
+        raise InputError(f"{features.name} takes log-mel features: their feature extractor's preprocessor_config.json "
+                         "must lie beside the model (rulegraph export copies it)")
+    try:
+        from transformers import AutoFeatureExtractor
+    except ImportError:
+        raise InputError("log-mel features are computed by the model's feature extractor, which needs transformers "
+                         "(pip install 'rulegraph[hf]')") from None
+    try:
+        extractor = AutoFeatureExtractor.from_pretrained(str(config.parent))
+    except (OSError, ValueError, TypeError) as error:
+        raise InputError(f"{config}: not a feature extractor transformers reads ({error})") from None
+    rate = int(getattr(extractor, "sampling_rate", 0) or export_info(graph).sampling_rate or DEFAULT_RATE)
+    samples, notes = load(audio, rate)
+    x = extractor(samples.numpy(), sampling_rate=rate, return_tensors="pt")[features.name].float()
+    declared = [d if isinstance(d, int) else None for d in features.shape[1:]]
+    if x.dim() != 3 or any(d is not None and d != got for d, got in zip(declared, x.shape[1:])):
+        raise InputError(f"{config}: its feature extractor makes {features.name} of shape {list(x.shape)}; the model "
+                         f"takes [batch, {', '.join(str(d) for d in declared)}]")
+    hop = int(getattr(extractor, "hop_length", 0) or 1)
+    seconds = samples.numel() / rate
+    notes.append(f"{type(extractor).__name__}: {x.shape[1]} mel bins × {x.shape[2]} frames of {hop} samples "
+                 f"({x.shape[2] * hop / rate:.2f} s; the clip is {seconds:.2f} s)")
+    return AudioInput(features.name, x, rate, "; ".join(notes), per_second=rate / hop)
 
 
 def load(audio: Any, rate: int) -> tuple["torch.Tensor", list[str]]:
@@ -146,3 +206,11 @@ def bins(relevance: "torch.Tensor", rate: int, count: int = 60) -> list[tuple[fl
     edges = [round(k * n / count) for k in range(count + 1)]
     sums = torch.stack([r[a:b].sum() for a, b in zip(edges, edges[1:])]).tolist()
     return [(a / rate, b / rate, s) for a, b, s in zip(edges, edges[1:], sums)]
+
+
+def over_time(relevance: "torch.Tensor") -> tuple["torch.Tensor", str]:
+    """One clip's relevance along time: a waveform's samples as they are, a spectrogram's frames summed over
+    its mel bins; and what the positions are (``"samples"``, ``"frames"``)."""
+    import torch
+    r = torch.as_tensor(relevance).double()
+    return (r.sum(0), "frames") if r.dim() == 2 else (r.reshape(-1), "samples")

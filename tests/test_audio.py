@@ -119,7 +119,7 @@ def test_audio_fills_the_waveform_input_as_the_export_says(model, tmp_path):
     e = rulegraph.explain(model, "attnlrp", audio=tmp_path / "t.wav", dtype=torch.float64)
     same = rulegraph.explain(model, "attnlrp", {"input_values": clip.tensor}, dtype=torch.float64)
     torch.testing.assert_close(e.relevance["input_values"], same.relevance["input_values"], rtol=0, atol=0)
-    assert e.extra["audio"] == {"input": "input_values", "sampling_rate": RATE} == same.extra["audio"]
+    assert e.extra["audio"] == {"input": "input_values", "sampling_rate": RATE, "per_second": RATE} == same.extra["audio"]
     assert e.audit.ok and e.audit.conservation.relative_error <= 1e-10
     spans = audio.bins(e.relevance["input_values"][0], RATE)
     assert len(spans) == 60 and abs(sum(s for _, _, s in spans) - float(e.relevance["input_values"].sum())) < 1e-12
@@ -131,7 +131,7 @@ def test_a_batch_of_clips_plots_and_pages_item_by_item(model):
     x = torch.randn(2, RATE // 4, generator=torch.Generator().manual_seed(3))
     e = rulegraph.explain(model, "gi", {"input_values": x})
     second = e[1]
-    assert second.extra["audio"] == {"input": "input_values", "sampling_rate": RATE}
+    assert second.extra["audio"] == {"input": "input_values", "sampling_rate": RATE, "per_second": RATE}
     torch.testing.assert_close(second.clip["input_values"], x[1:])
     figure = second.plot()
     assert len(figure.axes) == 2 and figure.axes[0].lines             # the waveform, the spans' sums
@@ -164,10 +164,40 @@ def test_explain_audio_as_typed(model, tmp_path):
     assert "input_values: 2400 samples at 8000 Hz (0.30 s)" in page and "data:image/png;base64," in page
     assert page.count("<span") < 100                                  # no score per sample drawn
     written = json.loads((tmp_path / "out.json").read_text())
-    assert len(written["relevance"]["input_values"]) == 2400 and written["audio"] == {"input": "input_values", "sampling_rate": RATE}
+    assert len(written["relevance"]["input_values"]) == 2400 and written["audio"] == {"input": "input_values", "sampling_rate": RATE, "per_second": RATE}
     assert "input_values 1×2400 at 8000 Hz (0.30 s): resampled from 16000 Hz (linear)" in ran.err
     assert "input_values: relevance over time, 2400 samples at 8000 Hz (0.30 s) in 60 spans of 5 ms" in ran.out
     assert "█" * 60 in ran.out and "the samples carry" in ran.out and "conservation" in ran.out
     assert (tmp_path / "out.png").stat().st_size > 10_000
     refused = run_cli(["explain", str(model), "-r", "gi", "--audio", "missing.wav"], tmp_path)
     assert refused.code != 0 and "missing.wav" in refused.err and "Traceback" not in refused.err
+
+
+def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path):
+    """Whisper's audio classifier: the clip read and resampled, then the features its own feature extractor
+    (beside the export) computes; the relevance read over time per frame, summed over the mel bins."""
+    import transformers
+    from rulegraph.cli import render
+    from rulegraph.exporters import export_hf
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(
+        d_model=16, encoder_layers=1, encoder_attention_heads=2, decoder_layers=1, decoder_attention_heads=2,
+        encoder_ffn_dim=32, decoder_ffn_dim=32, num_mel_bins=16, max_source_positions=50, max_target_positions=20,
+        vocab_size=100, num_labels=2, attn_implementation="eager", eos_token_id=None, bos_token_id=None,
+        decoder_start_token_id=1, pad_token_id=0)
+    transformers.WhisperForAudioClassification(config).save_pretrained(tmp_path / "hf")
+    extractor = transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=RATE, hop_length=80,
+                                                     chunk_length=1, n_fft=400)
+    extractor.save_pretrained(tmp_path / "hf")
+    path = export_hf(tmp_path / "hf", tmp_path / "out")
+    e = rulegraph.explain(path, "attnlrp", audio=tone(tmp_path / "t.wav"), dtype=torch.float64)
+    samples, _ = audio.load(tmp_path / "t.wav", RATE)
+    want = extractor(samples.numpy(), sampling_rate=RATE, return_tensors="pt").input_features.float()
+    torch.testing.assert_close(e.clip["input_features"], want)
+    assert e.extra["audio"] == {"input": "input_features", "sampling_rate": RATE, "per_second": RATE / 80}
+    assert e.audit.ok and e.audit.conservation.relative_error <= 1e-10
+    head = str(render.audio_lines(e)[0])
+    assert head.startswith("input_features: relevance over time, 100 frames at 8000 Hz (1.00 s) in 60 spans"), head
+    assert len(e.plot().axes[0].images) == 2                     # the spectrogram, the relevance over it
+    with pytest.raises(InputError, match="must lie beside the model"):
+        audio.audio_input(rulegraph.load(path), np.zeros(100))

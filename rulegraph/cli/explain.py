@@ -89,7 +89,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         raise InputError("give --image or --audio, not both")
     if audio_path is not None:
         from ..audio import audio_input
-        sound = audio_input(graph, audio_path)
+        sound = audio_input(graph, audio_path, model)
         if texts:                       # after the model is known to take a waveform: a text model says so first
             raise InputError("give --text or --audio, not both")
         err.print(f"[dim]{escape(sound.describe())}[/]")

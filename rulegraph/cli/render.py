@@ -66,20 +66,20 @@ def audio_lines(e: Explanation, item: int = 0) -> list:
     """What ``rulegraph explain`` prints for a clip (``e.extra["audio"]``): its relevance over time as a strip of
     coloured spans (:func:`rulegraph.audio.bins`), the spans for and against, never a score per sample; then
     the conservation summary."""
-    from ..audio import bins
-    key, rate = e.extra["audio"]["input"], e.extra["audio"]["sampling_rate"]
-    r = e.boundary[key][item].reshape(-1)
-    spans = bins(r, rate)
+    from ..audio import bins, over_time
+    key, rate, per_second = (e.extra["audio"][k] for k in ("input", "sampling_rate", "per_second"))
+    r, what = over_time(e.boundary[key][item])
+    spans = bins(r, per_second)
     scores = [s for _, _, s in spans]
     scale = colour_scale(scores, [False] * len(scores))
     strip = Text()
     for score in scores:
         strip.append("█", style=css(shade(score, scale)))
-    seconds = r.numel() / rate
-    peak = int(r.abs().argmax()) / rate
-    head = Text(f"{key}: relevance over time, {r.numel()} samples at {rate} Hz ({seconds:.2f} s) in {len(spans)} "
+    seconds = r.numel() / per_second
+    peak = int(r.abs().argmax()) / per_second
+    head = Text(f"{key}: relevance over time, {r.numel()} {what} at {rate} Hz ({seconds:.2f} s) in {len(spans)} "
                 f"spans of {seconds / len(spans) * 1e3:.0f} ms, Σ {fmt(float(r.sum()))}, largest |relevance| at "
-                f"{peak:.3f} s; --png draws it over the waveform, --json holds every score")
+                f"{peak:.3f} s; --png draws it over the input, --json holds every score")
     axis = Text(f"0 s{' ' * max(len(spans) - 3 - len(f'{seconds:.2f} s'), 1)}{seconds:.2f} s", style="dim")
     named = [(f"{a:.3f}–{b:.3f} s", s) for a, b, s in spans]
     return [head, strip, axis, top_words(named, 3), summary_table(e, item)]

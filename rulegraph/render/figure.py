@@ -111,20 +111,23 @@ def explanation_image_figure(e, item: int = 0, ax=None):
 def explanation_audio_figure(e, item: int = 0):
     """A clip's explanation (``e.extra["audio"]``) as :func:`audio_figure` draws it: batch item ``item``'s
     relevance over time under its waveform (``e.clip``), titled with what was explained."""
-    key, rate = e.extra["audio"]["input"], e.extra["audio"]["sampling_rate"]
-    return audio_figure(e.boundary[key], e.clip.get(key), rate, title=f"{e.method}: {explained_name(e, item)}",
+    key, per_second = e.extra["audio"]["input"], e.extra["audio"]["per_second"]
+    return audio_figure(e.boundary[key], e.clip.get(key), per_second, title=f"{e.method}: {explained_name(e, item)}",
                         item=item)
 
 
-def audio_figure(relevance, clip=None, rate: int = 16_000, *, title: str = "", item: int = 0, spans: int = 200):
+def audio_figure(relevance, clip=None, rate: float = 16_000, *, title: str = "", item: int = 0, spans: int = 200):
     """A clip's relevance over time: the waveform (when ``clip`` is given) on a background coloured by the
     relevance of each of ``spans`` equal spans of time (red positive, blue negative, symmetric scale), and
-    those sums as bars below; batch item ``item``. Returns the figure."""
+    those sums as bars below; batch item ``item``. For log-mel features (``relevance`` ``[batch, mel bins,
+    frames]``, ``rate`` their frames per second) the top panel is the relevance per mel bin and frame over the
+    spectrogram. Returns the figure."""
     import numpy as np
 
-    from ..audio import bins
+    from ..audio import bins, over_time
     plt = _pyplot()
-    r = relevance[item].reshape(-1).detach().double().cpu()
+    per_item = relevance[item].detach().double().cpu()
+    r, _ = over_time(per_item)
     spans_ = bins(r, rate, spans)
     starts = np.array([a for a, _, _ in spans_])
     widths = np.array([b - a for a, b, _ in spans_])
@@ -134,11 +137,23 @@ def audio_figure(relevance, clip=None, rate: int = 16_000, *, title: str = "", i
     colours = plt.get_cmap("bwr")((sums / bound + 1) / 2)
     for x0, w, c in zip(starts, widths, colours):
         top.axvspan(x0, x0 + w, color=c, alpha=0.6, linewidth=0)
-    if clip is not None:
+    if per_item.dim() == 2:                 # a spectrogram: relevance per mel bin and frame
+        top.cla()
+        heat = per_item.numpy()
+        limit = float(np.abs(heat).max()) or 1.0
+        extent = (0, heat.shape[1] / rate, 0, heat.shape[0])
+        if clip is not None:
+            top.imshow(clip[item].detach().double().cpu().numpy(), aspect="auto", origin="lower", cmap="gray",
+                       extent=extent)
+        top.imshow(heat, aspect="auto", origin="lower", cmap="bwr", vmin=-limit, vmax=limit, extent=extent,
+                   alpha=0.6 if clip is not None else 1.0)
+        top.set_ylabel("mel bin")
+    elif clip is not None:
         wave = clip[item].reshape(-1).detach().double().cpu().numpy()
         top.plot(np.arange(wave.size) / rate, wave, color="black", linewidth=0.4)
         top.set_ylabel("waveform")
-    top.set_yticks([]) if clip is None else None
+    else:
+        top.set_yticks([])
     top.set_title(title or "relevance over time")
     bottom.bar(starts, sums, width=widths, align="edge", color=colours, edgecolor="none")
     bottom.axhline(0, color="grey", linewidth=0.5)

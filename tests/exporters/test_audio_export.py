@@ -115,3 +115,39 @@ def test_check_runs_explain_on_a_made_up_quarter_second(audio, capsys):
     out = capsys.readouterr().out
     assert code in (0, None), out
     assert f"input_values 1×{RATE // 4}" in out and "attention: 2 blocks, 8 heads" in out, out
+
+
+@pytest.fixture(scope="module")
+def whisper(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
+    """A tiny Whisper audio classifier (log-mel features in) with its feature extractor, exported."""
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(
+        d_model=32, encoder_layers=2, encoder_attention_heads=4, decoder_layers=1, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=50, max_target_positions=20,
+        vocab_size=100, num_labels=3, attn_implementation="eager", eos_token_id=None, bos_token_id=None,
+        decoder_start_token_id=1, pad_token_id=0)
+    module = transformers.WhisperForAudioClassification(config).eval()
+    folder = tmp_path_factory.mktemp("whisper")
+    module.save_pretrained(folder / "hf")
+    transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=RATE, hop_length=80, chunk_length=1,
+                                         n_fft=400).save_pretrained(folder / "hf")
+    assert main(["export", str(folder / "hf"), str(folder / "out")]) == 0
+    return module, folder / "out" / "model.onnx"
+
+
+def test_whispers_classifier_takes_log_mel_frames_and_every_set_conserves(whisper):
+    """``input_features`` ``[batch, 16, 100]`` (the encoder's frames fixed, the batch dynamic); the forward equals
+    the module's; every shipped set conserves in float64 over the mel bins and frames (the decomposition's
+    partition is per position of axis 1, here the mel bins: its map has no time axis)."""
+    module, path = whisper
+    graph = rulegraph.load(path)
+    assert [tuple(i.shape[1:]) for i in graph.inputs] == [(16, 100)] and read_metadata(path)["rulegraph.task"] == \
+        "audio-classification"
+    x = torch.randn(3, 16, 100, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(rulegraph.run(graph, {"input_features": x})["logits"],
+                               module(input_features=x).logits.detach(), rtol=1e-4, atol=1e-5)
+    for rules in sorted(rulegraph.shipped_rule_sets()):
+        e = rulegraph.explain(path, rules, {"input_features": x[:1]}, dtype=F64)
+        assert e.boundary["input_features"].shape == ((1, 16) if rules == "decomposition" else (1, 16, 100)), rules
+        assert e.audit.ok and e.audit.conservation.relative_error <= 1e-10, rules
