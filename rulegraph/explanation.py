@@ -138,6 +138,8 @@ class Explanation:
         lines = [f"Explanation({self.method}: {explained_name(self)} = {self.output_value[0]:.6g}{of})"]
         if self.boundary[key].dim() == 4:           # an image: its size and where its relevance is, not every pixel
             lines.append(_image_line(key, self.boundary[key][0]))
+        elif "audio" in self.extra:                 # a clip: its length and its spans of time for and against
+            lines += self._clip_lines(0)
         else:
             tokens, pro, con = self._brief(0, key)
             lines += ["  tokens: " + tokens, "  for: " + pro + "   against: " + con]
@@ -155,6 +157,8 @@ class Explanation:
             head = f"  [{i}] {explained_name(self, i)} = {self.output_value[i]:.6g}"
             if self.boundary[key].dim() == 4:
                 lines.append(head + _image_line(key, self.boundary[key][i]).replace(f"  image {key}", ";", 1))
+            elif "audio" in self.extra:
+                lines.append(f"{head}: {self._clip_lines(i)[0].strip()}")
             else:
                 tokens, pro, _ = self._brief(i, key, width=60)
                 lines.append(f"{head}: {tokens}   for: {pro}")
@@ -162,6 +166,17 @@ class Explanation:
             lines.append(self._audit_line() + f" (the batch's {self.batch_size} items summed)")
             lines += self._rounding_lines()
         return "\n".join(lines)
+
+    def _clip_lines(self, item: int) -> list[str]:
+        """A clip's length and the spans of time (of 60 in all) most for and against the output."""
+        from .audio import bins, over_time
+        key, per_second = self.extra["audio"]["input"], self.extra["audio"]["per_second"]
+        r, what = over_time(self.boundary[key][item])
+        ranked = sorted(bins(r, per_second), key=lambda span: span[2])
+        named = [f"{a:.3f}–{b:.3f} s {s:+.3g}" for a, b, s in ranked]
+        pro = ", ".join(n for n, (_, _, s) in zip(reversed(named[-3:]), reversed(ranked[-3:])) if s > 0) or "—"
+        con = ", ".join(n for n, (_, _, s) in zip(named[:3], ranked[:3]) if s < 0) or "—"
+        return [f"  clip {key}: {r.numel()} {what}, {r.numel() / per_second:.2f} s", f"  for: {pro}   against: {con}"]
 
     def _brief(self, item: int, key: str, width: int = 100) -> tuple[str, str, str]:
         """Item ``item``'s tokens (shortened to ``width``), its strongest words for and against."""

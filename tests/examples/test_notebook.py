@@ -1,7 +1,7 @@
 """examples/notebook/rulegraph.ipynb runs top to bottom in a real kernel (nbclient + ipykernel, this
 interpreter), every cell without error, and what it shows holds up: each result type's HTML view
 (``_repr_html_`` of an explanation, a batch, a baseline, a generation, an encoder–decoder's
-generation, an image explanation) loaded in headless Chromium has a coloured span per token, a matrix
+generation, an image explanation, a clip's) loaded in headless Chromium has a coloured span per token, a matrix
 cell per row and generated token (a T5 in memory too), a picture (an image given as ``image=``) that decodes, and leaves the notebook's own page alone;
 the figures are there. The notebook's results are read back from the kernel after its last cell."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rulegraph.image import IMAGENET_MEAN, IMAGENET_STD
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook" / "rulegraph.ipynb"
 #: the cells' tags whose HTML output is checked; each names the variable it shows
 VIEWS = {"classifier": "e", "batch": "batch", "baseline": "ig", "generation": "g", "encoder-decoder": "s",
-         "t5": "t", "image": "v"}
+         "t5": "t", "image": "v", "audio": "a"}
 #: run after the notebook's cells: what the views should show, from the objects themselves
 FACTS = """
 import json as _json
@@ -29,6 +29,7 @@ _facts.update({tag: {"rows": x.rows, "columns": x.columns, "matrix": x.to_dict()
                for tag, x in {"generation": g, "encoder-decoder": s, "t5": t}.items()})
 _facts["image"] = {"labels": v.labels, "target": v.target, "pixels": list(v.pixels["pixel_values"].shape),
                    "normalization": v.normalization}
+_facts["audio"] = {"audio": a.extra["audio"], "clip": list(a.clip["input_values"].shape), "ok": a.audit.ok}
 print(_json.dumps(_facts))
 """
 
@@ -79,11 +80,13 @@ def test_the_notebook_runs_and_shows_every_result(executed):
         assert len(html[tag]) == 1, f"cell {tag}: no HTML view"
         assert plain[tag] and len(plain[tag][0].splitlines()) <= 6, f"cell {tag}: its repr is not one screen"
     figures = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(figures) >= 4                     # e.plot(), the rule set beside ig, g.plot(), v.plot()
+    assert len(figures) >= 5                     # e.plot(), the rule set beside ig, g.plot(), v.plot(), a.plot()
     assert facts["classifier"]["audited"] and not facts["baseline"]["audited"]
     assert len(facts["batch"]["texts"]) == 3 and facts["image"]["labels"] == ["landscape", "portrait", "still life"]
     assert facts["image"]["pixels"] == [1, 3, 32, 32]            # image=: a 64 × 48 picture at the ViT's own size
     assert facts["image"]["normalization"] == [list(IMAGENET_MEAN), list(IMAGENET_STD)]
+    assert facts["audio"] == {"audio": {"input": "input_values", "sampling_rate": 16000, "per_second": 16000.0},
+                              "clip": [1, 4000], "ok": True}             # audio=: an array at the assumed 16 kHz
     t5 = facts["t5"]                                             # a T5 in memory, generating greedily
     assert len(t5["columns"]) == 3 and t5["groups"].count("source") == 7          # the source's seven words
 

@@ -473,6 +473,39 @@ def test_vision_lowerings_match_torch() -> None:
     assert rel_err(rulegraph.run(g, {"x": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-7
 
 
+class _AudioFrontEnd(torch.nn.Module):
+    """An audio encoder's front end (Wav2Vec2's): GroupNorm over a convolution's channels, in groups and one per
+    channel, and a weight-normed grouped convolution (its positional embedding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 4, 5, stride=2)
+        self.groups = torch.nn.GroupNorm(2, 4)
+        self.each = torch.nn.GroupNorm(4, 4, affine=False)
+        self.positional = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3, padding=1, groups=2),
+                                                                      dim=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.each(self.groups(self.conv(x.unsqueeze(1))))
+        return (y + self.positional(y)).mean(-1)
+
+
+def test_audio_lowerings_match_torch() -> None:
+    """``group_norm`` → ``InstanceNormalization`` over the groups, ``_weight_norm`` → ``g · v / ‖v‖``."""
+    torch.manual_seed(0)
+    module = _AudioFrontEnd().eval().double()
+    with torch.no_grad():
+        module.groups.weight.uniform_(0.5, 2.0)
+        module.groups.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(2, 40, dtype=torch.float64)
+    g = load_fx(export_fx(module, {"x": x}))
+    assert {"InstanceNormalization", "ReduceL2", "Conv"} <= g.op_types()
+    x3 = torch.randn(3, 37, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = module(x3)
+    assert rel_err(rulegraph.run(g, {"x": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-12
+
+
 def test_adaptive_pooling_to_more_than_one_pixel_is_refused() -> None:
     module = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2)).eval()
     with pytest.raises(rulegraph.errors.ModelError, match="adaptive_avg_pool2d is lowered only to a 1×1 output"):

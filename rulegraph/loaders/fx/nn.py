@@ -1,5 +1,6 @@
 """Lowerings of normalisation, activations and attention: ``layer_norm`` →
-``LayerNormalization``, ``gelu`` → its erf / tanh expansion (``Gelu`` from opset 20),
+``LayerNormalization``, ``group_norm`` → ``InstanceNormalization`` over the groups (as torch.onnx writes it),
+``_weight_norm`` → ``g · v / ‖v‖``, ``gelu`` → its erf / tanh expansion (``Gelu`` from opset 20),
 ``softmax`` / ``log_softmax``, and ``scaled_dot_product_attention`` → the eager-attention
 pattern ``MatMul → Mul → mask → Softmax → MatMul``.
 """
@@ -35,6 +36,37 @@ def _layer_norm(b: Builder, n: fx.Node, a: dict) -> str:
 def _native_layer_norm(b: Builder, n: fx.Node, a: dict) -> list[str]:
     inputs, axis = _layer_norm_inputs(b, a, a["input"])
     return b.emit("LayerNormalization", inputs, outputs=3, axis=axis, epsilon=float(a["eps"]))
+
+
+@lowers("aten.group_norm.default")
+def _group_norm(b: Builder, n: fx.Node, a: dict) -> str:
+    """``x`` ``[N, C, …]`` normalised per item and group of ``C / G`` channels, then scaled and shifted per
+    channel: reshaped to ``[N, G, −1]``, ``InstanceNormalization`` with unit scale and zero shift, reshaped back,
+    ``· weight + bias`` broadcast over the trailing dims (what torch.onnx exports)."""
+    x, groups = a["input"], _static(b, a["num_groups"], "num_groups")
+    dtype, r = fx_dtype(x), rank(x)
+    grouped = b.emit("Reshape", [b.value(x), b.ints([0, groups, -1], "groups_shape")], "grouped")
+    normed = b.emit("InstanceNormalization", [grouped, b.const(torch.ones(groups, dtype=dtype), "unit"),
+                                              b.const(torch.zeros(groups, dtype=dtype), "zero")], "normed",
+                    epsilon=float(a["eps"]))
+    y = b.emit("Reshape", [normed, b.emit("Shape", [b.value(x)], "shape")], "ungrouped")
+    trailing = b.ints([-1] + [1] * (r - 2), "channel_shape")
+    if a["weight"] is not None:
+        y = b.emit("Mul", [y, b.emit("Reshape", [b.value(a["weight"]), trailing], "weight")], "scaled")
+    if a["bias"] is not None:
+        y = b.emit("Add", [y, b.emit("Reshape", [b.value(a["bias"]), trailing], "bias")])
+    return y
+
+
+@lowers("aten._weight_norm.default")
+def _weight_norm(b: Builder, n: fx.Node, a: dict) -> str:
+    """A weight-normed weight ``g · v / ‖v‖``, the norm over every dim but ``dim`` (Salimans and Kingma, NeurIPS
+    2016), as torch.onnx writes it: ``ReduceL2``, ``Div``, ``Mul``."""
+    v, g = a["v"], a["g"]
+    r, dim = rank(v), _static(b, a["dim"], "dim")
+    dim = dim % r if r else 0
+    norm = b.emit("ReduceL2", [b.value(v), b.ints([d for d in range(r) if d != dim], "axes")], "norm", keepdims=1)
+    return b.emit("Mul", [b.value(v), b.emit("Div", [b.value(g), norm], "ratio")])
 
 
 @lowers("aten.gelu.default")
