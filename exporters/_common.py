@@ -33,13 +33,17 @@ def check_example_inputs(example_inputs: Mapping[str, torch.Tensor]) -> None:
 
 
 #: the inputs that get dynamic axes, by (rank, floating point): token ids and masks ``[batch, sequence]``,
-#: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic),
-#: waveforms ``[batch, samples]``, spectrograms ``[batch, mel bins, frames]`` (their frames are the model's)
+#: images ``[batch, channels, height, width]`` (their size is the model's, so only the batch is dynamic)
 DYNAMIC_AXES: dict[tuple[int, bool], dict[int, str]] = {
     (2, False): {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     (4, True): {0: BATCH_AXIS},
-    (2, True): {0: BATCH_AXIS, 1: SAMPLES_AXIS},
-    (3, True): {0: BATCH_AXIS},
+}
+#: the inputs that get dynamic axes by their name (the audio heads' own): a waveform ``[batch, samples]``,
+#: log-mel features ``[batch, mel bins, frames]`` (their frames are the encoder's); another float input of
+#: rank 2 or 3 (a table's features) keeps its traced shape
+NAMED_DYNAMIC_AXES: dict[tuple[str, int], dict[int, str]] = {
+    ("input_values", 2): {0: BATCH_AXIS, 1: SAMPLES_AXIS},
+    ("input_features", 3): {0: BATCH_AXIS},
 }
 
 
@@ -49,7 +53,8 @@ def dynamic_axes(example_inputs: Mapping[str, torch.Tensor]) -> dict[str, dict[i
     for name, value in example_inputs.items():
         if value.dtype.is_complex or value.dtype == torch.bool:
             continue
-        axes = DYNAMIC_AXES.get((value.dim(), value.dtype.is_floating_point))
+        axes = NAMED_DYNAMIC_AXES.get((name, value.dim())) if value.dtype.is_floating_point else None
+        axes = axes or DYNAMIC_AXES.get((value.dim(), value.dtype.is_floating_point))
         if axes:
             out[name] = {axis: sequence_axis(name) if dim == SEQUENCE_AXIS else dim for axis, dim in axes.items()}
     return out

@@ -112,9 +112,17 @@ def explained_name(e, item: int = 0) -> str:
 def shares(e):
     """The audit's shares of the explained value in words (:meth:`rulegraph.audit.Conservation.summary`),
     naming the inputs as they are: tokens, an image's pixels, or a clip's samples."""
-    image = any(v.dim() == 4 for v in e.boundary.values())
-    inputs = "pixels" if image else "samples" if "audio" in e.extra else "tokens"
-    return e.audit.conservation.summary(e.method, e.batch_size, inputs)
+    return e.audit.conservation.summary(e.method, e.batch_size, input_units(e))
+
+
+def input_units(e) -> str:
+    """What the explanation's input is made of, as the prose names it: tokens, an image's pixels, a clip's
+    samples (or a spectrogram's frames)."""
+    if any(v.dim() == 4 for v in e.boundary.values()):
+        return "pixels"
+    if "audio" in e.extra:
+        return "frames" if e.boundary[e.extra["audio"]["input"]].dim() == 3 else "samples"
+    return "tokens"
 
 
 def verdict(e) -> str:
@@ -137,7 +145,7 @@ def verdict(e) -> str:
     if abs(c.absorbed) > 1e-3 * size:
         parts.append(f"absorbed ({c.absorbed:+.3g}) went to " +
                      (f"the units the condition masked out ({masked:+.3g}) and " if masked else "") +
-                     "biases, position embeddings, LayerNorm β and ε, not to the input tokens")
+                     f"biases, position embeddings, LayerNorm β and ε, not to the input {input_units(e)}")
     return "; ".join(parts)
 
 

@@ -485,8 +485,8 @@ class _AudioFrontEnd(torch.nn.Module):
         self.positional = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3, padding=1, groups=2),
                                                                       dim=2)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.each(self.groups(self.conv(x.unsqueeze(1))))
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:      # a waveform: its length is dynamic
+        y = self.each(self.groups(self.conv(input_values.unsqueeze(1))))
         return (y + self.positional(y)).mean(-1)
 
 
@@ -498,12 +498,12 @@ def test_audio_lowerings_match_torch() -> None:
         module.groups.weight.uniform_(0.5, 2.0)
         module.groups.bias.uniform_(-1.0, 1.0)
     x = torch.randn(2, 40, dtype=torch.float64)
-    g = load_fx(export_fx(module, {"x": x}))
+    g = load_fx(export_fx(module, {"input_values": x}))
     assert {"InstanceNormalization", "ReduceL2", "Conv"} <= g.op_types()
     x3 = torch.randn(3, 37, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = module(x3)
-    assert rel_err(rulegraph.run(g, {"x": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-12
+    assert rel_err(rulegraph.run(g, {"input_values": x3}, dtype=torch.float64)[g.outputs[0]], expected) <= 1e-12
 
 
 def test_adaptive_pooling_to_more_than_one_pixel_is_refused() -> None:
