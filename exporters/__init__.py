@@ -10,7 +10,7 @@
 
 Transformers is needed only for the Hugging Face functions.
 """
-from .hf import (ATTENTIONS, HEADS, HFClassifier, HFImageClassifier, HFInfo, HFQuestionAnswering, HFSeq2SeqLM, Head,
+from .hf import (ATTENTIONS, HEADS, HFAudioClassifier, HFClassifier, HFImageClassifier, HFInfo, HFQuestionAnswering, HFSeq2SeqLM, Head,
                  export_hf, export_hf_fx, load_hf, save_hf_fx)
 from .to_fx import export_fx
 from .to_onnx import EXPORTERS, MIN_OPSET, export_onnx, read_metadata
@@ -21,6 +21,7 @@ __all__ = [
     "MIN_OPSET",
     "HEADS",
     "HFClassifier",
+    "HFAudioClassifier",
     "HFImageClassifier",
     "HFInfo",
     "HFQuestionAnswering",

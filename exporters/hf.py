@@ -25,6 +25,7 @@ from typing import Callable, Iterator, Mapping
 
 import torch
 
+from ..audio import made_up_samples
 from ..errors import ExportError, InputError
 from ..loaders.metadata import MAX_SAMPLING_RATE, ExportInfo
 from ..registry import Registry
@@ -164,12 +165,13 @@ def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
 
 
 def _audio_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
-    """A normalised waveform of a quarter second at the model's sampling rate, or log-mel features of the
-    model's size (``info.features``); ``length`` is not used."""
+    """A normalised waveform of a quarter second at the model's sampling rate
+    (:func:`rulegraph.audio.made_up_samples`), or log-mel features of the model's size (``info.features``);
+    ``length`` is not used."""
     g = torch.Generator().manual_seed(0)
     if info.features is not None:
         return {"input_features": torch.randn(batch, *info.features, generator=g)}
-    return {"input_values": torch.randn(batch, max(info.sampling_rate // 4, 2), generator=g)}
+    return {"input_values": torch.randn(batch, made_up_samples(info.sampling_rate), generator=g)}
 
 
 class HFClassifier(torch.nn.Module):
@@ -216,38 +218,21 @@ class HFImageClassifier(torch.nn.Module):
 
 
 class HFAudioClassifier(torch.nn.Module):
-    """A Hugging Face audio classifier over the waveform (Wav2Vec2, HuBERT, WavLM, Data2VecAudio…
-    ``ForSequenceClassification``) as ``forward(input_values) -> logits``: a clip is taken whole, with no
-    attention mask, and its relevance lies on its samples."""
+    """A Hugging Face audio classifier as ``forward(input_values | input_features) -> logits``: over the
+    waveform ``[batch, samples]`` (Wav2Vec2, HuBERT, WavLM, Data2VecAudio… ``ForSequenceClassification``), or
+    over log-mel features ``[batch, mel bins, frames]`` (Whisper's ``…ForAudioClassification``), whichever the
+    model's ``main_input_name`` is. A clip is taken whole, with no attention mask."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
         self.training = model.training
 
-    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_values: torch.Tensor | None = None,
+                input_features: torch.Tensor | None = None) -> torch.Tensor:
         """Return the classification logits, shape ``(batch, num_labels)``."""
-        return self.model(input_values=input_values).logits
-
-
-class HFSpectrogramClassifier(torch.nn.Module):
-    """A Hugging Face audio classifier over log-mel features (Whisper's ``…ForAudioClassification``) as
-    ``forward(input_features) -> logits``: ``[batch, mel bins, frames]`` in, the frames the encoder's."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
-
-    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
-        """Return the classification logits, shape ``(batch, num_labels)``."""
-        return self.model(input_features=input_features).logits
-
-
-def _audio_wrapper(model: torch.nn.Module) -> torch.nn.Module:
-    """The audio classifier's wrapper for its input: the waveform, or log-mel features."""
-    features = getattr(model, "main_input_name", "input_values") == "input_features"
-    return (HFSpectrogramClassifier if features else HFAudioClassifier)(model)
+        given = {"input_values": input_values} if input_features is None else {"input_features": input_features}
+        return self.model(**given).logits
 
 
 class HFSeq2SeqLM(torch.nn.Module):
@@ -684,7 +669,7 @@ def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
 
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
 # (before the text classifier: an audio classifier's class name ends alike, and the Auto class tells them apart)
-HEADS.add("audio-classification", Head("AutoModelForAudioClassification", _audio_wrapper, (PREPROCESSOR_FILE,),
+HEADS.add("audio-classification", Head("AutoModelForAudioClassification", HFAudioClassifier, (PREPROCESSOR_FILE,),
                                        {}, _audio_info, _audio_example,
                                        architectures=("ForSequenceClassification", "ForAudioClassification"),
                                        labelled=True, by_auto_class=True))

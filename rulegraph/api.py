@@ -19,7 +19,7 @@ import torch
 from .errors import InputError
 from .explanation import Explanation, Targets
 from .facts import has_positions, output_kind, roles
-from .audio import audio_input, waveform_input
+from .audio import audio_input, record, waveform_input
 from .image import image_input
 from .ir import Graph
 from .loaders import load
@@ -202,12 +202,11 @@ def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, en
         pre = preprocessing(graph.metadata)
         e.pixels, e.normalization = images, (pre["mean"], pre["std"])
     wave_in, rate = waveform_input(graph), export_info(graph).sampling_rate
-    clip = sound.extra if sound is not None else {"input": wave_in.name, "sampling_rate": rate, "per_second": rate} \
-        if wave_in is not None and rate else None
-    if clip is not None and clip["input"] in e.boundary and \
-            e.boundary[clip["input"]].shape == torch.as_tensor(inputs[clip["input"]]).shape:   # read over time
+    clip = sound.extra if sound is not None else record(wave_in.name, rate) if wave_in is not None and rate else None
+    given = torch.as_tensor(inputs[clip["input"]]) if clip is not None and clip["input"] in e.boundary else None
+    if given is not None and e.boundary[clip["input"]].shape == given.shape:     # per sample or frame: read over time
         e.extra["audio"] = clip
-        e.clip = {clip["input"]: torch.as_tensor(inputs[clip["input"]]).detach().cpu()}
+        e.clip = {clip["input"]: given.detach().cpu()}
     return e
 
 

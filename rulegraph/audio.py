@@ -47,12 +47,8 @@ class AudioInput:
     name: str
     tensor: "torch.Tensor"
     rate: int
+    per_second: float
     note: str
-    per_second: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.per_second:
-            object.__setattr__(self, "per_second", float(self.rate))
 
     def describe(self) -> str:
         """One line: the input, its shape and length in seconds, what was done to the clip."""
@@ -62,9 +58,20 @@ class AudioInput:
 
     @property
     def extra(self) -> dict:
-        """What an explanation of this clip records (``e.extra["audio"]``)."""
-        return {"input": self.name, "sampling_rate": self.rate, "per_second": self.per_second}
+        """What an explanation of this clip records (``e.extra["audio"]``, :func:`record`)."""
+        return record(self.name, self.rate, self.per_second)
 
+
+def record(name: str, rate: int, per_second: float | None = None) -> dict:
+    """What an explanation over a clip records (``e.extra["audio"]``): the input, the sampling rate, and the
+    positions per second along the input's last axis (the rate for a waveform; the frames' for features)."""
+    return {"input": name, "sampling_rate": rate, "per_second": float(per_second or rate)}
+
+
+def made_up_samples(rate: int) -> int:
+    """The length of a made-up waveform (an export's example, ``rulegraph check``'s input): a quarter second,
+    enough for an audio encoder's convolutional front end to make frames."""
+    return max(rate // 4, 2)
 
 def waveform_input(graph) -> Any:
     """The graph's waveform input (the first float input ``[batch, samples]``), or ``None``."""
@@ -102,7 +109,7 @@ def audio_input(graph, audio: Any, model_path: str | Path | None = None) -> Audi
     if info.normalize_audio is not False:
         samples = (samples - samples.mean()) / (samples.var(unbiased=False) + VARIANCE_FLOOR).sqrt()
         notes.append("normalised to zero mean and unit variance")
-    return AudioInput(wave_in.name, samples.float().unsqueeze(0), rate, "; ".join(notes) or "as given")
+    return AudioInput(wave_in.name, samples.float().unsqueeze(0), rate, rate, "; ".join(notes) or "as given")
 
 
 def _features(graph, features, audio: Any, model_path) -> AudioInput:
@@ -133,7 +140,7 @@ def _features(graph, features, audio: Any, model_path) -> AudioInput:
     seconds = samples.numel() / rate
     notes.append(f"{type(extractor).__name__}: {x.shape[1]} mel bins × {x.shape[2]} frames of {hop} samples "
                  f"({x.shape[2] * hop / rate:.2f} s; the clip is {seconds:.2f} s)")
-    return AudioInput(features.name, x, rate, "; ".join(notes), per_second=rate / hop)
+    return AudioInput(features.name, x, rate, rate / hop, "; ".join(notes))
 
 
 def load(audio: Any, rate: int) -> tuple["torch.Tensor", list[str]]:
@@ -196,9 +203,9 @@ def read_wav(path: Path) -> tuple["torch.Tensor", int]:
     return torch.from_numpy(samples), rate
 
 
-def bins(relevance: "torch.Tensor", rate: int, count: int = 60) -> list[tuple[float, float, float]]:
-    """The relevance of a clip ``[samples]`` summed over ``count`` equal spans of time (fewer for a short clip):
-    ``(start s, end s, Σ relevance)`` each."""
+def bins(relevance: "torch.Tensor", rate: float, count: int = 60) -> list[tuple[float, float, float]]:
+    """The relevance of a clip ``[positions]`` (``rate`` of them per second) summed over ``count`` equal spans of
+    time (fewer for a short clip): ``(start s, end s, Σ relevance)`` each."""
     import torch
     r = torch.as_tensor(relevance).double().reshape(-1)
     n = r.numel()
@@ -214,3 +221,28 @@ def over_time(relevance: "torch.Tensor") -> tuple["torch.Tensor", str]:
     import torch
     r = torch.as_tensor(relevance).double()
     return (r.sum(0), "frames") if r.dim() == 2 else (r.reshape(-1), "samples")
+
+
+@dataclass(frozen=True)
+class OverTime:
+    """One clip's relevance read over time (what the terminal, ``repr`` and the page say of it): its positions
+    and what they are, its length, the spans of :func:`bins`, where the largest |relevance| lies, the sum."""
+
+    count: int
+    what: str               # "samples" or "frames"
+    seconds: float
+    spans: list[tuple[float, float, float]]
+    peak: float             # seconds
+    total: float
+
+    @classmethod
+    def of(cls, relevance: "torch.Tensor", per_second: float, spans: int = 60) -> "OverTime":
+        """``relevance`` of one clip (``[samples]`` or ``[mel bins, frames]``), ``per_second`` positions a second."""
+        r, what = over_time(relevance)
+        return cls(r.numel(), what, r.numel() / per_second, bins(r, per_second, spans),
+                   int(r.abs().argmax()) / per_second, float(r.sum()))
+
+    def strongest(self, k: int = 3) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        """The ``k`` spans most for the output and most against it, each named by its time (``0.120–0.125 s``)."""
+        ranked = sorted(((f"{a:.3f}–{b:.3f} s", s) for a, b, s in self.spans), key=lambda named: named[1])
+        return [n for n in reversed(ranked[-k:]) if n[1] > 0], [n for n in ranked[:k] if n[1] < 0]

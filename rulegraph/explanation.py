@@ -168,15 +168,12 @@ class Explanation:
         return "\n".join(lines)
 
     def _clip_lines(self, item: int) -> list[str]:
-        """A clip's length and the spans of time (of 60 in all) most for and against the output."""
-        from .audio import bins, over_time
-        key, per_second = self.extra["audio"]["input"], self.extra["audio"]["per_second"]
-        r, what = over_time(self.boundary[key][item])
-        ranked = sorted(bins(r, per_second), key=lambda span: span[2])
-        named = [f"{a:.3f}–{b:.3f} s {s:+.3g}" for a, b, s in ranked]
-        pro = ", ".join(n for n, (_, _, s) in zip(reversed(named[-3:]), reversed(ranked[-3:])) if s > 0) or "—"
-        con = ", ".join(n for n, (_, _, s) in zip(named[:3], ranked[:3]) if s < 0) or "—"
-        return [f"  clip {key}: {r.numel()} {what}, {r.numel() / per_second:.2f} s", f"  for: {pro}   against: {con}"]
+        """A clip's length and the spans of time (:class:`rulegraph.audio.OverTime`) most for and against."""
+        from .audio import OverTime
+        key = self.extra["audio"]["input"]
+        clip = OverTime.of(self.boundary[key][item], self.extra["audio"]["per_second"])
+        pro, con = (", ".join(f"{n} {s:+.3g}" for n, s in side) or "—" for side in clip.strongest(3))
+        return [f"  clip {key}: {clip.count} {clip.what}, {clip.seconds:.2f} s", f"  for: {pro}   against: {con}"]
 
     def _brief(self, item: int, key: str, width: int = 100) -> tuple[str, str, str]:
         """Item ``item``'s tokens (shortened to ``width``), its strongest words for and against."""

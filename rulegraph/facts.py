@@ -107,12 +107,13 @@ def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
     """A small input for each graph input: ``1 × length`` token ids (0), masks of ones; float
     inputs with fixed shapes as zeros (free dims: 1 for the first, ``length`` otherwise; a waveform's
     samples, a float input of rank 2, a quarter second at the export's ``rulegraph.sampling_rate``)."""
+    from .audio import made_up_samples
     from .loaders.metadata import export_info
     rate = export_info(graph).sampling_rate
     feeds = {}
     for info in graph.inputs:
         wave = rate and info.is_float and info.shape is not None and len(info.shape) == 2
-        dims = item_shape(info, max(rate // 4, 2) if wave else length)
+        dims = item_shape(info, made_up_samples(rate) if wave else length)
         if info.is_float:
             feeds[info.name] = torch.zeros(dims)
         else:

@@ -64,25 +64,22 @@ def image_lines(e: Explanation, item: int = 0) -> list:
 
 def audio_lines(e: Explanation, item: int = 0) -> list:
     """What ``rulegraph explain`` prints for a clip (``e.extra["audio"]``): its relevance over time as a strip of
-    coloured spans (:func:`rulegraph.audio.bins`), the spans for and against, never a score per sample; then
-    the conservation summary."""
-    from ..audio import bins, over_time
+    coloured spans (:class:`rulegraph.audio.OverTime`), the spans for and against, never a score per sample;
+    then the conservation summary."""
+    from ..audio import OverTime
     key, rate, per_second = (e.extra["audio"][k] for k in ("input", "sampling_rate", "per_second"))
-    r, what = over_time(e.boundary[key][item])
-    spans = bins(r, per_second)
-    scores = [s for _, _, s in spans]
+    clip = OverTime.of(e.boundary[key][item], per_second)
+    scores = [s for _, _, s in clip.spans]
     scale = colour_scale(scores, [False] * len(scores))
     strip = Text()
     for score in scores:
         strip.append("█", style=css(shade(score, scale)))
-    seconds = r.numel() / per_second
-    peak = int(r.abs().argmax()) / per_second
-    head = Text(f"{key}: relevance over time, {r.numel()} {what} at {rate} Hz ({seconds:.2f} s) in {len(spans)} "
-                f"spans of {seconds / len(spans) * 1e3:.0f} ms, Σ {fmt(float(r.sum()))}, largest |relevance| at "
-                f"{peak:.3f} s; --png draws it over the input, --json holds every score")
-    axis = Text(f"0 s{' ' * max(len(spans) - 3 - len(f'{seconds:.2f} s'), 1)}{seconds:.2f} s", style="dim")
-    named = [(f"{a:.3f}–{b:.3f} s", s) for a, b, s in spans]
-    return [head, strip, axis, top_words(named, 3), summary_table(e, item)]
+    head = Text(f"{key}: relevance over time, {clip.count} {clip.what} at {rate} Hz ({clip.seconds:.2f} s) in "
+                f"{len(clip.spans)} spans of {clip.seconds / len(clip.spans) * 1e3:.0f} ms, Σ {fmt(clip.total)}, "
+                f"largest |relevance| at {clip.peak:.3f} s; --png draws it over the input, --json holds every score")
+    end = f"{clip.seconds:.2f} s"
+    axis = Text(f"0 s{' ' * max(len(clip.spans) - 3 - len(end), 1)}{end}", style="dim")
+    return [head, strip, axis, top_words([n for side in clip.strongest(3) for n in side], 3), summary_table(e, item)]
 
 
 def distinct(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:

@@ -135,10 +135,7 @@ def audio_figure(relevance, clip=None, rate: float = 16_000, *, title: str = "",
     bound = float(np.abs(sums).max()) or 1.0
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 4.2), sharex=True, height_ratios=(3, 2))
     colours = plt.get_cmap("bwr")((sums / bound + 1) / 2)
-    for x0, w, c in zip(starts, widths, colours):
-        top.axvspan(x0, x0 + w, color=c, alpha=0.6, linewidth=0)
     if per_item.dim() == 2:                 # a spectrogram: relevance per mel bin and frame
-        top.cla()
         heat = per_item.numpy()
         limit = float(np.abs(heat).max()) or 1.0
         extent = (0, heat.shape[1] / rate, 0, heat.shape[0])
@@ -148,12 +145,15 @@ def audio_figure(relevance, clip=None, rate: float = 16_000, *, title: str = "",
         top.imshow(heat, aspect="auto", origin="lower", cmap="bwr", vmin=-limit, vmax=limit, extent=extent,
                    alpha=0.6 if clip is not None else 1.0)
         top.set_ylabel("mel bin")
-    elif clip is not None:
-        wave = clip[item].reshape(-1).detach().double().cpu().numpy()
-        top.plot(np.arange(wave.size) / rate, wave, color="black", linewidth=0.4)
-        top.set_ylabel("waveform")
-    else:
-        top.set_yticks([])
+    else:                                   # a waveform over its spans' colours
+        for x0, w, c in zip(starts, widths, colours):
+            top.axvspan(x0, x0 + w, color=c, alpha=0.6, linewidth=0)
+        if clip is not None:
+            wave = clip[item].reshape(-1).detach().double().cpu().numpy()
+            top.plot(np.arange(wave.size) / rate, wave, color="black", linewidth=0.4)
+            top.set_ylabel("waveform")
+        else:
+            top.set_yticks([])
     top.set_title(title or "relevance over time")
     bottom.bar(starts, sums, width=widths, align="edge", color=colours, edgecolor="none")
     bottom.axhline(0, color="grey", linewidth=0.5)

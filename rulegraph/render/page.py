@@ -250,9 +250,10 @@ def _clip(e, item: int) -> str:
     """A clip's figure (:func:`rulegraph.render.figure.explanation_audio_figure`) as an embedded PNG."""
     import base64
 
+    from ..audio import OverTime
     from .figure import explanation_audio_figure
     key, rate = e.extra["audio"]["input"], e.extra["audio"]["sampling_rate"]
+    clip = OverTime.of(e.boundary[key][item], e.extra["audio"]["per_second"])
     data = base64.b64encode(save_png(explanation_audio_figure(e, item))).decode("ascii")
-    n = e.boundary[key].shape[-1]
-    return (f'<p>{html.escape(key)}: {n} samples at {rate} Hz ({n / rate:.2f} s)</p>'
+    return (f'<p>{html.escape(key)}: {clip.count} {clip.what} at {rate} Hz ({clip.seconds:.2f} s)</p>'
             f'<p><img class="heatmap" alt="relevance of {html.escape(key)} over time" src="data:image/png;base64,{data}"></p>')
