@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+import clips
 import rulegraph
 from rulegraph import audio
 from rulegraph.errors import InputError
 from shell import rulegraph as run_cli
 
-RATE = 8000
+RATE = clips.RATE
 
 
 def write_wav(path: Path, frames: np.ndarray, *, width: int, rate: int) -> Path:
@@ -88,17 +89,9 @@ def test_a_bad_array_is_refused(array, message):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     """A tiny Wav2Vec2 classifier exported by rulegraph's exporter, its feature extractor at 8 kHz."""
-    import transformers
     from rulegraph.exporters import export_hf
-    torch.manual_seed(0)
-    config = transformers.Wav2Vec2Config(
-        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
-        conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
-        num_labels=2, vocab_size=10, attn_implementation="eager", id2label={0: "speech", 1: "music"},
-        label2id={"speech": 0, "music": 1})
     folder = tmp_path_factory.mktemp("wav2vec2")
-    transformers.Wav2Vec2ForSequenceClassification(config).save_pretrained(folder / "hf")
-    (folder / "hf" / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": RATE, "do_normalize": True}))
+    clips.waveform_classifier(folder / "hf", labels=2)
     return export_hf(folder / "hf", folder / "out")
 
 
@@ -176,19 +169,9 @@ def test_explain_audio_as_typed(model, tmp_path):
 def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path):
     """Whisper's audio classifier: the clip read and resampled, then the features its own feature extractor
     (beside the export) computes; the relevance read over time per frame, summed over the mel bins."""
-    import transformers
     from rulegraph.cli import render
     from rulegraph.exporters import export_hf
-    torch.manual_seed(0)
-    config = transformers.WhisperConfig(
-        d_model=16, encoder_layers=1, encoder_attention_heads=2, decoder_layers=1, decoder_attention_heads=2,
-        encoder_ffn_dim=32, decoder_ffn_dim=32, num_mel_bins=16, max_source_positions=50, max_target_positions=20,
-        vocab_size=100, num_labels=2, attn_implementation="eager", eos_token_id=None, bos_token_id=None,
-        decoder_start_token_id=1, pad_token_id=0)
-    transformers.WhisperForAudioClassification(config).save_pretrained(tmp_path / "hf")
-    extractor = transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=RATE, hop_length=80,
-                                                     chunk_length=1, n_fft=400)
-    extractor.save_pretrained(tmp_path / "hf")
+    _, extractor = clips.whisper_classifier(tmp_path / "hf", labels=2)
     path = export_hf(tmp_path / "hf", tmp_path / "out")
     e = rulegraph.explain(path, "attnlrp", audio=tone(tmp_path / "t.wav"), dtype=torch.float64)
     samples, _ = audio.load(tmp_path / "t.wav", RATE)

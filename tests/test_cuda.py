@@ -119,15 +119,10 @@ def test_cuda_audio(tmp_path):
     """An audio classifier over the waveform (Wav2Vec2: GroupNorm as InstanceNormalization, a weight-normed
     positional convolution) from a clip given as ``audio=``."""
     import numpy as np
-    import transformers
+    import clips
     from targets import same
     from rulegraph.exporters import export_hf
-    torch.manual_seed(0)
-    config = transformers.Wav2Vec2Config(
-        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
-        conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
-        num_labels=2, vocab_size=10, attn_implementation="eager")
-    transformers.Wav2Vec2ForSequenceClassification(config).save_pretrained(tmp_path / "hf")
+    clips.waveform_classifier(tmp_path / "hf", rate=None)
     path = export_hf(tmp_path / "hf", tmp_path / "out")
     clip = np.sin(np.arange(4000) / 7.0)
     for rules in ("attnlrp", "gi"):

@@ -6,7 +6,6 @@ and every shipped transformer rule set covers it and conserves (float64). A text
 ends alike (``…ForSequenceClassification``): the Auto class tells them apart."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,31 +15,19 @@ import torch
 
 pytest.importorskip("transformers")
 
+import clips  # noqa: E402
 import rulegraph  # noqa: E402
 from rulegraph.cli import main  # noqa: E402
 from rulegraph.exporters import export_hf, read_metadata  # noqa: E402
 from rulegraph.exporters.hf import task_of  # noqa: E402
 
 F64 = torch.float64
-RATE = 8000
-SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
-             conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
-             num_labels=3, vocab_size=10, attn_implementation="eager")
-#: Wav2Vec2 with GroupNorm in its feature extractor (base), HuBERT with LayerNorm there and pre-norm layers (large)
-MODELS = {"wav2vec2": ("Wav2Vec2Config", "Wav2Vec2ForSequenceClassification", dict(feat_extract_norm="group")),
-          "hubert": ("HubertConfig", "HubertForSequenceClassification",
-                     dict(feat_extract_norm="layer", do_stable_layer_norm=True))}
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
+@pytest.fixture(scope="module", params=list(clips.FAMILIES))
 def audio(request, tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    import transformers
-    config_class, model_class, extra = MODELS[request.param]
-    torch.manual_seed(0)
-    module = getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL, **extra)).eval()
     folder = tmp_path_factory.mktemp(request.param)
-    module.save_pretrained(folder / "hf")
-    (folder / "hf" / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": RATE, "do_normalize": True}))
+    module = clips.waveform_classifier(folder / "hf", request.param)
     assert main(["export", str(folder / "hf"), str(folder / "out")]) == 0
     return module, folder / "out" / "model.onnx"
 
@@ -53,7 +40,7 @@ def test_the_export_records_the_task_and_the_sampling_rate(audio):
     _, path = audio
     metadata = read_metadata(path)
     assert metadata["rulegraph.task"] == "audio-classification"
-    assert metadata["rulegraph.sampling_rate"] == str(RATE)
+    assert metadata["rulegraph.sampling_rate"] == str(clips.RATE)
     assert "samples" in metadata["rulegraph.export_check"]          # checked at lengths other than the traced one
     assert (path.parent / "preprocessor_config.json").is_file()
 
@@ -98,10 +85,7 @@ def test_a_text_classifier_is_not_taken_for_an_audio_one():
 
 
 def test_a_bad_sampling_rate_is_refused_naming_the_file(tmp_path):
-    import transformers
-    torch.manual_seed(0)
-    transformers.Wav2Vec2ForSequenceClassification(transformers.Wav2Vec2Config(**SMALL)).save_pretrained(tmp_path / "hf")
-    (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps({"sampling_rate": 0}))
+    clips.waveform_classifier(tmp_path / "hf", rate=0)
     with pytest.raises(ValueError, match=r"preprocessor_config\.json: sampling_rate must be an integer in 1…"):
         export_hf(tmp_path / "hf", tmp_path / "out")
     assert not (tmp_path / "out" / "model.onnx").exists()
@@ -114,24 +98,14 @@ def test_check_runs_explain_on_a_made_up_quarter_second(audio, capsys):
     code = main(["check", str(path), "-r", "attnlrp"])
     out = capsys.readouterr().out
     assert code in (0, None), out
-    assert f"input_values 1×{RATE // 4}" in out and "attention: 2 blocks, 8 heads" in out, out
+    assert f"input_values 1×{clips.RATE // 4}" in out and "attention: 2 blocks, 8 heads" in out, out
 
 
 @pytest.fixture(scope="module")
 def whisper(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
     """A tiny Whisper audio classifier (log-mel features in) with its feature extractor, exported."""
-    import transformers
-    torch.manual_seed(0)
-    config = transformers.WhisperConfig(
-        d_model=32, encoder_layers=2, encoder_attention_heads=4, decoder_layers=1, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=50, max_target_positions=20,
-        vocab_size=100, num_labels=3, attn_implementation="eager", eos_token_id=None, bos_token_id=None,
-        decoder_start_token_id=1, pad_token_id=0)
-    module = transformers.WhisperForAudioClassification(config).eval()
     folder = tmp_path_factory.mktemp("whisper")
-    module.save_pretrained(folder / "hf")
-    transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=RATE, hop_length=80, chunk_length=1,
-                                         n_fft=400).save_pretrained(folder / "hf")
+    module, _ = clips.whisper_classifier(folder / "hf")
     assert main(["export", str(folder / "hf"), str(folder / "out")]) == 0
     return module, folder / "out" / "model.onnx"
 
