@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from harness import REPO, last_json, machine, peak_rss, report
-from memory import MODELS, ids, lxt_arguments, lxt_importable, made
+from memory import ids, lxt_arguments, lxt_importable, made
 
 CHILD = "import sys; sys.path.insert(0, {bench!r}); import continuation_matrix; continuation_matrix.child(*sys.argv[1:])"
 VARIANTS = {"rulegraph": "rulegraph attnlrp, one forward, a walk per token (audit on)",
@@ -93,7 +93,6 @@ def child(variant: str, folder: str, prompt: str, steps: str, matrix_out: str) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--prompt", type=int, default=480)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)

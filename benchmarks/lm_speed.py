@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from harness import REPO, last_json, machine, report
-from memory import MODELS, ids, lxt_arguments, lxt_importable, made
+from memory import ids, lxt_arguments, lxt_importable, made
 
 
 def child(folder: str, length: str, rounds: str) -> None:
@@ -76,7 +76,6 @@ LABELS = {"rulegraph": "rulegraph attnlrp (audit on)", "rulegraph-no-audit": "ru
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keep-freed-memory", action="store_true",

@@ -151,8 +151,9 @@ def measure(variant: str, folder: Path, length: int, python: str) -> dict:
 
 
 def lxt_arguments(ap: argparse.ArgumentParser, out: str, reads: str = "lxt and rulegraph import") -> None:
-    """The options of a benchmark that runs LXT in another interpreter: ``--lxt-python``, ``--work`` (the
-    models, made once) and ``--out`` (``benchmarks/results/OUT``)."""
+    """The options of a benchmark that runs :data:`MODELS` here and LXT in another interpreter: ``--models``,
+    ``--lxt-python``, ``--work`` (the models, made once) and ``--out`` (``benchmarks/results/OUT``)."""
+    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--lxt-python", default=os.environ.get("LXT_PYTHON", ""),
                     help=f"an interpreter where {reads} (LXT 2.1 needs transformers 4.x)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rulegraph-memory")
@@ -174,7 +175,6 @@ def main() -> None:
         print(json.dumps(make(Path(sys.argv[2]), sys.argv[3])))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gpt2-small", "llama-100m"])
     ap.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     lxt_arguments(ap, "memory.md", reads="lxt imports")
