@@ -107,8 +107,7 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     if audio is not None:
         if text is not None or image is not None:
             raise InputError("give text=…, image=… or audio=…, one of them")
-        sound = audio_input(graph, audio, model if isinstance(model, (str, Path)) else
-                            graph.source.partition(":")[2] or None)
+        sound = audio_input(graph, audio, model if isinstance(model, (str, Path)) else graph.path)
         if inputs is not None and not isinstance(inputs, dict):
             raise InputError(f"inputs must be a dict of input name → tensor, got {_kind(inputs)}")
         if sound.name in (inputs or {}):
@@ -253,7 +252,7 @@ def encode(model: Any, text: str, tokenizer: Any = None, question: str | None = 
 def _encoder(model: Any, graph: Any, tokenizer: Any, required: bool = True) -> TextEncoder | None:
     """The model's text encoder: ``tokenizer``, else the ``tokenizer.json`` beside the model file
     (``None`` when there is none and it is not ``required``)."""
-    path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
+    path = model if isinstance(model, (str, Path)) else graph.path
     if not required and tokenizer is None and (path is None or TextEncoder.beside(path) is None):
         return None
     if tokenizer is not None or path is None or TextEncoder.beside(path) is None:

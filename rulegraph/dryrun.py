@@ -99,8 +99,7 @@ def dry_run(model: Any, rules: Any, *, lengths: tuple[int, ...] = LENGTHS, token
         return run                      # the forward cannot run, or explain refuses before it
     sizes = _lengths(graph, lengths)
     run.lengths = sizes
-    path = graph.source.partition(":")[2] or None
-    feeds = {n: made_up_inputs(graph, n, tokenizer=tokenizer, model_path=path) for n in sizes}
+    feeds = {n: made_up_inputs(graph, n, tokenizer=tokenizer, model_path=graph.path) for n in sizes}
     run.shapes = [_describe(inputs) for inputs in feeds.values()]
     plan = prepare(explained)
     failed = False

@@ -340,7 +340,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     # the prompt (or source), the decoder's start, the continuation, as ids
     encoder = None
     if text is not None or tokenizer is not None or isinstance(continuation, str):
-        path = model if isinstance(model, (str, Path)) else (graph.source.partition(":")[2] or None)
+        path = model if isinstance(model, (str, Path)) else graph.path
         encoder = TextEncoder.for_model(graph, path, tokenizer)
     if inputs is not None and not isinstance(inputs, dict):
         raise InputError(f"inputs must be a dict of input name → token ids, got a {type(inputs).__name__}")

@@ -157,6 +157,12 @@ class Graph:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
         return layer_names(self)
 
+    @property
+    def path(self) -> str | None:
+        """The file the graph was loaded from (:attr:`source` after its kind, ``onnx:/models/m.onnx``), or ``None``
+        (a module captured in memory): where the files beside it (a tokenizer, a feature extractor) are looked for."""
+        return self.source.partition(":")[2] or None
+
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes, opset {self.opset}, from {self.source or '?'})"
 
