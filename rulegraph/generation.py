@@ -23,9 +23,9 @@ One forward per step at most:
   one sequence at its own position, from **one forward** (``batch`` steps per forward, default all,
   at most 256: :func:`rulegraph.passes.base.apply_targets` with each step's position), each step
   with its own walk on its values (:func:`rulegraph.passes.relevance.walk_many`) and its own audit.
-  With a causal (decoder) model, position ``p`` sees only rows ``0…p``, so this equals explaining the prefix (``tests/test_generation.py``); a baseline runs once per step on that step's
-  prefix, as greedy does, so that no method reads the tokens after it (random scores are seeded by
-  the ids).
+  With a causal (decoder) model, position ``p`` sees only rows ``0…p``, so this equals explaining
+  the prefix (``tests/test_generation.py``); a baseline runs once per step on that step's prefix,
+  as greedy does, so that no method reads the tokens after it (random scores are seeded by the ids).
 
 Each step is what :func:`rulegraph.explain` gives on the same tokens: the prompt given as text
 hands the method its special tokens and the tokenizer's [PAD]/[UNK]/[MASK] (IG's ``pad``
