@@ -227,3 +227,25 @@ def test_a_broken_rule_file_fails_with_a_clear_error(bert_onnx, tmp_path):
     path.write_text("name: broken\nrules: [this is not a rule]\n")
     with pytest.raises(RulegraphError):
         explain_with(bert_onnx, str(path), feeds())
+
+
+def test_integrated_gradients_on_a_float_graph_input(tmp_path):
+    """IG where the boundary is the graph input itself (an image's pixels, a clip's samples): the path's points
+    go in as that input (the interpreter refuses an override of an input). Against an autograd midpoint sum on
+    a smooth model (a convolution, tanh, a linear head), float64."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Tanh(), torch.nn.Flatten(),
+                                 torch.nn.Linear(4 * 4 * 4, 3)).eval()
+    x = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(module, (x,), str(path), input_names=["pixel_values"], output_names=["logits"],
+                      dynamic_axes={"pixel_values": {0: "batch"}}, dynamo=False)
+    e = explain_with(path, "ig", {"pixel_values": x}, dtype=torch.float64, steps=32, baseline="zero")
+    reference, xd, m = torch.zeros_like(x, dtype=torch.float64), x.double(), 300
+    double = module.double()
+    for a in (torch.arange(m, dtype=torch.float64) + 0.5) / m:
+        point = (a * xd).requires_grad_(True)
+        double(point)[0, e.target[0]].backward()
+        reference += point.grad / m
+    reference *= xd
+    torch.testing.assert_close(e.boundary["pixel_values"], reference, rtol=0, atol=1e-6 * float(reference.abs().max()))

@@ -33,11 +33,23 @@ def explanation(req: Request, out: Tensor, targets: list[int], position: int | N
         boundary=boundary, method="", audit=None, labels=labels(req.graph), extra=dict(extra))
 
 
+def _given(req: Request, inputs: dict[str, Tensor], overrides: dict[str, Tensor] | None):
+    """``inputs`` and ``overrides`` as the interpreter takes them: a boundary value that is a graph input (the
+    float input of an image or audio model, its pixels or samples) is overridden by giving it as that input."""
+    if not overrides:
+        return inputs, overrides
+    names = set(req.graph.input_names)
+    return ({**inputs, **{v: t for v, t in overrides.items() if v in names}},
+            {v: t for v, t in overrides.items() if v not in names})
+
+
 def forward(req: Request, keep: frozenset[str], overrides=None) -> tuple[dict, Tensor, list[int], int | None]:
-    """The forward values ``keep``, the output, the targets and the position, on the request's graph."""
+    """The forward values ``keep``, the output, the targets and the position, on the request's graph
+    (``overrides``: boundary values replaced, :func:`_given`)."""
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
-        env = req.plan.run(req.inputs, keep=keep, overrides=overrides)
+        inputs, overrides = _given(req, req.inputs, overrides)
+        env = req.plan.run(inputs, keep=keep, overrides=overrides)
     out = env[output]
     _, targets, position = select(out, req.target, req.position)
     return env, out, targets, position
@@ -51,6 +63,7 @@ def gi_walk(req: Request, inputs: dict[str, Tensor], target, *, overrides=None, 
     binding, plan = gi_binding(req), req.plan
     output = req.output or req.graph.outputs[0]
     with torch.no_grad():
+        inputs, overrides = _given(req, inputs, overrides)
         env = plan.run(inputs, keep=binding.needed_values | record, overrides=overrides)
         out = env[output]
         seed, targets, position = select(out, target, req.position)
