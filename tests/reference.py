@@ -1,5 +1,8 @@
 """Independent torch references for the transformer-level tests.
 
+:func:`as_exported` makes a Hugging Face module compute in float64 what its ONNX export computes: the
+exporters store some constants in float32.
+
 :func:`bert_logits` re-implements a Hugging Face BERT classifier functionally from
 its weights, with the implementation trick of Ali et al. 2022 (Sec. 4) as switches:
 ``detach_probs`` holds the attention probabilities constant (AH rule),
@@ -8,6 +11,7 @@ the word embeddings of that function is the reference LRP explanation.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -55,3 +59,30 @@ def gradient_x_input(fn, leaf: torch.Tensor, target: list[int]) -> torch.Tensor:
     out = fn(leaf)
     out[torch.arange(out.shape[0]), target].sum().backward()
     return (leaf * leaf.grad).sum(-1).detach()
+
+
+def _f32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+class _Gelu(torch.nn.Module):
+    """GELU as the exporters decompose it: x · ½ · (1 + erf(x / √2)), √2 rounded to float32."""
+
+    def forward(self, x):
+        return x * 0.5 * (1 + torch.erf(x / _f32(math.sqrt(2))))
+
+
+def as_exported(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of a Hugging Face module with the two constants the exporters store in float32 (the
+    attention scale 1/√d and GELU's √2) rounded as in the graph, so that a float64 reference agrees with the
+    interpreter to rounding (≈1e-17) instead of to the float32 constants (≈1e-10 in a BERT; ≈1e-8 in a
+    Wav2Vec2, whose convolutional front end has GELUs too)."""
+    from transformers.activations import GELUActivation
+    model = copy.deepcopy(model).double()
+    for module in model.modules():
+        if isinstance(getattr(module, "scaling", None), float):
+            module.scaling = _f32(module.scaling)
+        for name, child in list(module.named_children()):
+            if isinstance(child, GELUActivation):
+                setattr(module, name, _Gelu())
+    return model

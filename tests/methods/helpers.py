@@ -2,14 +2,13 @@
 :func:`explain_with` in float64, the Hugging Face reference forward and a CLI smoke run."""
 from __future__ import annotations
 
-import copy
 import json
-import math
 
 import torch
 
 from rulegraph.cli import main
 from rulegraph.methods import explain_with
+from reference import as_exported  # noqa: F401  (the methods' tests import it from here)
 
 IDS = torch.tensor([[2, 11, 17, 23, 11, 42, 55, 3], [2, 60, 71, 88, 93, 19, 3, 0]])   # token 11 twice in item 0
 MASK = torch.tensor([[1] * 8, [1] * 7 + [0]])
@@ -21,30 +20,6 @@ def feeds():
 
 def run(model_path, method, **options):
     return explain_with(model_path, method, feeds(), dtype=torch.float64, **options)
-
-
-def _f32(x: float) -> float:
-    return float(torch.tensor(x, dtype=torch.float32))
-
-
-class _Gelu(torch.nn.Module):
-    """GELU as the exporters decompose it: x · ½ · (1 + erf(x / √2)), √2 rounded to float32."""
-
-    def forward(self, x):
-        return x * 0.5 * (1 + torch.erf(x / _f32(math.sqrt(2))))
-
-
-def as_exported(model: torch.nn.Module) -> torch.nn.Module:
-    """A float64 copy of a tiny BERT with the two constants the exporters store in float32 (the
-    attention scale 1/√d and GELU's √2) rounded as in the graph, so that a float64 reference agrees
-    with the interpreter to rounding (≈1e-17) instead of to the float32 constants (≈1e-10)."""
-    model = copy.deepcopy(model).double()
-    for module in model.modules():
-        if hasattr(module, "scaling"):
-            module.scaling = _f32(module.scaling)
-        if hasattr(module, "intermediate_act_fn"):
-            module.intermediate_act_fn = _Gelu()
-    return model
 
 
 def hf(model, **kwargs):
