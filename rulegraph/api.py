@@ -19,7 +19,7 @@ import torch
 from .errors import InputError
 from .explanation import Explanation, Targets
 from .facts import has_positions, output_kind, roles
-from .audio import audio_input, record, waveform_input
+from .audio import AudioInput, audio_input, record, waveform_input
 from .image import image_input
 from .ir import Graph
 from .loaders import load
@@ -81,8 +81,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
 
     For an audio model, ``audio=`` (a WAV file's path, or an array of samples at the model's rate) is read,
     resampled and normalised as ``rulegraph explain --audio`` does it (:func:`rulegraph.audio.audio_input`: the
-    export's recorded sampling rate and normalisation) and fills the model's waveform input;
-    ``e.extra["audio"]`` names it and its rate.
+    export's recorded sampling rate and normalisation; an :class:`~rulegraph.audio.AudioInput` it made is taken
+    as it is) and fills the model's waveform input, or its log-mel features; ``e.extra["audio"]`` names the
+    input and its rate, ``e.clip`` holds what the model took.
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
@@ -107,7 +108,8 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     if audio is not None:
         if text is not None or image is not None:
             raise InputError("give text=…, image=… or audio=…, one of them")
-        sound = audio_input(graph, audio, model if isinstance(model, (str, Path)) else graph.path)
+        sound = audio if isinstance(audio, AudioInput) else \
+            audio_input(graph, audio, model if isinstance(model, (str, Path)) else graph.path)
         if inputs is not None and not isinstance(inputs, dict):
             raise InputError(f"inputs must be a dict of input name → tensor, got {_kind(inputs)}")
         if sound.name in (inputs or {}):

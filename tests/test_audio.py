@@ -166,7 +166,7 @@ def test_explain_audio_as_typed(model, tmp_path):
     assert refused.code != 0 and "missing.wav" in refused.err and "Traceback" not in refused.err
 
 
-def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path):
+def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path, capsys):
     """Whisper's audio classifier: the clip read and resampled, then the features its own feature extractor
     (beside the export) computes; the relevance read over time per frame, summed over the mel bins."""
     from rulegraph.cli import render
@@ -182,5 +182,8 @@ def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path):
     head = str(render.audio_lines(e)[0])
     assert head.startswith("input_features: relevance over time, 100 frames at 8000 Hz (1.00 s) in 60 spans"), head
     assert len(e.plot().axes[0].images) == 2                     # the spectrogram, the relevance over it
+    from rulegraph.cli import main                               # the command line reads it over time too
+    assert main(["explain", str(path), "-r", "attnlrp", "--audio", str(tmp_path / "t.wav")]) in (0, None)
+    assert "input_features: relevance over time, 100 frames at 8000 Hz" in capsys.readouterr().out
     with pytest.raises(InputError, match="must lie beside the model"):
         audio.audio_input(rulegraph.load(path), np.zeros(100))

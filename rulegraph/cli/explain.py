@@ -93,7 +93,7 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if texts:                       # after the model is known to take a waveform: a text model says so first
             raise InputError("give --text or --audio, not both")
         err.print(f"[dim]{escape(sound.describe())}[/]")
-        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), sound.name: sound.tensor}}]
+        requests = [{"inputs": parse_inputs(graph, raw_inputs), "audio": sound}]
     elif image_path is not None:
         from ..image import image_input
         picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
