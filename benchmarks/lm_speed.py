@@ -11,9 +11,13 @@ where both ``lxt`` and rulegraph import: LXT 2.1 needs transformers 4.x; install
 ``pip install --no-deps -e .`` and its runtime requirements), one torch thread, float32, batch 1, which
 explains the next token after ``L`` random ids (the predicted one, at the last position) by
 
-* rulegraph ``attnlrp`` on the ONNX export, with its conservation audit (the default) and without;
+* rulegraph ``attnlrp`` on the ONNX export, with its conservation audit (the default) and without, its LM
+  head at the explained position only (the default), and with the audit and every position's logits
+  (``logits="all"``);
 * LXT 2.1's efficient AttnLRP (``lxt.efficient.monkey_patch`` of the model's modeling file, then a
-  Gradient×Input backward with the weights' gradients off, :func:`harness.gradient_times_input`).
+  Gradient×Input backward with the weights' gradients off, :func:`harness.gradient_times_input`), as its
+  examples call the model (every position's logits), and with Hugging Face's ``logits_to_keep=1`` (the
+  last position's only).
 
 With ``--keep-freed-memory`` the processes run with glibc's malloc told to keep freed memory for reuse
 (:data:`KEEP_FREED`): a fresh tensor of attention size then costs no page faults, which otherwise cost
@@ -54,14 +58,18 @@ def child(folder: str, length: str, rounds: str) -> None:
                             fromlist=["_"]), verbose=False)
     model = transformers.AutoModelForCausalLM.from_pretrained(path / "hf", attn_implementation="eager",
                                                               dtype=torch.float32).eval()
-    lxt = gradient_times_input(
-        model, lambda: model.get_input_embeddings()(feeds["input_ids"]),
-        lambda w: model(inputs_embeds=w, attention_mask=feeds["attention_mask"], use_cache=False).logits,
-        lambda logits: logits[0, -1].max())
+    def lxt(keep: int):
+        return gradient_times_input(
+            model, lambda: model.get_input_embeddings()(feeds["input_ids"]),
+            lambda w: model(inputs_embeds=w, attention_mask=feeds["attention_mask"], use_cache=False,
+                            logits_to_keep=keep).logits,
+            lambda logits: logits[0, -1].max())
     times = interleave({
         "rulegraph": lambda: rulegraph.explain(graph, "attnlrp", feeds, audit=True),
         "rulegraph-no-audit": lambda: rulegraph.explain(graph, "attnlrp", feeds, audit=False),
-        "lxt": lxt,
+        "rulegraph-all-logits": lambda: rulegraph.explain(graph, "attnlrp", feeds, audit=True, logits="all"),
+        "lxt": lxt(0),
+        "lxt-last": lxt(1),
     }, int(rounds), warmup=1)
     print(json.dumps(times))
 
@@ -71,7 +79,8 @@ CHILD = "import sys; sys.path.insert(0, {bench!r}); import lm_speed; lm_speed.ch
 #: system: allocations up to 1 GiB come from the heap, which is trimmed only above 2 GiB free
 KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 31)}
 LABELS = {"rulegraph": "rulegraph attnlrp (audit on)", "rulegraph-no-audit": "rulegraph attnlrp (audit off)",
-          "lxt": "LXT AttnLRP (efficient, HF)"}
+          "rulegraph-all-logits": "rulegraph attnlrp (audit on, logits='all')",
+          "lxt": "LXT AttnLRP (efficient, HF)", "lxt-last": "LXT AttnLRP (efficient, HF, logits_to_keep=1)"}
 
 
 def main() -> None:
@@ -102,7 +111,7 @@ def main() -> None:
                 ratio = medians[key] / medians["lxt"]
                 rows.append([name, length, label, f"{medians[key] / 1e3:.2f} s",
                              f"{min(times[key]) / 1e3:.2f} s", f"**{ratio:.2f}×**" if key == "rulegraph" else
-                             f"{ratio:.2f}×"])
+                             f"{ratio:.2f}×", f"{medians[key] / medians['lxt-last']:.2f}×"])
     allocator = ("glibc malloc keeping freed memory (" + ", ".join(f"{k}={v}" for k, v in KEEP_FREED.items()) + ")"
                  if args.keep_freed_memory else "glibc malloc as configured by default")
     conditions = [
@@ -111,14 +120,15 @@ def main() -> None:
         "Models: random weights from transformers configs (`benchmarks/memory.py`'s), rulegraph on their ONNX "
         "export, LXT on the Hugging Face module (eager attention). Each explains the next token after L random "
         f"ids. {args.rounds} interleaved rounds after a warm-up round; medians, and the ratio of medians to "
-        "LXT's (target: ≤ 0.9× with the audit).",
+        "LXT's as its examples call the model (target: ≤ 0.9× with the audit), and to LXT's with Hugging Face "
+        "computing the last position's logits only (`logits_to_keep=1`).",
         "",
         f"`python benchmarks/lm_speed.py --models {' '.join(args.models)} --lengths "
         f"{' '.join(map(str, args.lengths))} --rounds {args.rounds}"
         f"{' --keep-freed-memory' if args.keep_freed_memory else ''}`",
     ]
     report(args.out, "AttnLRP time on causal language models: rulegraph and LXT", conditions,
-           ["model", "tokens", "method", "median", "fastest", "vs LXT"], rows)
+           ["model", "tokens", "method", "median", "fastest", "vs LXT", "vs LXT, last logits only"], rows)
 
 
 if __name__ == "__main__":

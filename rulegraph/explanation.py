@@ -21,7 +21,7 @@ class Explanation:
     """Relevance of each input position for the explained output scalar(s), plus the audit."""
 
     output: str                          # name of the explained graph output
-    output_tensor: Tensor                # its full value (batch first)
+    output_tensor: Tensor                # its value (batch first); a language model's at ``rows`` only
     target: list[int]                    # explained index along the last axis, per batch item
     position: int | list[int] | None     # explained position for sequence outputs (or one per batch item)
     output_value: list[float]            # the explained scalar per batch item
@@ -48,6 +48,9 @@ class Explanation:
     #: input name → ``[batch, positions]`` bool, the positions that hold tokens (its attention mask): an
     #: item's scores, words and views leave its padding out; an input not named here: every position
     real: dict[str, Tensor] = field(default_factory=dict)
+    #: the positions ``output_tensor``'s rows hold where a language model's head was computed only where
+    #: explained (``explain(…, logits="all")`` computes every position); ``None``: every position
+    rows: list[int] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -92,6 +95,23 @@ class Explanation:
             graph=None if self.graph is None else self.graph.item(i),
             contrast=None if self.contrast is None else [self.contrast[i]],
             item_of=(i, n) if self.item_of is None else self.item_of)
+
+    def output_at(self, position: int | None = None) -> Tensor:
+        """``[batch, classes]``: the output at ``position`` (default each item's explained one) of a
+        ``[batch, positions, classes]`` output, read through :attr:`rows`; the output itself otherwise."""
+        out = self.output_tensor
+        if out.dim() != 3:
+            return out
+        at = self.position if position is None else position
+        at = (self.rows or [out.shape[1] - 1])[-1] if at is None else at
+        at = [at] * out.shape[0] if isinstance(at, numbers.Integral) else list(at)
+        if self.rows is not None:
+            missing = [p for p in at if p not in self.rows]
+            if missing:
+                raise InputError(f"the logits at position {missing[0]} were not computed (only at "
+                                 f"{', '.join(map(str, self.rows))}); explain(…, logits='all') computes every position")
+            at = [self.rows.index(p) for p in at]
+        return out[torch.arange(out.shape[0]), at]
 
     def _item(self, item: Any) -> int:
         """``item`` checked: an int in range (negative counts from the end), else a one-line error."""

@@ -545,7 +545,7 @@ def _explained(e: Explanation, layout: _Layout, encoder, audit: bool, batched: i
     p, token = e.position, e.target[0]
     return GeneratedToken(
         token=token, text=_token(encoder, token), position=p, output_value=e.output_value[0],
-        probability=float(e.output_tensor[0, p].double().softmax(-1)[token]), scores=layout.rows(e, p),
+        probability=float(e.output_at(p)[0].double().softmax(-1)[token]), scores=layout.rows(e, p),
         absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
         residual=None if c is None else c.residual, relative_error=None if c is None else c.relative_error,
         batched=batched, logprob=e.extra["logprob"][0] if "logprob" in e.extra else None)

@@ -129,6 +129,12 @@ class Objective:
                 seed -= t.coefficient * p
         return seed
 
+    def at_rows(self, rows: Sequence[int]) -> Objective:
+        """This span read off an output holding only the positions ``rows`` (in order; a language model's
+        head computed where explained, :mod:`rulegraph.canonize.rows`): each term's position its row."""
+        index = {p: k for k, p in enumerate(rows)}
+        return replace(self, terms=tuple(replace(t, position=index[t.position]) for t in self.terms))
+
     def check_positions(self, out: torch.Tensor) -> None:
         """A span reads a ``[batch, positions, classes]`` output at positions it has."""
         if out.dim() != 3:

@@ -100,6 +100,9 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
            "probability: a final Softmax's output itself, not its logits", ("logit", "logprob", "probability")),
     Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
            ("runner-up",)),
+    Option("logits", str, "explained", "a causal language model's vocabulary projection at the positions explained "
+           "only (e.output_tensor holds those rows, e.rows names them), or at every position", ("explained", "all"),
+           cli=False),
 )
 
 #: the relevance pass's options reading inside the model (:mod:`rulegraph.inside`); what they ask is recorded in

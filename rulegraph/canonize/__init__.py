@@ -6,6 +6,9 @@ One file per canonizer, each registering itself with ``@canonizer(name)`` (:mod:
 ``batchnorm``     a BatchNormalization merged into the Conv / Gemm feeding it (Zennit's canonizers)
 ``final-softmax`` a final Softmax / LogSoftmax output replaced by its logits (the prologue applies it to the explained output)
 
+and, applied by the prologue alone (no rule file names it), ``rows.py``: a causal language model's head
+computed only at the positions an explanation reads.
+
 A rule file lists the canonizers it wants in ``canonize:`` and turns a default one off with
 ``no_canonize:`` (docs/rule-files.md).
 """

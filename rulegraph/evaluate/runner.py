@@ -300,8 +300,7 @@ class EvalWorker(Worker):
                 values[metric.name] = result.value
                 if result.curve is not None:
                     curves[metric.name] = result.curve
-            out = explanation.output_tensor[b]
-            out = out if x.position is None else out[x.position]
+            out = explanation.output_at(x.position)[b]
             rows.append({
                 "example": e.row.index, "method": name, "tokens": e.length, "label": e.row.label,
                 "target": explanation.target[b], "prediction": int(out.argmax()),

@@ -195,7 +195,7 @@ def explain_with(model: Any, method: str | Method, inputs: dict[str, Any], targe
                                 **_rules_arguments(request, resolved))
     else:                   # a baseline, once per target: the first run's output names them
         first = m.run(request, **resolved)
-        sets = target_sets(first.output_tensor, targets, first.position)
+        sets = target_sets(first.output_tensor, targets, first.position, first.rows)
         results = [first if t == first.target else m.run(replace(request, target=t), **resolved) for t in sets]
     return [_finished(e, m, resolved, final) for e in results]
 

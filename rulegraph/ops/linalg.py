@@ -11,7 +11,8 @@ from .spec import at_most_one, batched, op, unbroadcast
 Tensor = torch.Tensor
 
 
-#: a cotangent this large (elements) is checked for rows that are all zero before it multiplies a weight
+#: a cotangent this large (elements), or one multiplying a weight this large, is checked for rows that are all
+#: zero before the product
 SPARSE_ROWS_FROM = 1 << 22
 
 
@@ -24,11 +25,13 @@ def nonzero_rows(flat: Tensor) -> Tensor:
 
 def rows_matmul(g: Tensor, m: Tensor, recycler=None) -> Tensor:
     """``g @ m`` for a weight matrix ``m``, multiplying only the rows of ``g`` that are not all zero
-    where most are (checked above :data:`SPARSE_ROWS_FROM` elements, one pass over ``g``): the relevance
-    of one position of a language model arrives at its [positions, vocabulary] logits, and the LM head's
-    VJP then costs a row instead of one per position. The other rows are exactly 0 (a NaN row counts as
-    not zero). A row with a single non-zero entry (a one-hot seed) gives the same bits either way."""
-    if g.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2 or batched(g):
+    where most are (checked where ``g`` or ``m`` has :data:`SPARSE_ROWS_FROM` elements, one pass over ``g``):
+    the relevance of one position of a language model arrives at its [positions, vocabulary] logits (or at
+    the few positions a continuation's head computed, :mod:`rulegraph.canonize.rows`), and the LM head's VJP
+    then costs a row instead of one per position; against a weight that large the pass over ``g`` is cheap.
+    The other rows are exactly 0 (a NaN row counts as not zero). A row with a single non-zero entry (a
+    one-hot seed) gives the same bits either way."""
+    if g.numel() < SPARSE_ROWS_FROM and m.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2 or batched(g):
         return product(g, m, recycler)
     flat = g.reshape(-1, g.shape[-1])
     rows = nonzero_rows(flat)

@@ -56,6 +56,9 @@ from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
+from ..canonize.rows import head_rows
+from ..facts import roles
+from ..loaders.metadata import export_info
 from ..ops import lookup, unsupported
 from ..lifetimes import Recycler
 from ..loaders import load
@@ -65,6 +68,10 @@ from ..rounding import measure
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
+
+#: ``logits=``: a causal language model's head at the positions explained only, or at every position
+EXPLAINED, ALL = "explained", "all"
+LOGITS = (EXPLAINED, ALL)
 
 
 @dataclass
@@ -88,6 +95,8 @@ class Forward:
     recycler: Recycler | None = None    # the explanation's, where the forward and the walk keep large tensors
     inputs: Mapping[str, Any] | None = None   # the inputs the forward ran on (the rounding check runs them again)
     shared: bool = False                # more walks follow on these values: the walk leaves them whole
+    rows: tuple[int, ...] | None = None  # the positions the output's rows hold (a language model's head computed
+                                         # only where explained: :mod:`rulegraph.canonize.rows`); None: every one
 
     @property
     def out(self) -> Tensor:
@@ -105,7 +114,7 @@ class Forward:
         follows on them (:func:`apply_targets`)."""
         score = "logit" if self.score == PROBABILITY else self.score
         position = self.position if position is None else position
-        seed, targets, _ = select(self.out, targets, position, None, score)
+        seed, targets, _ = select(self.out, targets, position, None, score, rows=self.rows)
         return replace(self, seed=seed, targets=targets, shared=shared, position=position)
 
     @property
@@ -122,8 +131,9 @@ class Forward:
         e = Explanation(
             output=self.output, output_tensor=self.out.detach().cpu(), target=self.targets, position=self.position,
             output_value=self.explained.tolist(), relevance=relevance, boundary=boundary,
-            method=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph))
-        describe(e, self.out, self.contrast, self.score, self.objective)
+            method=self.ruleset.name or self.ruleset.source, audit=audit, labels=labels(self.graph),
+            rows=None if self.rows is None else list(self.rows))
+        describe(e, self.out, self.contrast, self.score, self.objective, self.rows)
         if self.final is not None:
             e.extra["final"] = dict(self.final)
         rounding = measure(self.graph, self.inputs, self.output, self.out) if audit is not None and self.inputs else None
@@ -133,7 +143,7 @@ class Forward:
 
 
 def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str,
-             objective: Objective | None = None) -> None:
+             objective: Objective | None = None, rows: Sequence[int] | None = None) -> None:
     """Record a contrast, a log-probability score or an objective on ``e`` (nothing for a plain
     logit, so class-logit explanations are as before): ``e.contrast``, ``e.score`` and, for
     ``score="logprob"``, ``e.extra["logprob"]`` (log p_A, or log p_A − log p_B with a contrast);
@@ -141,17 +151,18 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
     if objective is not None:
         e.extra["objective"] = objective.text
         whole = objective.region is not None or objective.positions is not None
-        e.extra["objective_value"] = objective.value(out if whole else _picked(out, e.position))
+        read = objective.at_rows(rows) if rows is not None and objective.positions is not None else objective
+        e.extra["objective_value"] = read.value(out if whole else _picked(out, e.position, rows))
         return
     if contrast is None and score == "logit":
         return
     e.contrast, e.score = contrast, score
     if score == "logprob":
-        picked = _picked(out, e.position).double().log_softmax(-1)
-        rows = torch.arange(picked.shape[0])
-        value = picked[rows, e.target]
+        picked = _picked(out, e.position, rows).double().log_softmax(-1)
+        items = torch.arange(picked.shape[0])
+        value = picked[items, e.target]
         if contrast is not None:
-            value = value - picked[rows, contrast]
+            value = value - picked[items, contrast]
         e.extra["logprob"] = value.tolist()
 
 
@@ -213,7 +224,8 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
 def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
           output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
           dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
-          score: str = "logit", objective: Objective | None = None, **options: Any) -> Explanation:
+          score: str = "logit", objective: Objective | None = None, logits: str = EXPLAINED,
+          **options: Any) -> Explanation:
     """``rules`` applied to ``model``'s output for ``inputs``: the prologue (:func:`forward`), then
     the pass the rule set names with its ``options`` (see :func:`rulegraph.explain`, which takes
     text, token and class names, and any method, and calls this for rule sets)."""
@@ -221,7 +233,8 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler())
+                    contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler(),
+                    logits=logits)
     return chosen().run(start, audit=audit, **options)
 
 
@@ -229,7 +242,7 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
                   target: int | Sequence[int] | None = None, output: str | None = None,
                   position: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
                   device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
-                  contrast: None = None, **options: Any) -> list[Explanation]:
+                  contrast: None = None, logits: str = EXPLAINED, **options: Any) -> list[Explanation]:
     """``rules`` applied for many targets from **one forward**, each with its own audit: the pass's
     :meth:`Pass.run_many` on the forward seeded for each (:meth:`Forward.retarget`; the relevance pass walks
     them all at once). ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
@@ -243,16 +256,16 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    score=score, chosen=chosen, recycler=Recycler())
+                    score=score, chosen=chosen, recycler=Recycler(), logits=logits, rows=positions or ())
     if targets is None:
         return chosen().run_many([start], audit=audit, **options)
     if positions is not None:
         if isinstance(targets, str) or len(positions) != len(targets) or len(targets) > MAX_TARGETS:
             raise InputError(f"positions gives each of at most {MAX_TARGETS} targets its position: "
                              f"{len(positions)} for {targets!r}")
-        sets = [target_sets(start.out, [t], p)[0] for t, p in zip(targets, positions)]
+        sets = [target_sets(start.out, [t], p, start.rows)[0] for t, p in zip(targets, positions)]
     else:
-        sets = target_sets(start.out, targets, start.position)
+        sets = target_sets(start.out, targets, start.position, start.rows)
         positions = [None] * len(sets)
     return chosen().run_many((start.retarget(t, shared=k + 1 < len(sets), position=p)     # seeded as walked
                               for k, (t, p) in enumerate(zip(sets, positions))), audit=audit, **options)
@@ -262,11 +275,12 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
 MAX_TARGETS = 256
 
 
-def target_sets(out: Tensor, targets: str | Sequence[int], position: int | list[int] | None) -> list[list[int]]:
+def target_sets(out: Tensor, targets: str | Sequence[int], position: int | list[int] | None,
+                rows: Sequence[int] | None = None) -> list[list[int]]:
     """The targets of each walk, one per batch item: ``"all"`` every class in order, ``"top-K"`` each
     item's K highest outputs (highest first), a list those classes in its order; at most
-    :data:`MAX_TARGETS`."""
-    picked = _picked(out, position)
+    :data:`MAX_TARGETS`. ``rows``: the positions ``out``'s rows hold (:attr:`Forward.rows`)."""
+    picked = _picked(out, position, rows)
     batch, classes = picked.shape
     if isinstance(targets, str):
         spec = targets.strip().lower()
@@ -294,13 +308,21 @@ def target_sets(out: Tensor, targets: str | Sequence[int], position: int | list[
 def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int | Sequence[int] | None, *,
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
-            chosen: type[Pass] = Pass, recycler: Recycler | None = None) -> Forward:
+            chosen: type[Pass] = Pass, recycler: Recycler | None = None, logits: str = EXPLAINED,
+            rows: Sequence[int] = ()) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
-    a rule says."""
+    a rule says. ``logits``: a causal language model's head computed only at the positions explained
+    (``"explained"``: the explained one, the span's, and ``rows``, which later walks read) or at every
+    position (``"all"``)."""
     check_arguments(inputs, target, position, contrast, score, objective)
+    if logits not in LOGITS:
+        raise InputError(f"logits must be one of {', '.join(map(repr, LOGITS))}; got {logits!r}")
     admitted = admit(graph, ruleset, output, score)
     graph, binding, output = admitted.graph, admitted.binding, admitted.output
+    held = explained_rows(graph, output, inputs, position, objective, rows) if logits == EXPLAINED else None
+    if held is not None:
+        graph, binding, held = narrowed(graph, binding, ruleset, output, *held)
     if binding.unmatched and ruleset.on_unmatched == "warn":
         first = binding.unmatched[0]
         warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
@@ -308,6 +330,11 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
                       recycler=recycler)
+    if held is not None and tuple(values[output].shape[1:2]) != (len(held),):    # not the rows asked: the whole head
+        graph, binding, held = admitted.graph, admitted.binding, None
+        plan = prepare(graph, device, dtype)
+        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
+                          recycler=recycler)
     if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
         graph = with_batch_axis(graph, output)
         binding = ruleset.bind(graph)
@@ -324,11 +351,48 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
                          f"the output {output!r} has {out.shape[-1]} per item")
     mapping = boundary_map(binding, plan, values)
     seed, targets, position = select(out, target, position, contrast, "logit" if score == PROBABILITY else score,
-                                     objective)
-    contrasts = None if contrast is None else runner_up(_picked(out, position), targets) \
+                                     objective, rows=held)
+    contrasts = None if contrast is None else runner_up(_picked(out, position, held), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping, admitted.final, recycler, inputs)
+                   mapping, admitted.final, recycler, inputs, rows=held)
+
+
+def explained_rows(graph: Graph, output: str, inputs: Mapping[str, Any], position: Any, objective: Objective | None,
+                   also: Sequence[int]) -> tuple[tuple[int, ...], int] | None:
+    """The positions of a causal language model's output an explanation reads (the explained one, default
+    the last; a span's; ``also``), sorted, and the sequence's length: ``None`` where the export is no causal
+    LM, its token ids are not given, or a position is out of range (:func:`select` refuses it as ever)."""
+    if export_info(graph).task != "causal-lm" or objective is not None and objective.region is not None:
+        return None
+    ids = inputs.get(roles(graph).ids or "")
+    if getattr(ids, "dim", lambda: 0)() != 2:
+        return None
+    length = int(ids.shape[-1])
+    if objective is not None and objective.positions is not None:
+        wanted = list(objective.positions)
+    else:
+        wanted = [length - 1] if position is None else [position] if _is_index(position) else list(position)
+    wanted = [int(p) for p in (*wanted, *also)]
+    if not all(0 <= p < length for p in wanted):
+        return None
+    return tuple(sorted(set(wanted))), length
+
+
+def narrowed(graph: Graph, binding: Binding, ruleset: RuleSet, output: str, rows: tuple[int, ...],
+             length: int) -> tuple[Graph, Binding, tuple[int, ...] | None]:
+    """``graph`` with its head at ``rows`` only (:func:`rulegraph.canonize.rows.head_rows`, the positions
+    counted from the end, so the last position's graph serves every length) and its binding; the graph as
+    it was where it shows no such head or the rule set has no rule for the Gather it adds."""
+    rewritten = head_rows(graph, output, [p - length for p in rows])
+    if rewritten is None:
+        return graph, binding, None
+    try:
+        bound = ruleset.bind(rewritten)
+        bound.require_complete()
+    except RulegraphError:
+        return graph, binding, None
+    return rewritten, bound, rows
 
 
 #: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits
@@ -480,8 +544,10 @@ def _per_item(index: Any, batch: int) -> list[int]:
     return [int(index)] * batch if _is_index(index) else [int(i) for i in index]
 
 
-def _picked(out: Tensor, position: int | list[int] | None) -> Tensor:
-    """``[batch, classes]``: the output at the explained position(s) (sequence outputs)."""
+def _picked(out: Tensor, position: int | list[int] | None, rows: Sequence[int] | None = None) -> Tensor:
+    """``[batch, classes]``: the output at the explained position(s) (sequence outputs), read through
+    ``rows`` (the positions ``out``'s rows hold) where given."""
+    position = _row(position, rows)
     out = out.unsqueeze(-1) if out.dim() == 1 else out
     return out[torch.arange(out.shape[0]), _per_item(position, out.shape[0])] if out.dim() == 3 else out
 
@@ -491,15 +557,37 @@ def _is_index(value: Any) -> bool:
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
 
 
+def _row(position: Any, rows: Sequence[int] | None) -> Any:
+    """The row(s) of an output holding only the positions ``rows`` that hold ``position`` (an int, or one
+    per batch item); ``position`` itself where ``rows`` is ``None``."""
+    if rows is None or position is None:
+        return position
+    index = {p: k for k, p in enumerate(rows)}
+
+    def one(p: int) -> int:
+        if p not in index:
+            raise InputError(f"the logits at position {p} were not computed (only at {', '.join(map(str, rows))}); "
+                             f"logits='all' computes them at every position")
+        return index[p]
+    return one(int(position)) if _is_index(position) else [one(int(p)) for p in position]
+
+
 def select(out: Tensor, target, position, contrast=None, score: str = "logit",
-           objective: Objective | None = None) -> tuple[Tensor, list[int], int | list[int] | None]:
+           objective: Objective | None = None, *,
+           rows: Sequence[int] | None = None) -> tuple[Tensor, list[int], int | list[int] | None]:
     """The seed of the explained scalar per batch item, the targets and the position (an int, or
     for ``[batch, positions, classes]`` outputs one per batch item when a list is given): one-hot at
     the target; with ``contrast``, +1 at the target and −1 at the contrast; with
     ``score="logprob"`` (and no contrast), ``e_target − softmax`` over the classes, the
     softmax held constant; with an ``objective``, its weights (the targets reported are its
     first term's token; for a span objective, whose terms name their positions, the position
-    reported is the last of them; see the module docstring)."""
+    reported is the last of them; see the module docstring). ``rows``: the positions ``out``'s rows hold
+    (:attr:`Forward.rows`): the positions given and returned are the model's, read through them."""
+    if rows is not None:
+        span = objective is not None and objective.positions is not None
+        seed, targets, at = select(out, target, len(rows) - 1 if position is None and not span else _row(position, rows),
+                                   contrast, score, objective.at_rows(rows) if span else objective)
+        return seed, targets, rows[at] if _is_index(at) else [rows[a] for a in at]
     shape = out.shape
     if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position
         if position is not None:

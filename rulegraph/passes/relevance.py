@@ -408,9 +408,10 @@ def walk(binding: Binding, plan: Plan, env: Values, output: str, seed: Tensor,
 #: the most elements a batched walk's relevance holds per value (targets × the largest relevance a visit holds);
 #: more targets than that allows are walked in groups (:func:`walk_many`)
 GROUP = 1 << 25
-#: an output this large (elements: a language model's [positions, vocabulary] logits) is explained one target
-#: at a time, each seeded as its walk starts (:meth:`RelevancePass.run_many`)
-ONE_BY_ONE_FROM = SPARSE_ROWS_FROM
+#: an output this large (elements: a language model's [positions, vocabulary] logits), or with this many
+#: classes (a vocabulary: the head computed at a few positions only, :mod:`rulegraph.canonize.rows`), is
+#: explained one target at a time, each seeded as its walk starts (:meth:`RelevancePass.run_many`)
+ONE_BY_ONE_FROM, VOCABULARY_FROM = SPARSE_ROWS_FROM, 1 << 14
 
 
 def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: list[Tensor], *, audit: bool = True,
@@ -441,10 +442,12 @@ def walk_many(binding: Binding, plan: Plan, env: Values, output: str, seeds: lis
 
 def one_at_a_time(binding: Binding, plan: Plan, env: Values, output: str) -> bool:
     """Whether targets are better walked one at a time than batched (:func:`walk_many`): a language model's
-    logits (an output of :data:`ONE_BY_ONE_FROM` elements or more, whose VJP multiplies only the rows a seed
-    reaches; on GPT-2 small at 64–480 tokens a batched walk was no faster, and larger), or relevance too large
-    to hold for two targets within :data:`GROUP`."""
-    return env[output].numel() >= ONE_BY_ONE_FROM or 2 * _largest(_visits(binding, plan), env) > GROUP
+    logits (an output of :data:`ONE_BY_ONE_FROM` elements or :data:`VOCABULARY_FROM` classes or more, whose
+    VJP multiplies only the rows a seed reaches; on GPT-2 small at 64–480 tokens a batched walk was no faster,
+    and larger), or relevance too large to hold for two targets within :data:`GROUP`."""
+    out = env[output]
+    return out.numel() >= ONE_BY_ONE_FROM or out.dim() > 1 and out.shape[-1] >= VOCABULARY_FROM or \
+        2 * _largest(_visits(binding, plan), env) > GROUP
 
 
 def _largest(visits: list[_Visit], env: Values) -> int:

@@ -106,7 +106,7 @@ class ExplainWorker(Worker):
         for b, ex in enumerate(examples):
             n = ex.length
             total = float(x.scores[b, :n].sum())
-            out = e.output_tensor[b] if x.position is None else e.output_tensor[b, x.position]
+            out = e.output_at(x.position)[b]
             rows.append({"example": ex.row.index, "method": name, "text": ex.row.text, "label": ex.row.label,
                          "tokens": list(ex.encoded.tokens), "ids": x.ids[b, :n].tolist(),
                          "relevance": x.scores[b, :n].tolist(), "target": e.target[b], "prediction": int(out.argmax()),

@@ -82,22 +82,25 @@ def test_top_k_next_tokens_of_a_language_model(causal_lm):
         same(e, apply(path, "attnlrp", feeds, e.target[0], dtype=torch.float64, score="logprob"))
 
 
-def test_a_language_models_logits_are_walked_one_target_at_a_time(causal_lm, monkeypatch):
-    """Logits of relevance.ONE_BY_ONE_FROM elements or more (a language model's [positions, vocabulary]): a
-    walk per target on the one forward, not a batched one; the explanations are the same."""
+@pytest.mark.parametrize("limit", ["ONE_BY_ONE_FROM", "VOCABULARY_FROM"])
+def test_a_language_models_logits_are_walked_one_target_at_a_time(causal_lm, monkeypatch, limit):
+    """Logits of relevance.ONE_BY_ONE_FROM elements or more (a language model's [positions, vocabulary]), or
+    of VOCABULARY_FROM classes (its head computed at the explained positions only): a walk per target on the
+    one forward, not a batched one; the explanations are the same."""
     from rulegraph.passes import relevance
     _, path = causal_lm
     ids = torch.tensor([tiny.lm_tokenizer().encode("w1 w2 w3 w4").ids])
     feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    batched = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob")
     groups: list[int] = []
     walk_group = relevance._walk_group
     monkeypatch.setattr(relevance, "_walk_group", lambda *a, **k: groups.append(len(a[4])) or walk_group(*a, **k))
-    monkeypatch.setattr(relevance, "ONE_BY_ONE_FROM", 1)
+    batched = apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob")
+    assert groups == [3]                # the tiny model's 100 classes at one position: batched by default
+    monkeypatch.setattr(relevance, limit, 100 if limit == "VOCABULARY_FROM" else 1)
     for a, b in zip(apply_targets(path, "attnlrp", feeds, "top-3", dtype=torch.float64, score="logprob"), batched,
                     strict=True):
         same(a, b)
-    assert groups == []
+    assert groups == [3]
 
 
 def test_each_target_at_its_own_position(causal_lm):

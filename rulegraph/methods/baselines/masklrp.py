@@ -29,7 +29,7 @@ from ...explanation import Explanation
 from ...heads import HeadMasks, find_heads, read_masks
 from ...interpreter import Plan
 from ...lifetimes import Recycler
-from ...passes.base import Pass, forward, pass_of
+from ...passes.base import ALL, Pass, forward, pass_of
 from ...passes.relevance import walk
 from ...propagation.masked import masked
 from ...propagation.numerics import divide
@@ -93,7 +93,8 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
     maps = frozenset(n.inputs[0] for n in nodes)
     recycler = Recycler()       # large tensors the forward and the walks drop, written into again
     start = forward(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
-                    device=req.device, dtype=req.dtype, score=req.score, chosen=_keeping(gi.needed_values), recycler=recycler)
+                    device=req.device, dtype=req.dtype, score=req.score, chosen=_keeping(gi.needed_values), recycler=recycler,
+                    logits=ALL)                # its rollout reads the query rows of its own forward's output
     held = {v: start.values[v] for n in nodes for v in (n.inputs[1], n.outputs[0])}
     with torch.no_grad():
         weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps,
