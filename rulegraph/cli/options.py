@@ -331,7 +331,7 @@ def check_folder(path: Path, option: str) -> None:
 
 
 def engine_options(f):
-    """``--engine local|ray`` and the Ray cluster's options (``explain-dataset``, ``evaluate``)."""
+    """``--engine local|ray`` and the Ray cluster's options (``explain-dataset``, ``evaluate``, ``tune``)."""
     for decorator in reversed([
         click.option("--engine", "engine_name", type=click.Choice(ENGINES.names()), default="local", show_default=True,
                      help="where the examples run: this process, or Ray workers (pip install 'rulegraph[ray]')"),

@@ -12,7 +12,7 @@ from ..evaluate import protocols as P
 from ..files import check_outputs
 from .console import err, out
 from .evaluate import given_settings, metric_options
-from .options import Bounded, check_folder, model_argument
+from .options import Bounded, check_folder, engine_options, make_engine, model_argument
 
 # Only light modules above (no torch, no optuna): `rulegraph tune --help` loads fast; the runner is
 # imported when the command runs.
@@ -62,8 +62,10 @@ from .options import Bounded, check_folder, model_argument
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="folder of the study (resumable), the split, the trials, tuned.yaml, trials.parquet, trials.png")
 @click.option("--force", is_flag=True, help="discard the study and trials already in --out and start over")
+@engine_options
 def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, seed, split_spec, finalists, conserving,
-             max_leak, audit_texts, prune, tokenizer, batch, device, dtype, threads, out_dir, force, **metric_settings):
+             max_leak, audit_texts, prune, tokenizer, batch, device, dtype, threads, out_dir, force, engine_name, address,
+             num_workers, cpus_per_worker, gpus_per_worker, **metric_settings):
     """Search a rule file for MODEL that scores best on --metric: the texts of --data split once
     into tune / validation / test, Optuna's TPE searching the space on tune, the best --finalists
     chosen among on validation, and one report on test with the paired difference against --from
@@ -71,7 +73,8 @@ def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, 
 
     Writes DIR/tuned.yaml (a rule file like any other, its header saying what it was tuned on and
     the test figures), DIR/trials.parquet, DIR/trials.png and DIR/tune.json; the study is in
-    DIR/study.db, so a stopped run resumes where it was (the same command again)."""
+    DIR/study.db, so a stopped run resumes where it was (the same command again). With --engine ray
+    each trial's texts are explained and scored on Ray workers; the search itself stays here."""
     from ..tune.split import fractions
     for path, option in ((data, "--data"), (space, "--space")):
         if path is not None and Path(path).is_dir():
@@ -103,7 +106,9 @@ def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, 
             why = f" [red]flagged: {escape(flag)}[/]" if flag else f" [red]failed: {escape(error)}[/]" if error else ""
             err.print(f"trial {number}: {figure}  [dim]{escape(shown)}[/]{why}", soft_wrap=True)
 
-    result = Tuning(settings, Terminal()).run()
+    engine = make_engine(engine_name, address, num_workers, cpus_per_worker, gpus_per_worker)
+    engine.check(device)
+    result = Tuning(settings, Terminal(), engine=engine).run()
     t = result.test
     start_label = next(k for k in t if k != f"trial-{result.trial}")
     p = result.paired

@@ -93,13 +93,16 @@ class TuneListener(Listener):
 class Tuning:
     """One tuning run of :class:`Settings` (see the module docstring)."""
 
-    def __init__(self, settings: Settings, listener: TuneListener | None = None):
+    def __init__(self, settings: Settings, listener: TuneListener | None = None, engine=None):
+        """``engine``: where each evaluation's texts are explained and scored (:mod:`rulegraph.scale`; default
+        this process); the figures do not depend on it."""
         from ..evaluate import metrics as M
         from ..evaluate import protocols as P
         from ..ruleset import RuleSet
         from ..rules import shipped_rule_sets
         search.optuna()             # missing: an error naming the extra, before any work
         self.s = settings
+        self.engine = engine
         self.listener = listener or TuneListener()
         self.out = Path(settings.out)
         if settings.metric not in M.METRICS:
@@ -261,7 +264,8 @@ class Tuning:
                         metrics=[self.s.metric], tokenizer=self.s.tokenizer, settings=dict(self.s.settings),
                         seed=self.s.seed, n=n, device=self.s.device, dtype=self.s.dtype, batch=self.s.batch,
                         protocol=self.s.protocol)
-        return Evaluation(config, self.out / folder, listener=Quiet(self.listener), progress=False).run(), names
+        return Evaluation(config, self.out / folder, listener=Quiet(self.listener), progress=False,
+                          engine=self.engine).run(), names
 
     def score(self, part: str, folder: str, methods: dict[str, Path], n: int | None = None) -> dict[str, float]:
         """Label → the mean of the metric on ``part`` (the first ``n`` texts)."""

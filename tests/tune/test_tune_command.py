@@ -60,6 +60,7 @@ def test_a_user_tunes_then_evaluates_the_tuned_file(folder):
     (["--split", "1,2"], "--split '1,2' must be three positive numbers"),
     (["--data", "nothing.csv"], "--data file not found: nothing.csv"),
     (["--metric", "aopcx"], "Invalid value for '--metric'"),
+    (["--num-workers", "2"], "--num-workers is an option of --engine ray"),
 ])
 def test_a_mistake_is_one_line_and_exit_2(folder, args, words):
     (folder / "bad.yaml").write_text(SPACE.replace("epsilon: {epsilon", "epsilom: {epsilon"))

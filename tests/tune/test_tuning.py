@@ -202,3 +202,24 @@ def test_a_second_run_in_the_same_folder_is_refused(files, tmp_path):
     finally:
         held.release()
     assert not (tmp_path / "out" / "study.db").exists()
+
+
+def test_on_ray_the_trials_and_the_report_are_the_local_engines(files, tmp_path):
+    """``--engine ray`` (``Tuning(…, engine=)``): each evaluation's texts explained and scored on Ray workers,
+    the same trial figures, choice and test report as in this process (one torch thread each, as a worker)."""
+    ray = pytest.importorskip("ray", reason="the ray extra (pip install 'rulegraph[ray]'); `make test` installs it")
+    import torch
+    from rulegraph.scale import engine
+    torch.set_num_threads(1)
+    local = R.Tuning(settings(files, tmp_path / "local", trials=2, finalists=1)).run()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        remote = R.Tuning(settings(files, tmp_path / "ray", trials=2, finalists=1),
+                          engine=engine("ray", num_workers=2)).run()
+    finally:
+        ray.shutdown()
+    assert (remote.trial, remote.tune, remote.validation) == (local.trial, local.tune, local.validation)
+    assert (remote.test, remote.paired) == (local.test, local.paired)
+    figures = ("trial", "value", "param.sum.rule", "tokens_share")
+    rows = [pq.read_table(tmp_path / run / "trials.parquet").to_pylist() for run in ("local", "ray")]
+    assert [[r[k] for k in figures] for r in rows[0]] == [[r[k] for k in figures] for r in rows[1]]
