@@ -9,8 +9,9 @@ with AttnLRP, each token's logit at the position that predicts it, giving the pr
 steps matrix:
 
 * ``rulegraph``: ``rulegraph.generate(…, continuation=…)`` with ``attnlrp`` and its audit: one forward on
-  the whole sequence, then a walk per step on its values (a language model's logits are walked one target
-  at a time: ``passes.relevance.ONE_BY_ONE_FROM``), each step with its own audit;
+  the whole sequence, its LM head at the continuation's positions only, then a walk per step on its values
+  (a language model's logits are walked one target at a time: ``passes.relevance.one_at_a_time``), each step
+  with its own audit;
 * ``LXT, a forward and a backward per token``: what LXT's examples do for each token: the prefix up to
   its position, forward, backward from its logit (LXT 2.1's efficient AttnLRP, ``lxt.efficient.monkey_patch``,
   weight gradients off);
