@@ -23,7 +23,7 @@ demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .c
 test: setup  ## the test suite (tiny random-weight models, no network)
 	$(PY) -m pytest -q
 
-eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` (resumable)
+eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + a 20-trial `rulegraph tune` (resumable)
 	$(PY) examples/sentiment/demo.py
 	$(PY) examples/sentiment/train_imdb.py
 	$(PY) examples/sentiment/evaluate.py rt --docs
@@ -32,6 +32,10 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(PY) examples/sentiment/quantity.py --docs
 	$(PY) examples/lm/train.py
 	$(PY) examples/lm/evaluate.py --docs
+	$(PY) benchmarks/results/tune-demo/make_data.py 300 .cache/tune-20/rt-held-out-300.csv
+	$(VENV)/bin/rulegraph tune .cache/sentiment-minilm/model.onnx --data .cache/tune-20/rt-held-out-300.csv \
+	    --from cp-lrp --against epsilon,decomposition --protocol mask-10-50 --metric aopc --trials 20 \
+	    --split 40,20,40 --seed 0 --out .cache/tune-20/run
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py

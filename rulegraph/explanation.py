@@ -16,6 +16,22 @@ from .errors import InputError
 Tensor = torch.Tensor
 
 
+def row_of(position: Any, rows: list[int] | tuple[int, ...] | None) -> Any:
+    """The row(s) of an output holding only the positions ``rows`` (a language model's head computed where
+    explained, :mod:`rulegraph.canonize.rows`) that hold ``position`` (an int, or one per batch item);
+    ``position`` itself where ``rows`` is ``None``. A position not computed is refused, naming those that were."""
+    if rows is None or position is None:
+        return position
+    index = {p: k for k, p in enumerate(rows)}
+
+    def one(p: int) -> int:
+        if p not in index:
+            raise InputError(f"the logits at position {p} were not computed (only at {', '.join(map(str, rows))}); "
+                             f"explain(…, logits='all') computes every position")
+        return index[p]
+    return one(int(position)) if isinstance(position, (numbers.Integral, Tensor)) else [one(int(p)) for p in position]
+
+
 @dataclass
 class Explanation:
     """Relevance of each input position for the explained output scalar(s), plus the audit."""
@@ -104,13 +120,7 @@ class Explanation:
             return out
         at = self.position if position is None else position
         at = (self.rows or [out.shape[1] - 1])[-1] if at is None else at
-        at = [at] * out.shape[0] if isinstance(at, numbers.Integral) else list(at)
-        if self.rows is not None:
-            missing = [p for p in at if p not in self.rows]
-            if missing:
-                raise InputError(f"the logits at position {missing[0]} were not computed (only at "
-                                 f"{', '.join(map(str, self.rows))}); explain(…, logits='all') computes every position")
-            at = [self.rows.index(p) for p in at]
+        at = row_of([at] * out.shape[0] if isinstance(at, numbers.Integral) else list(at), self.rows)
         return out[torch.arange(out.shape[0]), at]
 
     def _item(self, item: Any) -> int:

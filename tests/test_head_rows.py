@@ -1,7 +1,7 @@
 """A causal LM's head computed only at the positions explained (rulegraph.canonize.rows): every score,
 audit figure and logit read equals the whole head's (float64, 1e-12 relative: a product over fewer rows
-may round otherwise), for one position, many targets at their own positions, a span and a continuation; a head the graph does not show plainly keeps
-the whole head; a position that was not computed is refused by name."""
+may round otherwise), for one position, many targets at their own positions, a span and a continuation;
+a head the graph does not show plainly keeps the whole head; a position not computed is refused by name."""
 from __future__ import annotations
 
 import pytest

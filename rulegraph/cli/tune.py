@@ -64,8 +64,8 @@ from .options import Bounded, check_folder, engine_options, make_engine, model_a
 @click.option("--force", is_flag=True, help="discard the study and trials already in --out and start over")
 @engine_options
 def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, seed, split_spec, finalists, conserving,
-             max_leak, audit_texts, prune, tokenizer, batch, device, dtype, threads, out_dir, force, engine_name, address,
-             num_workers, cpus_per_worker, gpus_per_worker, **metric_settings):
+             max_leak, audit_texts, prune, tokenizer, batch, device, dtype, threads, out_dir, force, engine_name,
+             address, num_workers, cpus_per_worker, gpus_per_worker, **metric_settings):
     """Search a rule file for MODEL that scores best on --metric: the texts of --data split once
     into tune / validation / test, Optuna's TPE searching the space on tune, the best --finalists
     chosen among on validation, and one report on test with the paired difference against --from

@@ -50,7 +50,7 @@ import torch
 from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError, RulegraphError
-from ..explanation import Explanation
+from ..explanation import Explanation, row_of
 from ..objective import QUANTITIES, Objective
 from ..options import PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
@@ -547,7 +547,7 @@ def _per_item(index: Any, batch: int) -> list[int]:
 def _picked(out: Tensor, position: int | list[int] | None, rows: Sequence[int] | None = None) -> Tensor:
     """``[batch, classes]``: the output at the explained position(s) (sequence outputs), read through
     ``rows`` (the positions ``out``'s rows hold) where given."""
-    position = _row(position, rows)
+    position = row_of(position, rows)
     out = out.unsqueeze(-1) if out.dim() == 1 else out
     return out[torch.arange(out.shape[0]), _per_item(position, out.shape[0])] if out.dim() == 3 else out
 
@@ -555,21 +555,6 @@ def _picked(out: Tensor, position: int | list[int] | None, rows: Sequence[int] |
 def _is_index(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) or \
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
-
-
-def _row(position: Any, rows: Sequence[int] | None) -> Any:
-    """The row(s) of an output holding only the positions ``rows`` that hold ``position`` (an int, or one
-    per batch item); ``position`` itself where ``rows`` is ``None``."""
-    if rows is None or position is None:
-        return position
-    index = {p: k for k, p in enumerate(rows)}
-
-    def one(p: int) -> int:
-        if p not in index:
-            raise InputError(f"the logits at position {p} were not computed (only at {', '.join(map(str, rows))}); "
-                             f"logits='all' computes them at every position")
-        return index[p]
-    return one(int(position)) if _is_index(position) else [one(int(p)) for p in position]
 
 
 def select(out: Tensor, target, position, contrast=None, score: str = "logit",
@@ -585,8 +570,8 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     (:attr:`Forward.rows`): the positions given and returned are the model's, read through them."""
     if rows is not None:
         span = objective is not None and objective.positions is not None
-        seed, targets, at = select(out, target, len(rows) - 1 if position is None and not span else _row(position, rows),
-                                   contrast, score, objective.at_rows(rows) if span else objective)
+        row = len(rows) - 1 if position is None and not span else row_of(position, rows)
+        seed, targets, at = select(out, target, row, contrast, score, objective.at_rows(rows) if span else objective)
         return seed, targets, rows[at] if _is_index(at) else [rows[a] for a in at]
     shape = out.shape
     if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position
