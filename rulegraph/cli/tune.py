@@ -33,9 +33,9 @@ from .options import Bounded, check_folder, engine_options, make_engine, model_a
 @click.option("--against", "against", metavar="A,B,…",
               help="also compare the tuned set with these rule sets on the test part (e.g. the best shipped one): "
                    "paired differences with their 95% bootstrap intervals")
-@click.option("--space", type=click.Path(path_type=Path), metavar="SPACE.yaml",
-              help="the search space (default: the shipped one for the starting rule set's models:, see "
-                   "rules/spaces/)")
+@click.option("--space", type=click.Path(path_type=Path), metavar="SPACE.yaml|NAME",
+              help="the search space: a YAML file, or the name of one shipped in rulegraph/rules/spaces/ "
+                   "(transformers, transformers-dense, cnns; default: the one for the starting rule set's models:)")
 @click.option("--trials", type=Bounded(int, 1, 100000), default=20, show_default=True,
               help="trials the study should hold (a re-run with the same --out resumes up to this many; 1…100000)")
 @click.option("--seed", type=Bounded(int, 0, 2**31 - 1), default=0, show_default=True,
@@ -75,12 +75,14 @@ def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, 
     the test figures), DIR/trials.parquet, DIR/trials.png and DIR/tune.json; the study is in
     DIR/study.db, so a stopped run resumes where it was (the same command again). With --engine ray
     each trial's texts are explained and scored on Ray workers; the search itself stays here."""
+    from ..tune.space import space_path
     from ..tune.split import fractions
-    for path, option in ((data, "--data"), (space, "--space")):
-        if path is not None and Path(path).is_dir():
-            raise InputError(f"{option} {path} is a directory; give a file")
-        if path is not None and not Path(path).is_file():
-            raise InputError(f"{option} file not found: {path}")
+    if Path(data).is_dir():
+        raise InputError(f"--data {data} is a directory; give a file")
+    if not Path(data).is_file():
+        raise InputError(f"--data file not found: {data}")
+    if space is not None:
+        space_path(str(space))              # a file, or a shipped space's name: refused here, before any work
     check_folder(Path(out_dir), "--out")
     from ..tune.runner import OUTPUTS, Settings, TuneListener, Tuning
     check_outputs([(Path(out_dir) / name, f"--out's {name}") for name in OUTPUTS], True,

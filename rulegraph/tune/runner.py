@@ -29,7 +29,7 @@ from ..errors import InputError, RuleFileError, choices, read_text
 from ..files import FolderLock, write_file
 from ..scale.listener import Listener
 from . import search
-from .space import Space, default_space, load as load_space, rounded
+from .space import Space, default_space, load as load_space, rounded, space_path as resolve_space
 from .split import FRACTIONS, PARTS, read_records, split as split_records
 
 #: files a run writes in DIR (checked before any work)
@@ -48,7 +48,7 @@ class Settings:
     metric: str
     out: str
     protocol: str = "default"
-    space: str | None = None        # a search-space YAML; None: the shipped one for the start's models
+    space: str | None = None        # a search-space YAML or a shipped space's name; None: the start's models' one
     trials: int = 20
     seed: int = 0
     split: tuple[float, float, float] = FRACTIONS
@@ -114,7 +114,7 @@ class Tuning:
         self.start_path = shipped[settings.start] if settings.start in shipped else Path(settings.start)
         self.start_text = read_text(self.start_path, "rule file", RuleFileError)
         self.start_label = settings.start if settings.start in shipped else f"start={settings.start}"
-        space_path = settings.space or default_space(self.start.models)
+        space_path = resolve_space(settings.space) if settings.space else default_space(self.start.models)
         self.space_text = read_text(Path(space_path), "search space", RuleFileError)
         space = load_space(space_path)
         if space.pass_name != self.start.pass_name:

@@ -1,11 +1,12 @@
-"""Write the texts of the tune benchmark: the first N held-out Rotten Tomatoes sentences.
+"""Write the texts of the tune benchmark: N held-out Rotten Tomatoes sentences, from the FIRST-th on.
 
 The held-out part is the one the demo model never trained on and that
 ``examples/sentiment/evaluate.py rt`` reads: ``data.rotten_tomatoes(seed=0)``'s
-test split (1,706 sentences, a seeded stratified shuffle), its first N in order.
-Deterministic: the same N gives the same file byte for byte.
+test split (1,706 sentences, a seeded stratified shuffle), N of them in order from
+FIRST (default 0: the first N). Deterministic: the same N and FIRST give the same file
+byte for byte.
 
-    .venv/bin/python benchmarks/results/tune-demo/make_data.py N OUT.csv
+    .venv/bin/python benchmarks/results/tune-demo/make_data.py N OUT.csv [FIRST]
 """
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "senti
 import data  # noqa: E402
 
 n, out = int(sys.argv[1]), Path(sys.argv[2])
+first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 _, test = data.rotten_tomatoes(seed=0)
+chosen = test[first:first + n]
 out.parent.mkdir(parents=True, exist_ok=True)
 with out.open("w", newline="", encoding="utf-8") as handle:
     writer = csv.writer(handle)
     writer.writerow(["text", "label"])
-    writer.writerows(test[:n])
-print(f"{out}: {min(n, len(test))} of {len(test)} held-out sentences")
+    writer.writerows(chosen)
+print(f"{out}: {len(chosen)} of {len(test)} held-out sentences, from the {first}-th")
