@@ -35,7 +35,7 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(PY) benchmarks/results/tune-demo/make_data.py 300 .cache/tune-20/rt-held-out-300.csv
 	$(VENV)/bin/rulegraph tune .cache/sentiment-minilm/model.onnx --data .cache/tune-20/rt-held-out-300.csv \
 	    --from cp-lrp --against epsilon,decomposition --protocol mask-10-50 --metric aopc --trials 20 \
-	    --split 40,20,40 --seed 0 --out .cache/tune-20/run
+	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/dense
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py
