@@ -223,8 +223,8 @@ def _stride(graph: Graph) -> int:
 
 def _samples(graph: Graph, length: int) -> int:
     """The length of a made-up waveform: :func:`rulegraph.audio.made_up_samples` at the export's
-    ``rulegraph.sampling_rate`` where it states one, else ``length`` times the graph's total stride (:func:`_spatial`'s), so that an audio
-    encoder's convolutional front end has frames to make."""
+    ``rulegraph.sampling_rate`` where it states one, else ``length`` times the graph's total stride
+    (:func:`_spatial`'s), so that an audio encoder's convolutional front end has frames to make."""
     from .audio import made_up_samples
     rate = export_info(graph).sampling_rate
     return made_up_samples(rate) if rate else length * _stride(graph)

@@ -32,6 +32,17 @@ def row_of(position: Any, rows: list[int] | tuple[int, ...] | None) -> Any:
     return one(int(position)) if isinstance(position, (numbers.Integral, Tensor)) else [one(int(p)) for p in position]
 
 
+def at_position(out: Tensor, position: Any, rows: list[int] | tuple[int, ...] | None = None) -> Tensor:
+    """``[batch, classes]``: a ``[batch, positions, classes]`` output at ``position`` (an int, or one per batch
+    item), read through ``rows`` (:func:`row_of`); any other output as it is (``[batch]`` as ``[batch, 1]``)."""
+    out = out.unsqueeze(-1) if out.dim() == 1 else out
+    if out.dim() != 3:
+        return out
+    at = row_of(position, rows)
+    at = [int(at)] * out.shape[0] if isinstance(at, (numbers.Integral, Tensor)) else [int(p) for p in at]
+    return out[torch.arange(out.shape[0]), at]
+
+
 @dataclass
 class Explanation:
     """Relevance of each input position for the explained output scalar(s), plus the audit."""
@@ -113,15 +124,12 @@ class Explanation:
             item_of=(i, n) if self.item_of is None else self.item_of)
 
     def output_at(self, position: int | None = None) -> Tensor:
-        """``[batch, classes]``: the output at ``position`` (default each item's explained one) of a
-        ``[batch, positions, classes]`` output, read through :attr:`rows`; the output itself otherwise."""
-        out = self.output_tensor
-        if out.dim() != 3:
-            return out
+        """``[batch, classes]``: the output at ``position`` (default each item's explained one, else the last
+        computed), read through :attr:`rows` (:func:`at_position`)."""
         at = self.position if position is None else position
-        at = (self.rows or [out.shape[1] - 1])[-1] if at is None else at
-        at = row_of([at] * out.shape[0] if isinstance(at, numbers.Integral) else list(at), self.rows)
-        return out[torch.arange(out.shape[0]), at]
+        if at is None and self.output_tensor.dim() == 3:
+            at = (self.rows or [self.output_tensor.shape[1] - 1])[-1]
+        return at_position(self.output_tensor, at, self.rows)
 
     def _item(self, item: Any) -> int:
         """``item`` checked: an int in range (negative counts from the end), else a one-line error."""

@@ -129,9 +129,12 @@ class Objective:
                 seed -= t.coefficient * p
         return seed
 
-    def at_rows(self, rows: Sequence[int]) -> Objective:
-        """This span read off an output holding only the positions ``rows`` (in order; a language model's
-        head computed where explained, :mod:`rulegraph.canonize.rows`): each term's position its row."""
+    def at_rows(self, rows: Sequence[int] | None) -> Objective:
+        """This objective read off an output holding only the positions ``rows`` (in order; a language model's
+        head computed where explained, :mod:`rulegraph.canonize.rows`): a span's terms each at its row. Itself
+        where ``rows`` is ``None`` or its terms read the explained position."""
+        if rows is None or self.positions is None:
+            return self
         index = {p: k for k, p in enumerate(rows)}
         return replace(self, terms=tuple(replace(t, position=index[t.position]) for t in self.terms))
 

@@ -95,14 +95,16 @@ DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 
 #: options of every rule set, whatever its pass: what its scores explain (``rulegraph evaluate -o
 #: NAME.score=logprob``); :func:`rulegraph.explain`'s ``score=`` / ``contrast=`` take precedence where given
+#: ``logits=``: a causal language model's head at the positions explained only (the default), or at every one
+LOGITS = ("explained", "all")
+
 RULE_SET_OPTIONS: tuple[Option, ...] = (
     Option("score", str, "logit", "explain the logit, or the log-probability (z_A − Σ p·z, p held constant); "
            "probability: a final Softmax's output itself, not its logits", ("logit", "logprob", "probability")),
     Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
            ("runner-up",)),
-    Option("logits", str, "explained", "a causal language model's vocabulary projection at the positions explained "
-           "only (e.output_tensor holds those rows, e.rows names them), or at every position", ("explained", "all"),
-           cli=False),
+    Option("logits", str, LOGITS[0], "a causal language model's vocabulary projection at the positions explained "
+           "only (e.output_tensor holds those rows, e.rows names them), or at every position", LOGITS, cli=False),
 )
 
 #: the relevance pass's options reading inside the model (:mod:`rulegraph.inside`); what they ask is recorded in

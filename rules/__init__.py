@@ -12,9 +12,17 @@ import yaml
 def shipped_rule_sets(models: str | None = "transformers") -> dict[str, Path]:
     """Name → path of the shipped rule sets written for ``models`` (``transformers``,
     ``cnns``; ``None``: all) — a rule file's ``models:`` key — in name order."""
-    folder = resources.files(__name__)
-    found = sorted((Path(p.name).stem, Path(str(p))) for p in folder.iterdir() if p.name.endswith(".yaml"))
-    return {k: v for k, v in found if models is None or _models(v) == models}
+    return {k: v for k, v in _named(resources.files(__name__)) if models is None or _models(v) == models}
+
+
+def shipped_spaces() -> dict[str, Path]:
+    """Name → path of the search spaces shipped in ``spaces/`` (``rulegraph tune --space NAME``), in name order."""
+    return dict(_named(resources.files(__name__).joinpath("spaces")))
+
+
+def _named(folder) -> list[tuple[str, Path]]:
+    """The YAML files in ``folder`` (a package resource folder) as (name, path), in name order."""
+    return sorted((Path(p.name).stem, Path(str(p))) for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
 def _models(path: Path) -> str:

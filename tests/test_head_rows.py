@@ -111,7 +111,7 @@ def test_the_head_is_found_only_where_the_graph_shows_it_plainly():
     assert head(capped, "out").name == "head"
     rewritten = head_rows(capped, "out", [-1])
     gather = rewritten.node("head::rows")
-    assert gather.op == "Gather" and gather.attrs == {"axis": 1} and rewritten.node("head").inputs[0] == "x::rows"
+    assert gather.op == "Gather" and gather.attrs == {"axis": -2} and rewritten.node("head").inputs[0] == "x::rows"
     assert head_rows(capped, "out", [-1]) is rewritten                       # kept per row set
     assert head(_graph(Node("r", "Reshape", ("z", "s"), ("out",)), constants={"s": torch.tensor([1, -1])}),
                 "out") is None                                                # behind a reshape

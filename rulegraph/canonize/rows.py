@@ -55,12 +55,13 @@ def head(graph: Graph, output: str) -> Node | None:
 def head_rows(graph: Graph, output: str, rows: Sequence[int]) -> Graph | None:
     """``graph`` (whose only output is ``output``, ``[batch, positions, vocabulary]``) computing its
     head at the positions ``rows`` only (in that order; negative counts from the end): the output is then
-    ``[batch, len(rows), vocabulary]``. ``None`` where :func:`head` finds no head. Kept per row set."""
+    ``[batch, len(rows), vocabulary]``. ``None`` where :func:`head` finds no head. Kept per row set
+    (:data:`KEPT`)."""
     node = head(graph, output)
     if node is None:
         return None
-    key = ("rows", output, tuple(rows))
-    cache = graph.cache.canonized.setdefault("rows", OrderedDict())
+    key = (output, tuple(rows))
+    cache = graph.cache.canonized.setdefault("rows", OrderedDict())     # its own, least recently used last
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
@@ -68,7 +69,8 @@ def head_rows(graph: Graph, output: str, rows: Sequence[int]) -> Graph | None:
     picked, index = f"{hidden}{SUFFIX}", f"{node.name}{SUFFIX}::positions"
     nodes = [Node(n.name, n.op, tuple(picked if n is node and k == 0 else v for k, v in enumerate(n.inputs)),
                   n.outputs, dict(n.attrs), n.domain, n.scope) for n in graph.nodes]
-    nodes.append(Node(f"{node.name}{SUFFIX}", "Gather", (hidden, index), (picked,), {"axis": 1}, "", node.scope))
+    # the positions axis is the hidden states' second to last, with a batch axis before it or without one
+    nodes.append(Node(f"{node.name}{SUFFIX}", "Gather", (hidden, index), (picked,), {"axis": -2}, "", node.scope))
     constants = {**graph.constants, index: torch.tensor(list(rows), dtype=torch.int64)}
     cache[key] = Graph(nodes, graph.inputs, list(graph.outputs), constants, opset=graph.opset, name=graph.name,
                        metadata=graph.metadata, source=graph.source)

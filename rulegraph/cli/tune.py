@@ -75,14 +75,11 @@ def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, 
     the test figures), DIR/trials.parquet, DIR/trials.png and DIR/tune.json; the study is in
     DIR/study.db, so a stopped run resumes where it was (the same command again). With --engine ray
     each trial's texts are explained and scored on Ray workers; the search itself stays here."""
-    from ..tune.space import space_path
     from ..tune.split import fractions
     if Path(data).is_dir():
         raise InputError(f"--data {data} is a directory; give a file")
     if not Path(data).is_file():
         raise InputError(f"--data file not found: {data}")
-    if space is not None:
-        space_path(str(space))              # a file, or a shipped space's name: refused here, before any work
     check_folder(Path(out_dir), "--out")
     from ..tune.runner import OUTPUTS, Settings, TuneListener, Tuning
     check_outputs([(Path(out_dir) / name, f"--out's {name}") for name in OUTPUTS], True,

@@ -50,9 +50,9 @@ import torch
 from ..boundary import BoundaryMap, absorbing, origins
 from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError, RulegraphError
-from ..explanation import Explanation, row_of
+from ..explanation import Explanation, at_position, row_of
 from ..objective import QUANTITIES, Objective
-from ..options import PASS_OPTIONS, Option, resolve
+from ..options import LOGITS, PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
@@ -69,9 +69,7 @@ from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
 
-#: ``logits=``: a causal language model's head at the positions explained only, or at every position
-EXPLAINED, ALL = "explained", "all"
-LOGITS = (EXPLAINED, ALL)
+EXPLAINED, ALL = LOGITS
 
 
 @dataclass
@@ -151,14 +149,13 @@ def describe(e: Explanation, out: Tensor, contrast: list[int] | None, score: str
     if objective is not None:
         e.extra["objective"] = objective.text
         whole = objective.region is not None or objective.positions is not None
-        read = objective.at_rows(rows) if rows is not None and objective.positions is not None else objective
-        e.extra["objective_value"] = read.value(out if whole else _picked(out, e.position, rows))
+        e.extra["objective_value"] = objective.at_rows(rows).value(out if whole else at_position(out, e.position, rows))
         return
     if contrast is None and score == "logit":
         return
     e.contrast, e.score = contrast, score
     if score == "logprob":
-        picked = _picked(out, e.position, rows).double().log_softmax(-1)
+        picked = at_position(out, e.position, rows).double().log_softmax(-1)
         items = torch.arange(picked.shape[0])
         value = picked[items, e.target]
         if contrast is not None:
@@ -280,7 +277,7 @@ def target_sets(out: Tensor, targets: str | Sequence[int], position: int | list[
     """The targets of each walk, one per batch item: ``"all"`` every class in order, ``"top-K"`` each
     item's K highest outputs (highest first), a list those classes in its order; at most
     :data:`MAX_TARGETS`. ``rows``: the positions ``out``'s rows hold (:attr:`Forward.rows`)."""
-    picked = _picked(out, position, rows)
+    picked = at_position(out, position, rows)
     batch, classes = picked.shape
     if isinstance(targets, str):
         spec = targets.strip().lower()
@@ -330,11 +327,6 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     plan = prepare(graph, device, dtype)
     values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
                       recycler=recycler)
-    if held is not None and tuple(values[output].shape[1:2]) != (len(held),):    # not the rows asked: the whole head
-        graph, binding, held = admitted.graph, admitted.binding, None
-        plan = prepare(graph, device, dtype)
-        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
-                          recycler=recycler)
     if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
         graph = with_batch_axis(graph, output)
         binding = ruleset.bind(graph)
@@ -352,7 +344,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     mapping = boundary_map(binding, plan, values)
     seed, targets, position = select(out, target, position, contrast, "logit" if score == PROBABILITY else score,
                                      objective, rows=held)
-    contrasts = None if contrast is None else runner_up(_picked(out, position, held), targets) \
+    contrasts = None if contrast is None else runner_up(at_position(out, position, held), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
                    mapping, admitted.final, recycler, inputs, rows=held)
@@ -366,7 +358,7 @@ def explained_rows(graph: Graph, output: str, inputs: Mapping[str, Any], positio
     if export_info(graph).task != "causal-lm" or objective is not None and objective.region is not None:
         return None
     ids = inputs.get(roles(graph).ids or "")
-    if getattr(ids, "dim", lambda: 0)() != 2:
+    if not isinstance(ids, Tensor) or ids.dim() != 2:
         return None
     length = int(ids.shape[-1])
     if objective is not None and objective.positions is not None:
@@ -544,14 +536,6 @@ def _per_item(index: Any, batch: int) -> list[int]:
     return [int(index)] * batch if _is_index(index) else [int(i) for i in index]
 
 
-def _picked(out: Tensor, position: int | list[int] | None, rows: Sequence[int] | None = None) -> Tensor:
-    """``[batch, classes]``: the output at the explained position(s) (sequence outputs), read through
-    ``rows`` (the positions ``out``'s rows hold) where given."""
-    position = row_of(position, rows)
-    out = out.unsqueeze(-1) if out.dim() == 1 else out
-    return out[torch.arange(out.shape[0]), _per_item(position, out.shape[0])] if out.dim() == 3 else out
-
-
 def _is_index(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) or \
         isinstance(value, Tensor) and value.dim() == 0 and not value.is_floating_point()
@@ -571,7 +555,7 @@ def select(out: Tensor, target, position, contrast=None, score: str = "logit",
     if rows is not None:
         span = objective is not None and objective.positions is not None
         row = len(rows) - 1 if position is None and not span else row_of(position, rows)
-        seed, targets, at = select(out, target, row, contrast, score, objective.at_rows(rows) if span else objective)
+        seed, targets, at = select(out, target, row, contrast, score, objective and objective.at_rows(rows))
         return seed, targets, rows[at] if _is_index(at) else [rows[a] for a in at]
     shape = out.shape
     if objective is not None and objective.region is not None:     # a map's sum over a region: no class, no position

@@ -44,6 +44,7 @@ import yaml
 
 from ..errors import InputError, RuleFileError, choices, read_text
 from ..propagation import RULES, Rule
+from ..rules import shipped_spaces
 from ..ruleset.parse import MODELS, Parser, compose
 
 SELECTORS = ("op", "trait", "name", "scope", "inputs")
@@ -400,25 +401,17 @@ def default_space(models: str) -> str:
     """The path of the shipped search space for ``models`` (``transformers``, ``cnns``)."""
     if models not in MODELS:
         raise RuleFileError(f"no search space for models {models!r}; {choices(MODELS, models)}")
-    return shipped_spaces()[models]
-
-
-def shipped_spaces() -> dict[str, str]:
-    """Name → path of the search spaces shipped in ``rulegraph/rules/spaces/`` (``--space NAME``)."""
-    from importlib import resources
-    folder = resources.files("rulegraph.rules").joinpath("spaces")
-    found = {p.name.removesuffix(".yaml"): str(p) for p in folder.iterdir() if p.name.endswith(".yaml")}
-    return dict(sorted(found.items()))
+    return str(shipped_spaces()[models])
 
 
 def space_path(given: str) -> str:
-    """``--space`` as given: a YAML file, or the name of a shipped space (:func:`shipped_spaces`); anything
-    else is refused naming both."""
+    """A search space as ``--space`` takes it: a YAML file, or the name of a shipped one
+    (:func:`rulegraph.rules.shipped_spaces`); anything else is refused naming both."""
     if Path(given).is_dir():
         raise InputError(f"--space {given} is a directory; give a file or a shipped space's name")
     if Path(given).is_file():
         return given
     shipped = shipped_spaces()
     if given in shipped:
-        return shipped[given]
+        return str(shipped[given])
     raise InputError(f"--space file not found: {given}; shipped spaces: {', '.join(shipped)}")

@@ -93,8 +93,8 @@ def mask_lrp(req: Request, masks: HeadMasks | None, row: int) -> Explanation:
     maps = frozenset(n.inputs[0] for n in nodes)
     recycler = Recycler()       # large tensors the forward and the walks drop, written into again
     start = forward(req.graph, rules, req.inputs, req.target, output=req.output, position=req.position,
-                    device=req.device, dtype=req.dtype, score=req.score, chosen=_keeping(gi.needed_values), recycler=recycler,
-                    logits=ALL)                # its rollout reads the query rows of its own forward's output
+                    device=req.device, dtype=req.dtype, score=req.score, chosen=_keeping(gi.needed_values),
+                    recycler=recycler, logits=ALL)      # the rollout reads the query rows of its own forward's output
     held = {v: start.values[v] for n in nodes for v in (n.inputs[1], n.outputs[0])}
     with torch.no_grad():
         weighted = walk(gi, start.plan, start.values, start.output, start.seed, audit=False, record_at=maps,
