@@ -7,7 +7,7 @@ import json
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
 from ..errors import InputError
 from .console import err, out
@@ -71,7 +71,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     reads = read_files(model, tokenizer, rules, raw_inputs)
     check_outputs([(json_path, "--json"), (html_path, "--html"), (png_path, "--png")], force, reads)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=err,
+                        MofNCompleteColumn(), TimeRemainingColumn(), console=err,
                         transient=True)
     with progress:
         task = progress.add_task("explaining generated tokens", total=steps or None)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import torch
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
 from .. import files
 from ..api import explain
@@ -99,7 +99,7 @@ def run_all(graph, method, requests: list[dict[str, Any]], opts: dict[str, Any],
     line and the Python API take the same arguments and give the same explanations."""
     results = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
+                        MofNCompleteColumn(), TimeRemainingColumn(),
                         console=err, transient=True, disable=len(requests) < 2)
     with progress:
         task = progress.add_task("explaining", total=len(requests))
