@@ -6,9 +6,11 @@
 Two models with random weights, neither needing a download:
 
 * a classifier of the demo's shape (BERT, 6 layers, hidden 384, 12 heads, 2 classes), exported to ONNX
-  here: the forward, ``lrp-ah-ln`` and ``attnlrp`` with the conservation audit and without;
+  here: the forward, ``lrp-ah-ln`` and ``attnlrp`` with the conservation audit and without, each run by the
+  interpreter and replayed (``replay=True``: traced once per input shape, on a GPU replayed as CUDA graphs;
+  the first call, which traces, timed on its own);
 * GPT-2 small (:mod:`memory`'s ``gpt2-small``, exported once under ``--work``): ``attnlrp`` with the
-  audit and without, explaining the predicted next token after ``L`` random ids.
+  audit and without, run and replayed, explaining the predicted next token after ``L`` random ids.
 
 The reference is torch autograd Gradient×Input on the HF module with the weights' gradients off
 (:func:`harness.gradient_times_input`): one forward and one backward, the least an explanation costs.
@@ -22,6 +24,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -74,12 +77,31 @@ def classifier(args) -> list[list]:
         calls = {"torch autograd GI": gi, "rulegraph forward": lambda: rulegraph.run(graph, feeds, device=args.device)}
         for rules in ("lrp-ah-ln", "attnlrp"):
             for audit in (True, False):
-                calls[f"rulegraph {rules} (audit {'on' if audit else 'off'})"] = (
-                    lambda rules=rules, audit=audit: rulegraph.explain(graph, rules, feeds, device=args.device,
-                                                                       audit=audit))
+                for replay in (False, True):
+                    calls[f"rulegraph {rules} (audit {'on' if audit else 'off'}{', replayed' if replay else ''})"] = (
+                        lambda rules=rules, audit=audit, replay=replay: rulegraph.explain(
+                            graph, rules, feeds, device=args.device, audit=audit, replay=replay))
+        first = first_calls(calls, args.device)
         times = interleave({k: synchronised(c, args.device) for k, c in calls.items()}, args.rounds)
-        rows += rows_of(times, "BERT 6×384 (MiniLM shape)", length, "torch autograd GI")
+        rows += rows_of(times, "BERT 6×384 (MiniLM shape)", length, "torch autograd GI") + \
+            [["BERT 6×384 (MiniLM shape)", length, f"{k}: first call (traced{captured(args.device)})",
+              f"{t:.2f}", f"{t:.2f}", ""] for k, t in first.items()]
     return rows
+
+
+def first_calls(calls: dict, device: str) -> dict[str, float]:
+    """The replayed calls' first call each (ms): the forward and the walk traced (and captured) for the shape."""
+    first = {}
+    for key, call in calls.items():
+        if "replayed" in key:
+            start = time.perf_counter()
+            synchronised(call, device)()
+            first[key] = (time.perf_counter() - start) * 1000
+    return first
+
+
+def captured(device: str) -> str:
+    return " and captured as CUDA graphs" if device.startswith("cuda") else ""
 
 
 def language_model(args) -> list[list]:
@@ -99,10 +121,15 @@ def language_model(args) -> list[list]:
             lambda logits: logits[0, -1].max())
         calls = {"torch autograd GI": gi}
         for audit in (True, False):
-            calls[f"rulegraph attnlrp (audit {'on' if audit else 'off'})"] = (
-                lambda audit=audit: rulegraph.explain(graph, "attnlrp", feeds, device=args.device, audit=audit))
+            for replay in (False, True):
+                calls[f"rulegraph attnlrp (audit {'on' if audit else 'off'}{', replayed' if replay else ''})"] = (
+                    lambda audit=audit, replay=replay: rulegraph.explain(graph, "attnlrp", feeds, device=args.device,
+                                                                         audit=audit, replay=replay))
+        first = first_calls(calls, args.device)
         times = interleave({k: synchronised(c, args.device) for k, c in calls.items()}, args.rounds)
-        rows += rows_of(times, "GPT-2 small (random weights)", length, "torch autograd GI")
+        rows += rows_of(times, "GPT-2 small (random weights)", length, "torch autograd GI") + \
+            [["GPT-2 small (random weights)", length, f"{k}: first call (traced{captured(args.device)})",
+              f"{t:.2f}", f"{t:.2f}", ""] for k, t in first.items()]
     return rows
 
 
@@ -117,7 +144,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
     rows = classifier(args) + (language_model(args) if args.lm_lengths else [])
-    report(args.out, "Time per explanation on a GPU",
+    report(args.out, "Time per explanation on a GPU" if args.device.startswith("cuda") else
+           f"Time per explanation on the {args.device.upper()}",
            [f"{machine()} · {device} · {sys.version.split()[0]}",
             f"float32, batch 1, median and minimum of {args.rounds} interleaved rounds (ms), each call synchronised; "
             "ratio: median over the reference's."],

@@ -324,7 +324,13 @@ class Plan:
         gradients): the nodes producing them are skipped. Only value-dependent values
         can be overridden, and each override must have the shape the graph would give it.
         """
-        feeds = self.feeds(inputs)
+        return self.run_feeds(self.feeds(inputs), keep, overrides, spill, recycler)
+
+    def run_feeds(self, feeds: dict[str, Tensor], keep: frozenset[str] | None = None,
+                  overrides: dict[str, Tensor] | None = None, spill: frozenset[str] = frozenset(),
+                  recycler: Recycler | None = None) -> Values:
+        """:meth:`run` on inputs already checked and converted (:meth:`feeds`): the shape steps run once per
+        input shape, their results and static arguments kept; the value steps run every time."""
         signature = tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items())
         cached = self._shape_cache.get(signature)
         env = Values(self.constants)

@@ -15,6 +15,7 @@ One module decides how long every tensor of an explanation lives, for the forwar
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
@@ -360,6 +361,8 @@ class WalkCache:
     visits: list | None = None
     spills: frozenset[str] | None = None
     releases: dict[frozenset[str], Release] = field(default_factory=dict)
+    #: the forward and walks traced per input shape (:mod:`rulegraph.passes.replay`), the oldest first
+    replays: OrderedDict = field(default_factory=OrderedDict)
 
     @classmethod
     def of(cls, walks: dict[int, "WalkCache"], plan: Any) -> "WalkCache":

@@ -62,7 +62,7 @@ class Option:
         types = self.types
         if isinstance(value, str) and str not in types:
             try:
-                value = types[0](value)
+                value = _boolean(value) if types[0] is bool else types[0](value)
             except ValueError:
                 raise InputError(f"{what} must be {self.type_name()}, got {value!r}") from None
         if float in types and isinstance(value, int) and not isinstance(value, bool):
@@ -74,6 +74,14 @@ class Option:
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise InputError(f"{what} must be in {self.range()} (got {value})")
         return value
+
+
+def _boolean(text: str) -> bool:
+    """A flag's value written as text (``-o attnlrp.graph=false``): ``bool("false")`` would be true."""
+    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if text.strip().lower() not in words:
+        raise ValueError(text)
+    return words[text.strip().lower()]
 
 
 def resolve(declared: tuple[Option, ...], given: dict[str, Any], owner: str, noun: str = "method") -> dict[str, Any]:
@@ -105,6 +113,9 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
            ("runner-up",)),
     Option("logits", str, LOGITS[0], "a causal language model's vocabulary projection at the positions explained "
            "only (e.output_tensor holds those rows, e.rows names them), or at every position", LOGITS, cli=False),
+    Option("replay", bool, False, "the forward and the relevance walk traced once per input shape and replayed "
+           "(on a CUDA device as CUDA graphs: the host's work per node done once; rulegraph.passes.replay)",
+           cli=False),
 )
 
 #: the relevance pass's options reading inside the model (:mod:`rulegraph.inside`); what they ask is recorded in

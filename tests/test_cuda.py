@@ -130,3 +130,30 @@ def test_cuda_audio(tmp_path):
         gpu = rulegraph.explain(path, rules, audio=clip, dtype=torch.float64, device="cuda")
         same(gpu, cpu, rounding=F64_ACROSS)
         assert gpu.extra["audio"] == cpu.extra["audio"]
+
+
+@pytest.mark.parametrize("rules", ["attnlrp", "lrp-ah-ln", "gi"])
+def test_cuda_replay_equals_the_interpreter(bert_onnx, rules):
+    """Replayed as CUDA graphs (rulegraph.passes.replay): traced at the first input, replayed at the next of its
+    shape, traced again at another shape; each equal to the interpreter on the GPU, an earlier explanation
+    untouched by the replays after it."""
+    from targets import same
+    kept = []
+    for feeds in (tiny.token_inputs(batch=2, length=9, pad=3, seed=1), tiny.token_inputs(batch=2, length=9, seed=2),
+                  tiny.token_inputs(batch=2, length=9, pad=1, seed=5), tiny.token_inputs(length=6, seed=3)):
+        eager = rulegraph.explain(bert_onnx, rules, feeds, dtype=torch.float64, device="cuda")
+        replayed = rulegraph.explain(bert_onnx, rules, feeds, dtype=torch.float64, device="cuda", replay=True)
+        same(replayed, eager, rounding=F64_ACROSS)
+        kept.append((replayed, eager))
+    for replayed, eager in kept:
+        same(replayed, eager, rounding=F64_ACROSS)
+
+
+def test_cuda_replay_of_a_language_model(causal_lm):
+    from targets import same
+    _, path = causal_lm
+    for seed in (4, 5):
+        ids = tiny.token_inputs(("input_ids", "attention_mask"), length=7, seed=seed)
+        eager = rulegraph.explain(path, "attnlrp", ids, dtype=torch.float64, device="cuda")
+        replayed = rulegraph.explain(path, "attnlrp", ids, dtype=torch.float64, device="cuda", replay=True)
+        same(replayed, eager, rounding=F64_ACROSS)

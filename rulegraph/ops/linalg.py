@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .spec import at_most_one, batched, op, unbroadcast
+from .spec import at_most_one, op, unbroadcast, valueless
 
 Tensor = torch.Tensor
 
@@ -31,7 +31,7 @@ def rows_matmul(g: Tensor, m: Tensor, recycler=None) -> Tensor:
     then costs a row instead of one per position; against a weight that large the pass over ``g`` is cheap.
     The other rows are exactly 0 (a NaN row counts as not zero). A row with a single non-zero entry (a
     one-hot seed) gives the same bits either way."""
-    if g.numel() < SPARSE_ROWS_FROM and m.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2 or batched(g):
+    if g.numel() < SPARSE_ROWS_FROM and m.numel() < SPARSE_ROWS_FROM or g.dim() < 2 or m.dim() != 2 or valueless(g):
         return product(g, m, recycler)
     flat = g.reshape(-1, g.shape[-1])
     rows = nonzero_rows(flat)

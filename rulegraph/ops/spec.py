@@ -274,11 +274,14 @@ def unbroadcast(grad: Tensor, shape: torch.Size | Sequence[int]) -> Tensor:
     return grad.reshape(shape)
 
 
-def batched(t: Tensor) -> bool:
-    """Whether ``t`` carries the batched walk's target axis (a tensor ``torch.func.vmap`` maps over:
-    :func:`rulegraph.passes.relevance.walk_many`): a VJP whose path depends on the values (which rows are
-    zero: :func:`~rulegraph.ops.linalg.rows_matmul`) takes its dense one there."""
-    return torch._C._functorch.is_batchedtensor(t)
+def valueless(t: Tensor) -> bool:
+    """Whether ``t``'s values cannot steer a VJP: it carries the batched walk's target axis (a tensor
+    ``torch.func.vmap`` maps over: :func:`rulegraph.passes.relevance.walk_many`), or it is traced (a fake
+    tensor: :mod:`rulegraph.passes.replay`, where a path taken on one input's values would be replayed for
+    every other). A VJP whose path depends on the values (which rows are zero:
+    :func:`~rulegraph.ops.linalg.rows_matmul`) takes its dense one there."""
+    from torch._subclasses.fake_tensor import is_fake
+    return torch._C._functorch.is_batchedtensor(t) or is_fake(t)
 
 
 def zeros_as(x: Tensor, grad: Tensor) -> Tensor:

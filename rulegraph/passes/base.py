@@ -65,6 +65,7 @@ from ..loaders import load
 from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
 from ..rounding import measure
+from .replay import Replay, run_forward
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
@@ -95,6 +96,7 @@ class Forward:
     shared: bool = False                # more walks follow on these values: the walk leaves them whole
     rows: tuple[int, ...] | None = None  # the positions the output's rows hold (a language model's head computed
                                          # only where explained: :mod:`rulegraph.canonize.rows`); None: every one
+    replay: Replay | None = None        # the input shape's traced forward and walks (passes.replay), where replayed
 
     @property
     def out(self) -> Tensor:
@@ -221,7 +223,7 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
 def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
           output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
           dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
-          score: str = "logit", objective: Objective | None = None, logits: str = EXPLAINED,
+          score: str = "logit", objective: Objective | None = None, logits: str = EXPLAINED, replay: bool = False,
           **options: Any) -> Explanation:
     """``rules`` applied to ``model``'s output for ``inputs``: the prologue (:func:`forward`), then
     the pass the rule set names with its ``options`` (see :func:`rulegraph.explain`, which takes
@@ -230,8 +232,8 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    contrast=contrast, score=score, objective=objective, chosen=chosen, recycler=Recycler(),
-                    logits=logits)
+                    contrast=contrast, score=score, objective=objective, chosen=chosen,
+                    recycler=None if replay else Recycler(), logits=logits, replay=replay)
     return chosen().run(start, audit=audit, **options)
 
 
@@ -239,7 +241,8 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
                   target: int | Sequence[int] | None = None, output: str | None = None,
                   position: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
                   device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
-                  contrast: None = None, logits: str = EXPLAINED, **options: Any) -> list[Explanation]:
+                  contrast: None = None, logits: str = EXPLAINED, replay: bool = False,
+                  **options: Any) -> list[Explanation]:
     """``rules`` applied for many targets from **one forward**, each with its own audit: the pass's
     :meth:`Pass.run_many` on the forward seeded for each (:meth:`Forward.retarget`; the relevance pass walks
     them all at once). ``targets``: ``"all"``, ``"top-K"`` or a list of class / vocabulary indices
@@ -253,7 +256,8 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
-                    score=score, chosen=chosen, recycler=Recycler(), logits=logits, rows=positions or ())
+                    score=score, chosen=chosen, recycler=None if replay else Recycler(), logits=logits,
+                    rows=positions or (), replay=replay)
     if targets is None:
         return chosen().run_many([start], audit=audit, **options)
     if positions is not None:
@@ -306,13 +310,16 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
             chosen: type[Pass] = Pass, recycler: Recycler | None = None, logits: str = EXPLAINED,
-            rows: Sequence[int] = ()) -> Forward:
+            rows: Sequence[int] = (), replay: bool = False) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says. ``logits``: a causal language model's head computed only at the positions explained
     (``"explained"``: the explained one, the span's, and ``rows``, which later walks read) or at every
-    position (``"all"``)."""
+    position (``"all"``). ``replay``: the forward replayed for the inputs' shape (:mod:`rulegraph.passes.replay`,
+    traced the first time), and the walk after it."""
     check_arguments(inputs, target, position, contrast, score, objective)
+    if replay and chosen.name != "relevance":
+        raise InputError(f"replay: the {chosen.name} pass is not replayed (only the relevance pass is); drop replay")
     if logits not in LOGITS:
         raise InputError(f"logits must be one of {', '.join(map(repr, LOGITS))}; got {logits!r}")
     admitted = admit(graph, ruleset, output, score)
@@ -325,8 +332,12 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
     plan = prepare(graph, device, dtype)
-    values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
-                      recycler=recycler)
+    replayed = None
+    if replay:
+        values, replayed = run_forward(binding, plan, inputs, chosen.keeps(binding, plan), chosen.spills(binding, plan))
+    else:
+        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
+                          recycler=recycler)
     if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
         graph = with_batch_axis(graph, output)
         binding = ruleset.bind(graph)
@@ -334,6 +345,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         plan = prepare(graph, device, dtype)
         values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
                           recycler=recycler)
+        replayed = None
     out = values[output]
     if not all_finite(out):                     # no temporaries: a language model's logits are [positions, vocabulary]
         raise NumericalError(f"the model's output {output!r} contains NaN or inf for these inputs")
@@ -347,7 +359,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     contrasts = None if contrast is None else runner_up(at_position(out, position, held), targets) \
         if contrast == RUNNER_UP else _per_item(contrast, len(targets))
     return Forward(graph, ruleset, binding, plan, values, output, seed, targets, position, contrasts, score, objective,
-                   mapping, admitted.final, recycler, inputs, rows=held)
+                   mapping, admitted.final, recycler, inputs, rows=held, replay=replayed)
 
 
 def explained_rows(graph: Graph, output: str, inputs: Mapping[str, Any], position: Any, objective: Objective | None,

@@ -36,6 +36,7 @@ from ..propagation.signal import Contribution, Incoming, Site
 from ..ruleset import Binding
 from ..tolerances import MASS_SCREEN, relative, tolerance
 from .base import PASSES, Forward, Pass, position_scores, rule_failed
+from .replay import refuse
 
 Tensor = torch.Tensor
 
@@ -186,7 +187,8 @@ class Ledger:
     def __init__(self, nan_safe: bool, eager: bool, batched: bool = False):
         self.nan_safe = nan_safe
         self.eager = eager          # entries are read as they are made (CPU: no device sync to fear)
-        self.batched = batched      # under :func:`walk_many`'s vmap: sums per target, no memory to key on
+        self.batched = batched      # under :func:`walk_many`'s vmap (sums per target) or a trace (replay): no memory
+        #                             to key on
         self.entries: list[Tensor | float | None] = []  # floats where ``eager``, else 0-d tensors (None: waiting)
         self.values: list[float] = []
         self._taken: dict[tuple, tuple[tuple, int]] = {}     # key → (weak references, entry)
@@ -480,16 +482,57 @@ def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: l
     boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(
         torch.stack(seeds), masks)
     shape, rows = traced[0], entries.tolist()
-    flows = []
-    for k, seed in enumerate(seeds):
-        ledger = Ledger(shape.ledger.nan_safe, eager=True)
-        ledger.entries = rows[k]
-        flows.append(Flow(
-            boundary={v: t[k] for v, t in boundary.items()}, start=_seeded(env[output], seed), ledger=ledger,
-            nodes=shape.nodes, edges=shape.edges,
-            stranded_entries=shape.stranded_entries, signals={v: t[k] for v, t in signals.items()},
-            recorded={v: t[k] for v, t in recorded.items()}, masked=shape.masked))
-    return flows
+    return [_filled(shape, {v: t[k] for v, t in boundary.items()}, {v: t[k] for v, t in signals.items()},
+                    {v: t[k] for v, t in recorded.items()}, rows[k], env[output], seed) for k, seed in enumerate(seeds)]
+
+
+def _filled(shape: Flow, boundary: dict[str, Tensor], signals: dict[str, Tensor], recorded: dict[str, Tensor],
+            entries: list[float], output: Tensor, seed: Tensor) -> Flow:
+    """A walk's :class:`Flow` from its structure (``shape``: the nodes, edges and ledger entries a walk traced
+    once, for every target or input it serves) and one seed's tensors and sums."""
+    ledger = Ledger(shape.ledger.nan_safe, eager=True)
+    ledger.entries = entries
+    return Flow(boundary=boundary, start=_seeded(output, seed), ledger=ledger, nodes=shape.nodes, edges=shape.edges,
+                stranded_entries=shape.stranded_entries, signals=signals, recorded=recorded, masked=shape.masked)
+
+
+def traced_walk(binding: Binding, plan: Plan, values: Values, kept: tuple[str, ...], output: str, audit: bool,
+                tolerance: float) -> tuple[Callable[..., tuple[Tensor, ...]], list[Flow]]:
+    """The walk as a function of the seed and the forward's values ``kept`` (the rest of ``values`` is the same
+    for every input of their shape), returning the boundary's relevance, its signals and the ledger's sums as
+    tensors, for :mod:`rulegraph.passes.replay` to trace; the list it returns receives the walk's structure
+    (:func:`replayed` reads it). The ledger keeps its sums as tensors, keyed by nothing (a traced tensor
+    has no memory of its own), as under :func:`walk_many`'s vmap."""
+    visits, shape = _visits(binding, plan), []
+    plan.has_infinite_constants         # (read off the constants once, before the trace: it reads their data)
+
+    def run(seed: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
+        env = Values(values, statics=values.statics)
+        env.update(zip(kept, tensors))
+        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, frozenset(), None, batched=True)
+        walker.run(visits, None)
+        flow = walker.collected()
+        shape.append(flow)
+        entries = flow.ledger.entries
+        return (*flow.boundary.values(), *flow.signals.values(),
+                torch.stack(entries) if entries else seed.new_zeros(0))
+
+    return run, shape
+
+
+def replayed(forward: Forward, audit: bool) -> Flow:
+    """The walk of a replayed forward (:mod:`rulegraph.passes.replay`): its trace's outputs for this seed
+    (:func:`traced_walk`, the first time) put back into a :class:`Flow`; the tensors copied out of the buffers
+    the next replay writes."""
+    values, tol = forward.values, tolerance(forward.plan.dtype)
+    kept = forward.replay.kept
+    out, traced = forward.replay.walk(
+        (forward.output, audit, tol), [forward.seed, *(values[v] for v in kept)],
+        lambda: traced_walk(forward.binding, forward.plan, values, kept, forward.output, audit, tol))
+    shape = traced[0]
+    boundary = {v: t.clone() for v, t in zip(shape.boundary, out)}
+    signals = {v: t.clone() for v, t in zip(shape.signals, out[len(boundary):])}
+    return _filled(shape, boundary, signals, {}, out[-1].tolist(), values[forward.output], forward.seed)
 
 
 def _seeded(value: Tensor, seed: Tensor) -> Incoming:
@@ -744,6 +787,9 @@ class RelevancePass(Pass):
         maps = asked.maps or [None]
         if one_at_a_time(first.binding, first.plan, first.values, first.output):
             return [self._walked(f, asked, c) for f in itertools.chain([first], forwards) for c in maps]
+        if first.replay is not None:
+            raise InputError("replay: targets=… is not replayed (replay=True explains one target at a time); "
+                             "drop one of the two")
         pairs = [(f, c) for f in itertools.chain([first], forwards) for c in maps]
         masks = None
         if asked.maps:                  # each map's masks, made once, stacked per (target, map)
@@ -756,7 +802,12 @@ class RelevancePass(Pass):
 
     @staticmethod
     def _walked(forward: Forward, asked: _Asked, conditions: Any) -> Explanation:
-        """One walk of ``forward`` (freeing its values as it goes unless ``forward.shared``) and its explanation."""
+        """One walk of ``forward`` (freeing its values as it goes unless ``forward.shared``) and its explanation;
+        a replayed forward's from its replay (:mod:`rulegraph.passes.replay`)."""
+        if forward.replay is not None:
+            refuse({"record": asked.record, "at": asked.inside.values, "condition": conditions,
+                    "graph": asked.graph, "the audit of a mixture of experts": asked.moe})
+            return asked.explanation(forward, replayed(forward, asked.audit), conditions)
         flow = walk(forward.binding, forward.plan, forward.values, forward.output, forward.seed, audit=asked.audit,
                     tolerance=tolerance(forward.plan.dtype), record_at=asked.record_at,
                     release=None if forward.shared else asked.kept, recycler=forward.recycler, conditions=conditions)

@@ -1,0 +1,95 @@
+"""Replayed explanations (``replay=True``, rulegraph.passes.replay): the traced forward and walk give the
+explanation the interpreter gives — the relevance bit for bit (the same ATen ops in the same order), the
+audit's figures to 1e-12 relative in float64 (its sums are taken as tensors, one per edge) — for the first
+input of a shape (traced), for another input of that shape (replayed) and for another shape (traced again);
+what it does not replay is refused before any work."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rulegraph
+import tiny
+from rulegraph.errors import InputError
+from rulegraph.lifetimes import WalkCache
+from rulegraph.passes import pass_of, replay as replay_module
+from targets import same
+
+F64 = torch.float64
+RELEVANCE_SETS = [name for name in sorted(rulegraph.shipped_rule_sets())
+                  if pass_of(rulegraph.RuleSet.load(name)).name == "relevance"]
+
+
+@pytest.mark.parametrize("rules", RELEVANCE_SETS)
+def test_a_replayed_explanation_equals_the_interpreters(bert_onnx, rules):
+    for feeds in (tiny.token_inputs(batch=2, length=9, pad=3, seed=1),      # traced
+                  tiny.token_inputs(batch=2, length=9, pad=2, seed=2),      # replayed: another input, its shape
+                  tiny.token_inputs(batch=1, length=6, seed=3)):            # another shape: traced again
+        eager = rulegraph.explain(bert_onnx, rules, feeds, dtype=F64)
+        replayed = rulegraph.explain(bert_onnx, rules, feeds, dtype=F64, replay=True)
+        for key in eager.boundary:
+            assert torch.equal(replayed.boundary[key], eager.boundary[key]), key
+            assert torch.equal(replayed.relevance[key], eager.relevance[key]), key
+        same(replayed, eager, rounding=1e-12)
+        assert replayed.audit.conservation.relative_error <= 1e-10
+
+
+def test_the_second_input_of_a_shape_is_replayed_not_traced(bert_onnx, monkeypatch):
+    traced = []
+    real = replay_module._trace
+    monkeypatch.setattr(replay_module, "_trace", lambda f, args, what: traced.append(what) or real(f, args, what))
+    graph = rulegraph.load(bert_onnx)
+    for seed in (1, 2, 3):
+        rulegraph.explain(graph, "attnlrp", tiny.token_inputs(length=7, seed=seed), replay=True)
+    assert traced == ["the forward", "the relevance walk"]
+    rulegraph.explain(graph, "attnlrp", tiny.token_inputs(length=8), replay=True)
+    assert traced[2:] == ["the forward", "the relevance walk"]
+
+
+def test_the_traces_kept_are_bounded(bert_onnx, monkeypatch):
+    monkeypatch.setattr(replay_module, "KEPT", 1)
+    graph = rulegraph.load(bert_onnx)
+    for length in (4, 5, 6):
+        rulegraph.explain(graph, "lrp-ah-ln", tiny.token_inputs(length=length), replay=True)
+    ruleset = rulegraph.RuleSet.load("lrp-ah-ln")
+    binding = ruleset.bind(graph)
+    caches = [c for c in binding.walks.values() if isinstance(c, WalkCache)]
+    assert caches and all(len(c.replays) <= replay_module.KEPT for c in caches)
+
+
+def test_a_language_model_is_replayed_at_its_explained_position(causal_lm):
+    _, path = causal_lm
+    ids = tiny.token_inputs(("input_ids", "attention_mask"), length=7, seed=4)
+    for position in (None, 3):
+        eager = rulegraph.explain(path, "attnlrp", ids, dtype=F64, position=position)
+        replayed = rulegraph.explain(path, "attnlrp", ids, dtype=F64, position=position, replay=True)
+        assert torch.equal(replayed.relevance["input_ids"], eager.relevance["input_ids"])
+        same(replayed, eager, rounding=1e-12)
+
+
+@pytest.mark.parametrize("asked, says", [
+    (dict(method="decomposition"), "the decomposition pass is not replayed"),
+    (dict(targets="all"), "targets=… is not replayed"),
+    (dict(record=["input_ids"]), "record is not replayed"),
+    (dict(at="op Softmax"), "at is not replayed"),
+    (dict(replay="maybe"), "option attnlrp.replay must be"),
+])
+def test_what_is_not_replayed_is_refused(bert_onnx, asked, says):
+    options = {"method": "attnlrp", "replay": True, **asked}
+    with pytest.raises(InputError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        rulegraph.explain(bert_onnx, inputs=tiny.token_inputs(length=7), **options)
+
+
+def test_a_walk_that_reads_data_is_refused_not_baked_in(bert_onnx, monkeypatch):
+    """A trace that would bake a decision taken on one input's values into every replay is refused."""
+    from rulegraph.propagation.gradient import Gradient
+    real = Gradient.propagate
+
+    def deciding(self, site):
+        if bool(site.incoming[0].value.sum() > 0):     # a decision on the data
+            pass
+        return real(self, site)
+
+    monkeypatch.setattr(Gradient, "propagate", deciding)
+    with pytest.raises(InputError, match="cannot be traced for replay .* explain without replay"):
+        rulegraph.explain(bert_onnx, "gi", tiny.token_inputs(length=5), replay=True)
