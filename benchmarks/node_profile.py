@@ -105,9 +105,9 @@ class Labels:
         entry = relevance.Ledger._entry
         self.undo.append((relevance.Ledger, "_entry", entry))
 
-        def ledger_entry(ledger, key, tensors, compute):
+        def ledger_entry(ledger, key, tensors, compute, *rest):
             with torch.profiler.record_function("A:ledger sums"):
-                return entry(ledger, key, tensors, compute)
+                return entry(ledger, key, tensors, compute, *rest)
         relevance.Ledger._entry = ledger_entry
         original = relevance.walk
         self.undo.append((relevance, "walk", original))

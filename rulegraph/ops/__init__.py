@@ -26,6 +26,10 @@ What the relevance rules read from an :class:`OpSpec`:
 ``routing``
     The op only moves, copies or selects elements of its data inputs (Reshape,
     Transpose, Slice, Gather with fixed indices…); the ``pass`` rule applies.
+``bijective``
+    A routing op moving each element of its one data input to exactly one place (Reshape,
+    Transpose, Squeeze…): the relevance it hands back sums to what arrived, so the audit reads
+    that sum instead of taking it again.
 ``elementwise``
     One data input, output of the same shape, position by position (``identity`` rule).
 ``activation``

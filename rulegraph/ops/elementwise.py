@@ -278,7 +278,7 @@ def _same(grads, inputs, outputs, wants, **_):
     return [grads[0] if wants[0] else None] + [None] * (len(inputs) - 1)
 
 
-@op("Identity", affine=always, additive=(0,), routing=True, elementwise=True, vjp=_same)
+@op("Identity", affine=always, additive=(0,), routing=True, bijective=True, elementwise=True, vjp=_same)
 def identity(x):
     return x
 

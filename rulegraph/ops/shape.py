@@ -84,18 +84,18 @@ def onnx_reshape_target(in_shape, shape, allowzero=0):
     return out
 
 
-@op("Reshape", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+@op("Reshape", static=(1,), affine=always, additive=(0,), routing=True, bijective=True, vjp=_reshape_back)
 def reshape(x, shape, *, allowzero=0):
     return x.reshape(onnx_reshape_target(x.shape, shape, allowzero))
 
 
-@op("Flatten", affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+@op("Flatten", affine=always, additive=(0,), routing=True, bijective=True, vjp=_reshape_back)
 def flatten(x, *, axis=1):
     axis = axis + x.dim() if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
-@op("Squeeze", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+@op("Squeeze", static=(1,), affine=always, additive=(0,), routing=True, bijective=True, vjp=_reshape_back)
 def squeeze(x, axes_in=None, *, axes=None):
     axes = axes_in if axes_in is not None else axes
     if not axes:  # absent or empty: every dim of size 1
@@ -103,7 +103,7 @@ def squeeze(x, axes_in=None, *, axes=None):
     return x.squeeze(tuple(_axes(axes, x.dim())))
 
 
-@op("Unsqueeze", static=(1,), affine=always, additive=(0,), routing=True, vjp=_reshape_back)
+@op("Unsqueeze", static=(1,), affine=always, additive=(0,), routing=True, bijective=True, vjp=_reshape_back)
 def unsqueeze(x, axes_in=None, *, axes=None):
     axes = axes_in if axes_in is not None else axes
     rank = x.dim() + len(axes)
@@ -122,7 +122,7 @@ def _transpose_vjp(grads, inputs, outputs, wants, *, perm=None):
     return [grads[0].permute(inverse)]
 
 
-@op("Transpose", affine=always, additive=(0,), routing=True, vjp=_transpose_vjp)
+@op("Transpose", affine=always, additive=(0,), routing=True, bijective=True, vjp=_transpose_vjp)
 def transpose(x, *, perm=None):
     return x.permute(perm if perm is not None else list(range(x.dim()))[::-1])
 

@@ -85,6 +85,9 @@ class OpSpec:
     #: ``routing_if(attrs)``: routing for these attribute values only (a scatter that writes, not one that
     #: adds): read by the input boundary; rule files' ``trait: routing`` selects :attr:`routing` ops only
     routing_if: Callable[[dict], bool] | None = None
+    #: a routing op that moves each element of its one data input to exactly one place of its output, a
+    #: permutation (Reshape, Transpose): what it hands back sums to what arrived, the order aside
+    bijective: bool = False
     elementwise: bool = False
     activation: bool = False
     sigmoidal: bool = False

@@ -629,7 +629,8 @@ class RelevanceWalk(Walker):
         for (v, t, source), c, x in zip(visit.edges, contributions, inputs, strict=True):
             if c is None:
                 continue
-            entry = ledger.contribution(c, x)
+            # relevance moved whole, element by element, from one arrival (none masked here): that arrival's sum
+            entry = arrived[0] if c.moved and len(arrived) == 1 and not masked else ledger.contribution(c, x)
             if t:
                 a = incoming.get(v)
                 if a is None:

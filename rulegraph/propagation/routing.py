@@ -27,11 +27,12 @@ class Route(Rule):
     def propagate(self, site):
         wants = [isinstance(x, Tensor) and x.is_floating_point() and (t or (site.audit and site.spec.is_additive(i)))
                  for i, (t, x) in enumerate(zip(site.tainted, site.inputs))]
+        moved = site.spec.bijective         # every element to one place: the sum handed on is the sum that arrived
         if all(inc is None or inc.signal is not None for inc in site.incoming):
             grads = site.vjp([inc.signal if inc else None for inc in site.incoming], wants)
-            return [Contribution(signal=g) if g is not None else None for g in grads]
+            return [Contribution(signal=g, moved=moved) if g is not None else None for g in grads]
         grads = site.vjp([inc.tensor if inc else None for inc in site.incoming], wants)
-        return [Contribution(relevance=g) if g is not None else None for g in grads]
+        return [Contribution(relevance=g, moved=moved) if g is not None else None for g in grads]
 
 
 @relevance_rule("identity")

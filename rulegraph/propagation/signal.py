@@ -30,10 +30,14 @@ Tensor = torch.Tensor
 
 @dataclass
 class Contribution:
-    """Relevance handed to one input: ``relevance`` explicitly, or ``x ⊙ signal``."""
+    """Relevance handed to one input: ``relevance`` explicitly, or ``x ⊙ signal``. ``moved``: all the relevance
+    that arrived, each element moved to one place (a bijective routing op, :attr:`OpSpec.bijective
+    <rulegraph.ops.OpSpec.bijective>`), so its sum is the arriving sum whatever order a reduction takes: the
+    audit reads that sum rather than taking it again."""
 
     signal: Tensor | None = None
     relevance: Tensor | None = None
+    moved: bool = False
 
     def tensor(self, x: Tensor) -> Tensor:
         return self.relevance if self.relevance is not None else x * self.signal

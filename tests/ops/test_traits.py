@@ -104,7 +104,7 @@ def test_every_trait_is_sampled():
         if spec.affine is not never and any(_float(o) for s in SAMPLES if s.op == name for o in s.call()):
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
-    for trait in ("routing", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
+    for trait in ("routing", "bijective", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
                   "pointwise", "bias", "cheap", "outgrows", "into", "product"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
@@ -213,6 +213,22 @@ def test_routing_selects_input_elements(s: Sample):
             assert inputs[i].reshape(-1)[p] == value, f"{s.id}: output {k}[{j}] is not the element its VJP selects"
     if s.op != "Pad":
         assert fills == 0
+
+
+BIJECTIVE = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.bijective]
+
+
+@pytest.mark.parametrize("s", BIJECTIVE)
+def test_a_bijective_op_moves_each_element_of_its_input_once(s: Sample):
+    """Its one float input's elements, each in exactly one place of its one output (a permutation), so that
+    the relevance it hands back sums to what arrived (the audit reads that sum: ``Contribution.moved``)."""
+    assert s.spec.routing, f"{s.id}: a bijective op is a routing op"
+    inputs = _with_distinct_values(s)
+    floats = s.float_inputs()
+    outs = [o for o in s.call(inputs) if _float(o)]
+    assert len(floats) == 1 and len(outs) == 1, f"{s.id}: one float input and one float output"
+    moved, given = outs[0].reshape(-1).sort().values, inputs[floats[0]].reshape(-1).sort().values
+    assert torch.equal(moved, given), f"{s.id}: the output is not its input's elements, each once"
 
 
 ELEMENTWISE = [pytest.param(s, id=s.id) for s in SAMPLES if s.spec.elementwise]
