@@ -14,7 +14,9 @@ tensors such a read (a rule deciding by a value, a check) fails the trace, and `
 graph and rule set, never baked in. The walk is traced with the audit's sums kept as tensors (as on a GPU):
 every conserving node's mass is measured, and a pair of tensors is summed once per edge, not once per memory;
 the figures equal the walk's within rounding. The CPU runs the traced graphs op by op: the same relevance, bit
-for bit, and no faster (``benchmarks/replay.py``); it is there so that the traces are tested where CUDA is not.
+for bit, and no faster (``benchmarks/results/replay-cpu.md``); it is there so that the traces are tested where
+CUDA is not. (Compiled by TorchInductor, a trace runs faster on the CPU, but only after a compile of tens of
+seconds per input shape: ``benchmarks/replay_compiled.py``.)
 
 Not replayed (refused, naming the option): several targets walked at once (``targets=``), values recorded or
 conditioned (``record``, ``at``, ``condition``, ``graph``), mixtures of experts (their audit records), and

@@ -94,3 +94,21 @@ def test_a_walk_that_reads_data_is_refused_not_baked_in(bert_onnx, monkeypatch):
     monkeypatch.setattr(Gradient, "propagate", deciding)
     with pytest.raises(InputError, match="cannot be traced for replay .* explain without replay"):
         rulegraph.explain(bert_onnx, "gi", tiny.token_inputs(length=5), replay=True)
+
+
+@pytest.mark.parametrize("family", ["dinov2", "bart-cls"])
+def test_an_image_model_replays_and_a_shape_the_data_decides_is_refused(family, tmp_path):
+    """Pixels (a float input, checked before the trace) replay like token ids; BART's classifier finds its eos
+    positions with NonZero, a shape its data decides, and is refused at the trace, naming why."""
+    import architectures
+    chosen = architectures.BY_NAME[family]
+    _, path = architectures.export(chosen, tmp_path)
+    feeds = architectures.feeds(chosen, path)
+    if family == "bart-cls":
+        with pytest.raises(InputError, match="the forward cannot be traced for replay .*data-dependent"):
+            rulegraph.explain(path, "attnlrp", feeds, replay=True)
+        return
+    eager = rulegraph.explain(path, "attnlrp", feeds, dtype=F64)
+    for _ in range(2):
+        same(rulegraph.explain(path, "attnlrp", feeds, dtype=F64, replay=True), eager, rounding=1e-12)
+
