@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from harness import REPO, gradient_times_input, interleave, machine, report
+from harness import REPO, demo_shaped_bert, gradient_times_input, interleave, machine, report
 
 import rulegraph
-from rulegraph.exporters import HFClassifier, export_onnx
 
 
 def synchronised(call, device: str):
@@ -54,14 +52,8 @@ def rows_of(times: dict[str, list[float]], model: str, length: int, reference: s
 
 
 def classifier(args) -> list[list]:
-    from transformers import BertConfig, BertForSequenceClassification
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                        attn_implementation="eager")
-    module = BertForSequenceClassification(config).eval()
-    example = {"input_ids": torch.randint(1000, 2000, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
-               "token_type_ids": torch.zeros(2, 8, dtype=torch.long)}
-    graph = rulegraph.load(export_onnx(HFClassifier(module), example, Path(tempfile.mkdtemp()) / "model.onnx"))
+    module, path = demo_shaped_bert()
+    graph = rulegraph.load(path)
     on_device = module.to(args.device)
     rows = []
     for length in args.lengths:

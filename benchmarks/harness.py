@@ -119,3 +119,21 @@ def report(path: Path, title: str, conditions: list[str], header: list[str], row
     path.write_text(text)
     print(f"written to {path}")
     return text
+
+
+def demo_shaped_bert() -> tuple[Any, Path]:
+    """A BERT classifier of the demo model's shape (6 layers, hidden 384, 12 heads, 2 classes), random weights
+    seeded, eager attention, exported to ONNX in a fresh folder: (the module in eval mode, the model path)."""
+    import tempfile
+
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from rulegraph.exporters import HFClassifier, export_onnx
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+                        attn_implementation="eager")
+    module = BertForSequenceClassification(config).eval()
+    example = {"input_ids": torch.randint(1000, 2000, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
+               "token_type_ids": torch.zeros(2, 8, dtype=torch.long)}
+    return module, export_onnx(HFClassifier(module), example, Path(tempfile.mkdtemp()) / "model.onnx")

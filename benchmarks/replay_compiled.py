@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from harness import machine, report
+from harness import demo_shaped_bert, machine, report
 
-import rulegraph
-from rulegraph.exporters import HFClassifier, export_onnx
 from rulegraph.passes import base
 from rulegraph.passes.relevance import RelevancePass, traced_walk
 from rulegraph.passes.replay import Replay
@@ -40,15 +36,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from torch._inductor.compile_fx import compile_fx
     from torch.fx.experimental.proxy_tensor import make_fx
-    from transformers import BertConfig, BertForSequenceClassification
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                        attn_implementation="eager")
-    module = BertForSequenceClassification(config).eval()
-    example = {"input_ids": torch.randint(1000, 2000, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
-               "token_type_ids": torch.zeros(2, 8, dtype=torch.long)}
-    path = export_onnx(HFClassifier(module), example, Path(tempfile.mkdtemp()) / "model.onnx")
+    _, path = demo_shaped_bert()
     length = args.length
     feeds = {"input_ids": torch.randint(1000, 2000, (1, length)),
              "attention_mask": torch.ones(1, length, dtype=torch.long),
