@@ -65,7 +65,7 @@ from ..loaders import load
 from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
 from ..rounding import measure
-from .replay import Replay, run_forward
+from .replay import NOT_REPLAYED, Replay, refuse, run_forward
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
@@ -231,6 +231,8 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
+    if replay:
+        refuse({name: options.get(name) for name in NOT_REPLAYED})
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     contrast=contrast, score=score, objective=objective, chosen=chosen,
                     recycler=None if replay else Recycler(), logits=logits, replay=replay)
@@ -252,6 +254,8 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     to 1e-12 relative)."""
     if contrast is not None:
         raise InputError("targets=… explains each of several classes; give it without a contrast")
+    if replay:
+        refuse({"targets=…": True})
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)

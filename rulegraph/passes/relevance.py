@@ -788,9 +788,6 @@ class RelevancePass(Pass):
         maps = asked.maps or [None]
         if one_at_a_time(first.binding, first.plan, first.values, first.output):
             return [self._walked(f, asked, c) for f in itertools.chain([first], forwards) for c in maps]
-        if first.replay is not None:
-            raise InputError("replay: targets=… is not replayed (replay=True explains one target at a time); "
-                             "drop one of the two")
         pairs = [(f, c) for f in itertools.chain([first], forwards) for c in maps]
         masks = None
         if asked.maps:                  # each map's masks, made once, stacked per (target, map)
@@ -805,9 +802,8 @@ class RelevancePass(Pass):
     def _walked(forward: Forward, asked: _Asked, conditions: Any) -> Explanation:
         """One walk of ``forward`` (freeing its values as it goes unless ``forward.shared``) and its explanation;
         a replayed forward's from its replay (:mod:`rulegraph.passes.replay`)."""
-        if forward.replay is not None:
-            refuse({"record": asked.record, "at": asked.inside.values, "condition": conditions,
-                    "graph": asked.graph, "the audit of a mixture of experts": asked.moe})
+        if forward.replay is not None:           # (the options it does not replay were refused before the forward)
+            refuse({"the audit of a mixture of experts": asked.moe})
             return asked.explanation(forward, replayed(forward, asked.audit), conditions)
         flow = walk(forward.binding, forward.plan, forward.values, forward.output, forward.seed, audit=asked.audit,
                     tolerance=tolerance(forward.plan.dtype), record_at=asked.record_at,

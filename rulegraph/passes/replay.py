@@ -178,6 +178,10 @@ class Captured:
         return self.outputs
 
 
+#: the relevance pass's options a replay does not carry out (it records and conditions nothing)
+NOT_REPLAYED = ("record", "at", "condition", "graph")
+
+
 def refuse(asked: dict[str, Any]) -> None:
     """Refuse ``replay`` with the first thing asked that it does not replay (by name: a value that is set)."""
     given = [name for name, value in asked.items() if value]

@@ -75,7 +75,10 @@ def test_a_language_model_is_replayed_at_its_explained_position(causal_lm):
     (dict(at="op Softmax"), "at is not replayed"),
     (dict(replay="maybe"), "option attnlrp.replay must be"),
 ])
-def test_what_is_not_replayed_is_refused(bert_onnx, asked, says):
+def test_what_is_not_replayed_is_refused_before_any_work(bert_onnx, asked, says, monkeypatch):
+    def traced(*_):
+        raise AssertionError("a forward ran before the refusal")
+    monkeypatch.setattr(replay_module, "_trace", traced)
     options = {"method": "attnlrp", "replay": True, **asked}
     with pytest.raises(InputError, match=says.replace("(", r"\(").replace(")", r"\)")):
         rulegraph.explain(bert_onnx, inputs=tiny.token_inputs(length=7), **options)
