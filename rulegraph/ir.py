@@ -153,6 +153,11 @@ class Graph:
         return block_of(node)
 
     @cached_property
+    def block_count(self) -> int:
+        """How many transformer blocks the nodes' numbers name (one more than the highest; 0: none numbered)."""
+        return 1 + max((b for b in map(block_of, self.nodes) if b is not None), default=-1)
+
+    @cached_property
     def layers(self) -> dict[str, str]:
         """Node name → layer (``embeddings`` / ``block i`` / ``head``); see :func:`layer_names`."""
         return layer_names(self)

@@ -173,6 +173,7 @@ class Tuning:
             self.listener.note(f"resuming the study in {self.out / 'study.db'}: {done} of {s.trials} trials done")
         from ..loaders import load
         self.graph = load(s.model)
+        self.space = self.space.at_depth(self.graph.block_count)       # depth ranges as this model's blocks
         self.audit_texts = [str(r.get("text") or r.get("context")) for r in
                             (parts.records[i] for i in parts.parts["tune"][:s.audit_texts])]
         (self.out / "trials").mkdir(exist_ok=True)

@@ -22,6 +22,13 @@ in the middle, ε → 0 at the top)::
           alphabeta: {alpha: {choice: [1.0, 2.0]}, beta: {choice: [0.0, 1.0]}}
         per_layer:
           - {blocks: "0-1", params: {gamma: {uniform: [0.25, 1.0]}}}
+          - {depth: "50-100%", params: {gamma: {uniform: [0.0, 0.25]}}}
+
+A ``depth`` range names blocks by where they sit in the model, whatever its depth: block ``i`` of ``n``
+is in ``"a-b%"`` when its middle, ``100·(i + ½)/n``, is at least ``a`` and below ``b`` (``"0-50%"`` and
+``"50-100%"`` are the halves of any model, the upper one holding the middle block of an odd count). The
+tuning writes it into the tuned file as the block numbers of the model it tunes
+(:meth:`Space.at_depth`).
 
 Ranges: ``{log: [low, high]}`` (log-uniform), ``{uniform: [low, high]}``, ``{int: [low, high]}``,
 ``{choice: [a, b, …]}``; any other value is fixed. A trial's choice becomes a rule file derived
@@ -50,7 +57,8 @@ from ..ruleset.parse import MODELS, Parser, compose
 SELECTORS = ("op", "trait", "name", "scope", "inputs")
 ITEM_KEYS = ("id", *SELECTORS, "choose", "per_layer", "note")
 TOP_KEYS = ("name", "description", "models", "pass", "space")
-LAYER_KEYS = ("blocks", "name", "scope", "params")
+LAYER_KEYS = ("blocks", "depth", "name", "scope", "params")
+WHERE = ("blocks", "depth", "name", "scope")
 #: significant digits a sampled number is rounded to (a tuned file a person reads; the file is what is scored)
 DIGITS = 4
 
@@ -83,11 +91,29 @@ class Param:
 
 @dataclass
 class Layer:
-    """A ``per_layer`` item of a space entry: where (``blocks`` / ``name`` / ``scope``, as written) and its params."""
+    """A ``per_layer`` item of a space entry: where (``blocks`` / ``depth`` / ``name`` / ``scope``, as written)
+    and its params."""
 
     where: dict[str, Any]
     params: dict[str, Param]
     line: int
+
+
+def depth_range(text: str) -> tuple[float, float] | None:
+    """``"a-b%"`` as ``(a, b)``, 0 ≤ a < b ≤ 100; ``None`` where the text is not such a range."""
+    lo, sep, hi = text.strip().removesuffix("%").partition("-")
+    try:
+        a, b = float(lo), float(hi)
+    except ValueError:
+        return None
+    return (a, b) if sep and text.strip().endswith("%") and 0 <= a < b <= 100 else None
+
+
+def depth_blocks(text: str, blocks: int) -> list[int]:
+    """The blocks of an ``n``-block model (``blocks``) a ``depth`` range holds: those whose middle,
+    ``100·(i + ½)/n``, is in ``[a, b)``."""
+    a, b = depth_range(text)
+    return [i for i in range(blocks) if a <= 100 * (i + 0.5) / blocks < b]
 
 
 @dataclass
@@ -135,6 +161,26 @@ class Space:
     models: str = "transformers"
     pass_name: str = "relevance"
     source: str = ""
+
+    def at_depth(self, blocks: int) -> "Space":
+        """The space for a model of ``blocks`` transformer blocks: each ``depth`` range of a ``per_layer`` item
+        written as the block numbers it holds there (:func:`depth_blocks`); an error, naming the space's line,
+        where one holds none or the model numbers no blocks."""
+        items = []
+        for item in self.items:
+            layers = []
+            for layer in item.layers:
+                if "depth" in layer.where:
+                    held = depth_blocks(layer.where["depth"], blocks)
+                    if not held:
+                        what = "numbers no transformer blocks" if not blocks else f"has {blocks} block(s)"
+                        raise InputError(f"{self.source}:{layer.line}: depth {layer.where['depth']!r} holds no block: "
+                                         f"the model {what}; widen the range or give blocks")
+                    where = {k: v for k, v in layer.where.items() if k != "depth"}
+                    layer = Layer({"blocks": f"{held[0]}-{held[-1]}", **where}, layer.params, layer.line)
+                layers.append(layer)
+            items.append(Item(item.id, item.selectors, item.choose, layers, item.line))
+        return Space(items, self.name, self.description, self.models, self.pass_name, self.source)
 
     def conserving(self) -> "Space":
         """The space restricted to rules that can conserve (``--conserving``): a rule that never
@@ -326,18 +372,26 @@ class SpaceParser(Parser):
 
     def layers(self, node, choose: dict[str, dict[str, Param]]) -> list[Layer]:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
-            raise self.fail(node, "per_layer must be a non-empty list of {blocks|name|scope: …, params: {…}}")
+            raise self.fail(node, "per_layer must be a non-empty list of {blocks|depth|name|scope: …, params: {…}}")
         out = []
         offered = {n: self.rules.get(r) for r in choose for n in self.rules.get(r).params()}
         for item in node.value:
             fields = self.mapping(item, "a per_layer item", LAYER_KEYS)
             if "params" not in fields:
                 raise self.fail(item, "a per_layer item needs `params:` (the params it samples)")
-            if not {"blocks", "name", "scope"} & set(fields):
-                raise self.fail(item, "a per_layer item needs `blocks:`, `name:` or `scope:` to say where it applies")
+            if not set(WHERE) & set(fields):
+                raise self.fail(item, "a per_layer item needs `blocks:`, `depth:`, `name:` or `scope:` to say where "
+                                      "it applies")
+            if "blocks" in fields and "depth" in fields:
+                raise self.fail(fields["depth"][1], "give `blocks:` or `depth:`, not both")
             if "blocks" in fields:
                 self.blocks(fields["blocks"][1])
-            where = {k: self.value(fields[k][1]) for k in ("blocks", "name", "scope") if k in fields}
+            if "depth" in fields:
+                text = self.scalar(fields["depth"][1], "a depth range")
+                if depth_range(str(text)) is None:
+                    raise self.fail(fields["depth"][1], f"depth must be a range of percent like \"0-50%\" "
+                                                        f"(0 ≤ first < last ≤ 100), got {text!r}")
+            where = {k: self.value(fields[k][1]) for k in WHERE if k in fields}
             params = self.ranges(None, fields["params"][1], offered)
             out.append(Layer(where, params, item.start_mark.line + 1))
         return out

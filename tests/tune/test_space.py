@@ -73,7 +73,7 @@ def test_the_shipped_spaces_parse_and_each_choice_loads_with_their_rule_sets(shi
     for name, path in shipped_rule_sets(space.models).items():
         if RuleSet.load(name).pass_name != space.pass_name:     # decomposition: refused by rulegraph tune
             continue
-        text = space.rule_text(path.read_text(), space.sample(Fixed()), name="t", description="d")
+        text = space.at_depth(6).rule_text(path.read_text(), space.sample(Fixed()), name="t", description="d")
         assert RuleSet.from_yaml(text, source=name).entries
 
 
@@ -90,6 +90,9 @@ MISTAKES = [
     (SPACE.replace("    choose:\n      softmax", "    chose:\n      softmax"), 18, "unknown key 'chose'"),
     (SPACE.replace("  - op: Softmax\n", "  - note: no selector\n"), 17, "needs a selector"),
     (SPACE.replace('{blocks: "0-1", ', '{blocks: "3-1", '), 16, "empty block range"),
+    (SPACE.replace('{blocks: "0-1", ', '{depth: "50%", '), 16, "depth must be a range of percent"),
+    (SPACE.replace('{blocks: "0-1", ', '{depth: "60-40%", '), 16, "depth must be a range of percent"),
+    (SPACE.replace('{blocks: "0-1", ', '{blocks: "0-1", depth: "0-50%", '), 16, "give `blocks:` or `depth:`"),
     (SPACE.replace("{choice: [0.5, 1.0]}", "{choice: [0.5, x]}"), 16, "must be float"),
     (SPACE.replace("{gamma: {choice: [0.5, 1.0]}}", "{epsilon: 0.1}"), 16, "no candidate rule of this entry"),
     (SPACE.replace("      1: {from: constant}", "      1: {from: constnt}"), 6, "'constnt' is neither"),
@@ -201,3 +204,28 @@ def test_a_space_is_a_file_or_a_shipped_name_and_anything_else_is_refused_naming
         S.space_path("transformer")
     with pytest.raises(InputError, match="is a directory"):
         S.space_path(str(tmp_path))
+
+
+@pytest.mark.parametrize("blocks, lower, upper", [(6, "0-2", "3-5"), (5, "0-1", "2-4"), (12, "0-5", "6-11"),
+                                                  (2, "0-0", "1-1")])
+def test_a_depth_range_is_written_as_the_blocks_of_the_model_tuned(blocks, lower, upper):
+    """``depth: "0-50%"`` / ``"50-100%"``: the halves of any model (the middle block of an odd count above)."""
+    space = S.parse(SPACE.replace('{blocks: "0-1", ', '{depth: "0-50%", ').replace(
+        "    per_layer:\n", '    per_layer:\n      - {depth: "50-100%", params: {gamma: {choice: [0.5]}}}\n'),
+        "s.yaml")
+    where = [layer.where for layer in space.at_depth(blocks).items[1].layers]
+    assert where == [{"blocks": upper}, {"blocks": lower}]
+
+
+def test_the_halves_hold_every_block_once_at_any_depth():
+    for n in range(2, 40):
+        assert S.depth_blocks("0-50%", n) + S.depth_blocks("50-100%", n) == list(range(n))
+        assert S.depth_blocks("0-100%", n) == list(range(n))
+
+
+def test_a_depth_that_holds_no_block_of_the_model_is_refused_naming_the_line():
+    space = S.parse(SPACE.replace('{blocks: "0-1", ', '{depth: "0-20%", '), "s.yaml")
+    with pytest.raises(InputError, match=r"s\.yaml:16: depth '0-20%' holds no block: the model has 2 block\(s\)"):
+        space.at_depth(2)
+    with pytest.raises(InputError, match="the model numbers no transformer blocks"):
+        space.at_depth(0)
