@@ -471,19 +471,26 @@ def _walk_group(binding: Binding, plan: Plan, env: Values, output: str, seeds: l
     traced: list[Flow] = []          # the walk's structure (nodes, edges, entry indices), one for every target
 
     def one(seed: Tensor, given: dict[str, Tensor] | None):
-        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None,
-                               conditions if given is None else conditions.fixed(given), batched=True)
-        walker.run(visits, None)
-        flow = walker.collected()
-        traced.append(flow)
-        entries = flow.ledger.entries
-        return flow.boundary, flow.signals, flow.recorded, torch.stack(entries) if entries else seed.new_zeros(0)
+        flow, entries = _keyless(RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, record_at, None,
+                                               conditions if given is None else conditions.fixed(given),
+                                               batched=True), visits, traced)
+        return flow.boundary, flow.signals, flow.recorded, entries
 
     boundary, signals, recorded, entries = torch.func.vmap(one, in_dims=(0, None if masks is None else 0))(
         torch.stack(seeds), masks)
     shape, rows = traced[0], entries.tolist()
     return [_filled(shape, {v: t[k] for v, t in boundary.items()}, {v: t[k] for v, t in signals.items()},
                     {v: t[k] for v, t in recorded.items()}, rows[k], env[output], seed) for k, seed in enumerate(seeds)]
+
+
+def _keyless(walker: RelevanceWalk, visits: list[_Visit], shapes: list[Flow]) -> tuple[Flow, Tensor]:
+    """Run a walk whose ledger keeps its sums as tensors, keyed by nothing (``batched``: vmapped or traced):
+    its flow, put in ``shapes`` too (its structure serves every target or input), and its sums stacked."""
+    walker.run(visits, None)
+    flow = walker.collected()
+    shapes.append(flow)
+    entries = flow.ledger.entries
+    return flow, torch.stack(entries) if entries else walker.start.signal.new_zeros(0)
 
 
 def _filled(shape: Flow, boundary: dict[str, Tensor], signals: dict[str, Tensor], recorded: dict[str, Tensor],
@@ -509,13 +516,9 @@ def traced_walk(binding: Binding, plan: Plan, values: Values, kept: tuple[str, .
     def run(seed: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
         env = Values(values, statics=values.statics)
         env.update(zip(kept, tensors))
-        walker = RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, frozenset(), None, batched=True)
-        walker.run(visits, None)
-        flow = walker.collected()
-        shape.append(flow)
-        entries = flow.ledger.entries
-        return (*flow.boundary.values(), *flow.signals.values(),
-                torch.stack(entries) if entries else seed.new_zeros(0))
+        flow, entries = _keyless(RelevanceWalk(binding, plan, env, output, seed, audit, tolerance, frozenset(), None,
+                                               batched=True), visits, shape)
+        return *flow.boundary.values(), *flow.signals.values(), entries
 
     return run, shape
 
@@ -524,12 +527,11 @@ def replayed(forward: Forward, audit: bool) -> Flow:
     """The walk of a replayed forward (:mod:`rulegraph.passes.replay`): its trace's outputs for this seed
     (:func:`traced_walk`, the first time) put back into a :class:`Flow`; the tensors copied out of the buffers
     the next replay writes."""
-    values, tol = forward.values, tolerance(forward.plan.dtype)
-    kept = forward.replay.kept
-    out, traced = forward.replay.walk(
-        (forward.output, audit, tol), [forward.seed, *(values[v] for v in kept)],
-        lambda: traced_walk(forward.binding, forward.plan, values, kept, forward.output, audit, tol))
-    shape = traced[0]
+    values, kept = forward.values, forward.replay.kept
+    out, shape = forward.replay.walk(
+        (forward.output, audit), [forward.seed, *(values[v] for v in kept)],
+        lambda: traced_walk(forward.binding, forward.plan, values, kept, forward.output, audit,
+                            tolerance(forward.plan.dtype)))
     boundary = {v: t.clone() for v, t in zip(shape.boundary, out)}
     signals = {v: t.clone() for v, t in zip(shape.signals, out[len(boundary):])}
     return _filled(shape, boundary, signals, {}, out[-1].tolist(), values[forward.output], forward.seed)

@@ -99,22 +99,24 @@ class Replay:
         values.update(zip(self.kept, out))
         return values
 
-    def walk(self, key: tuple, args: list[Tensor], traced: Callable[[], tuple[Callable, list]]) -> tuple[tuple, list]:
-        """A walk's outputs for ``args`` (its seed, then the values :attr:`kept`) and its structure, from the
-        replay ``key`` names; the first time, ``traced()`` gives the walk as a function of ``args`` and the list
-        its trace fills with the structure (:func:`rulegraph.passes.relevance.traced_walk`)."""
+    def walk(self, key: tuple, args: list[Tensor], traced: Callable[[], tuple[Callable, list]]) -> tuple[tuple, Any]:
+        """A walk's outputs for ``args`` (its seed, then the values :attr:`kept`) and its structure (the walk's
+        :class:`~rulegraph.passes.relevance.Flow` as traced), from the replay ``key`` (explained output, audit)
+        names; the first time, ``traced()`` gives the walk as a function of ``args`` and the list its trace puts
+        the structure in (:func:`rulegraph.passes.relevance.traced_walk`)."""
         walk = self.walks.get(key)
         if walk is None:
-            function, shape = traced()
-            walk = self.walks[key] = _Walk(_captured(_trace(function, args, "the relevance walk"), args,
-                                                     pool=getattr(self.graph, "pool", None), shared=1), shape)
+            function, shapes = traced()
+            graph = _captured(_trace(function, args, "the relevance walk"), args,
+                              pool=getattr(self.graph, "pool", None), shared=1)
+            walk = self.walks[key] = _Walk(graph, shapes[0])
         return walk.graph(*args), walk.shape
 
 
 @dataclass
 class _Walk:
     graph: Callable[..., tuple[Tensor, ...]]
-    shape: list            # [the walk's structure (a Flow without tensors)], filled by the trace
+    shape: Any             # the walk's structure: its Flow as traced (nodes, edges, ledger entries)
 
 
 def _trace(function: Callable, args: list[Tensor], what: str):

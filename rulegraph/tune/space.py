@@ -43,7 +43,7 @@ mistake reported as ``file:line: what was wrong; valid: …``.
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -177,10 +177,10 @@ class Space:
                         raise InputError(f"{self.source}:{layer.line}: depth {layer.where['depth']!r} holds no block: "
                                          f"the model {what}; widen the range or give blocks")
                     where = {k: v for k, v in layer.where.items() if k != "depth"}
-                    layer = Layer({"blocks": f"{held[0]}-{held[-1]}", **where}, layer.params, layer.line)
+                    layer = replace(layer, where={"blocks": f"{held[0]}-{held[-1]}", **where})
                 layers.append(layer)
-            items.append(Item(item.id, item.selectors, item.choose, layers, item.line))
-        return Space(items, self.name, self.description, self.models, self.pass_name, self.source)
+            items.append(replace(item, layers=layers))
+        return replace(self, items=items)
 
     def conserving(self) -> "Space":
         """The space restricted to rules that can conserve (``--conserving``): a rule that never
@@ -191,8 +191,8 @@ class Space:
             if not kept:
                 raise RuleFileError(f"{self.source}:{item.line}: entry {item.id!r} offers no rule that conserves "
                                     f"({', '.join(item.choose)}); drop --conserving or add one")
-            items.append(Item(item.id, item.selectors, kept, item.layers, item.line))
-        return Space(items, self.name, self.description, self.models, self.pass_name, self.source)
+            items.append(replace(item, choose=kept))
+        return replace(self, items=items)
 
     def sample(self, trial: Suggest) -> dict[str, dict[str, Any]]:
         """A trial's choice: entry id → {rule, params, layers} (an Optuna trial samples it)."""

@@ -104,8 +104,8 @@ def test_every_trait_is_sampled():
         if spec.affine is not never and any(_float(o) for s in SAMPLES if s.op == name for o in s.call()):
             assert name in sampled_affine, f"{name} declares affine patterns but no sample exercises one"
     sampled = {s.op for s in SAMPLES}
-    for trait in ("routing", "bijective", "elementwise", "additive", "activation", "sigmoidal", "normalization", "arithmetic",
-                  "pointwise", "bias", "cheap", "outgrows", "into", "product"):
+    for trait in ("routing", "bijective", "elementwise", "additive", "activation", "sigmoidal", "normalization",
+                  "arithmetic", "pointwise", "bias", "cheap", "outgrows", "into", "product"):
         declared = {name for (_, name), spec in REGISTRY.items() if getattr(spec, trait)}
         assert declared <= sampled, f"{trait} ops without a sample: {sorted(declared - sampled)}"
 
