@@ -33,6 +33,7 @@ from ._common import dynamic_axes
 from .check import verify
 from .external import EXTERNAL_DATA_THRESHOLD
 from .moe import use_dense_experts
+from .ssm import use_quadratic_scan
 from .to_fx import FX_METADATA, export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -374,6 +375,7 @@ def load_hf(
             raise
         raise ValueError(f"model type {config.model_type!r} in {model_dir} has no {name} head in transformers") from None
     use_dense_experts(model)            # a mixture of experts: every expert on every token (exporters/moe.py)
+    use_quadratic_scan(model)           # Mamba: the selective scan at any length (exporters/ssm.py)
     return chosen.wrapper(model).eval(), chosen.describe(model, model_dir, name)
 
 

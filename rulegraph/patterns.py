@@ -99,3 +99,7 @@ STD = named("layernorm-std", Pattern(("Sqrt",)))
 #: the gate of an exported activation, x · ½(1 + erf(x/√2)) (GELU), with tanh, or x · sigmoid(x) (SiLU):
 #: a sigmoidal op's output, through the arithmetic and routing around it
 GATE = named("activation-gate", Pattern(("sigmoidal",), ("arithmetic", "routing")))
+#: the kernel of Mamba's selective scan in the closed form of ``exporters/ssm.py``,
+#: K_{t,s} = Σ_n C_{t,n} exp(A_n (S_t − S_s)) Δ_s B_{s,n}, the first input of its product with x: a sum over
+#: the states of exponentials of differences of a cumulative sum of the time steps
+SCAN_KERNEL = named("selective-scan-kernel", Pattern(("CumSum",), ("ReduceSum", "Exp", "arithmetic", "routing")))

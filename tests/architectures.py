@@ -130,6 +130,26 @@ FAMILIES: tuple[Family, ...] = (
                                       final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
                                       attn_implementation="eager"),
            "tanh soft-capping of the logits and of the attention scores, sliding-window layers", ops=("Tanh",)),
+    Family("mamba", "Mamba", _text("MambaConfig", "MambaForCausalLM", vocab_size=V, hidden_size=16, num_hidden_layers=2,
+                                   state_size=4, expand=2, conv_kernel=3, time_step_rank=2, pad_token_id=0,
+                                   bos_token_id=None, eos_token_id=None),
+           "the selective scan in closed form (exporters/ssm.py: CumSum, a causal Where, Exp, the kernel's product "
+           "with x), a causal depthwise convolution, SiLU gate", ops=("CumSum", "Trilu", "Conv", "Softplus")),
+    Family("mamba2", "Mamba2", _text("Mamba2Config", "Mamba2ForCausalLM", vocab_size=V, hidden_size=16,
+                                     num_hidden_layers=2, state_size=4, expand=2, conv_kernel=3, num_heads=4,
+                                     head_dim=8, n_groups=1, chunk_size=4, pad_token_id=0, bos_token_id=None,
+                                     eos_token_id=None),
+           "the SSD scan in closed form (one kernel per head), a gated RMSNorm", ops=("CumSum", "Trilu", "Conv")),
+    Family("jamba", "Jamba (Mamba + attention + experts)", _text(
+        "JambaConfig", "JambaForCausalLM", vocab_size=V, hidden_size=16, num_hidden_layers=2, intermediate_size=32,
+        num_attention_heads=2, num_key_value_heads=1, mamba_d_state=4, mamba_d_conv=3, mamba_expand=2,
+        mamba_dt_rank=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+        num_experts=2, use_mamba_kernels=False, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        attn_implementation="eager", experts_implementation="eager"),     # grouped_mm takes no float64
+           "a hybrid: a Mamba layer, then an attention layer with a mixture of experts",
+           # Hugging Face's Jamba computes its RMSNorms in float32 even in a float64 module (1.5e-4 of the largest
+           # score here; 8.5e-11 with the norms in float64): the reference runs in float32
+           reference_dtype=torch.float32, ops=("CumSum", "Softmax", "ScatterElements")),
     Family("bart-cls", "BART sequence classifier", _text(
         "BartConfig", "BartForSequenceClassification", vocab_size=V, d_model=16, encoder_layers=1, decoder_layers=1,
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
