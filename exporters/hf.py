@@ -33,7 +33,7 @@ from ._common import dynamic_axes
 from .check import verify
 from .external import EXTERNAL_DATA_THRESHOLD
 from .moe import use_dense_experts
-from .ssm import use_quadratic_scan
+from .ssm import restore_scan, use_quadratic_scan
 from .to_fx import FX_METADATA, export_fx
 from .to_onnx import check_exporter_options, export_onnx, refuse_overwrite
 
@@ -504,8 +504,9 @@ def export_hf_fx(
 
 def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torch.export.ExportedProgram, HFInfo]:
     """A Hugging Face model already in memory captured as :func:`export_hf_fx` captures a directory's:
-    its task's wrapper, eager attention, dense experts (a mixture of experts), in eval mode. The model
-    is left as it was (its attention and experts implementations and training mode restored)."""
+    its task's wrapper, eager attention, dense experts (a mixture of experts), a state-space model's scan in
+    closed form, in eval mode. The model is left as it was (its attention, experts and scan implementations and
+    training mode restored)."""
     name = task or task_of(model.config, type(model).__name__)      # a config built in memory names no architectures
     chosen = HEADS.get(name)
     source = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
@@ -516,9 +517,11 @@ def capture_hf(model: torch.nn.Module, *, task: str | None = None) -> tuple[torc
             model.set_attn_implementation("eager")
         if not use_dense_experts(model):
             experts = None
+        use_quadratic_scan(model)
         info = chosen.describe(model, Path(source), name)
         return export_fx(chosen.wrapper(model).eval(), info.example_inputs()), info
     finally:
+        restore_scan(model)
         if attention not in (None, "eager") and hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(attention)
         if experts is not None:

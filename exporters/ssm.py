@@ -79,24 +79,25 @@ def chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tenso
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
         dt = F.softplus(dt)
-    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).transpose(1, 2)              # [b, h, L]
-    heads, groups = hidden_states.shape[2], B.shape[2]
-    x = hidden_states.to(dt.dtype).transpose(1, 2)                                       # [b, h, L, p]
-    B = B.to(dt.dtype).repeat_interleave(heads // groups, dim=2).transpose(1, 2)         # [b, h, L, n]
-    C = C.to(dt.dtype).repeat_interleave(heads // groups, dim=2).transpose(1, 2)
+    groups = B.shape[2]
+    # heads in groups sharing B and C: [b, groups, heads per group, …]
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).transpose(1, 2).unflatten(1, (groups, -1))   # [b, g, r, L]
+    x = hidden_states.to(dt.dtype).transpose(1, 2).unflatten(1, (groups, -1))          # [b, g, r, L, p]
+    B, C = (t.to(dt.dtype).transpose(1, 2).unsqueeze(2) for t in (B, C))              # [b, g, 1, L, n]
     S = torch.cumsum(dt, dim=-1)
-    elapsed = S.unsqueeze(-1) - S.unsqueeze(-2)                                          # [b, h, t, s]
+    elapsed = S.unsqueeze(-1) - S.unsqueeze(-2)                                          # [b, g, r, t, s]
     causal = torch.ones_like(elapsed, dtype=torch.bool).tril()
-    decay = torch.exp(torch.where(causal, elapsed * A.to(dt.dtype)[None, :, None, None], -torch.inf))
-    kernel = decay * (torch.matmul(C, B.transpose(-1, -2)) * dt.unsqueeze(-2))          # [b, h, t, s]
-    y = torch.matmul(kernel, x)                                                          # [b, h, L, p]
+    decay = torch.exp(torch.where(causal, elapsed * A.to(dt.dtype).unflatten(0, (groups, -1))[..., None, None],
+                                  -torch.inf))
+    kernel = decay * (torch.matmul(C, B.transpose(-1, -2)) * dt.unsqueeze(-2))          # [b, g, r, t, s]
+    y = torch.matmul(kernel, x)                                                          # [b, g, r, L, p]
     if D is not None:
-        y = y + x * D.to(dt.dtype)[None, :, None, None]
-    y = y.transpose(1, 2).to(hidden_states.dtype)
+        y = y + x * D.to(dt.dtype).unflatten(0, (groups, -1))[..., None, None]
+    out = y.flatten(1, 2).transpose(1, 2).to(hidden_states.dtype)                       # [b, L, heads, p]
     if not return_final_states:
-        return y
-    since = torch.exp((S[..., -1:] - S) * A.to(dt.dtype)[None, :, None]) * dt                 # [b, h, s]
-    return y, torch.einsum("bhs,bhsp,bhsn->bhpn", since, x, B)
+        return out
+    since = torch.exp((S[..., -1:] - S) * A.to(dt.dtype).unflatten(0, (groups, -1))[..., None]) * dt   # [b, g, r, s]
+    return out, torch.einsum("bgrs,bgrsp,bgsn->bgrpn", since, x, B.squeeze(2)).flatten(1, 2)
 
 
 #: transformers' scan functions (by the name its Mamba-family modules call) → the closed form that replaces it
@@ -113,6 +114,13 @@ def use_quadratic_scan(model: torch.nn.Module) -> bool:
         if not isinstance(mixer.forward, _Quadratic):
             mixer.forward = _Quadratic(mixer.forward, _scan_owner(mixer).__name__)
     return bool(mixers)
+
+
+def restore_scan(model: torch.nn.Module) -> None:
+    """Undo :func:`use_quadratic_scan`: every mixer of ``model`` runs transformers' own scan again."""
+    for module in model.modules():
+        if isinstance(vars(module).get("forward"), _Quadratic):
+            del module.forward
 
 
 def _scan_owner(module: torch.nn.Module):

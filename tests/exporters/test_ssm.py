@@ -192,3 +192,17 @@ def test_attnlrp_on_mamba_is_mambalrp(tmp_path):
     assert e.audit.conservation.relative_error <= 1e-10
     naive = rulegraph.explain(str(path), "gi", inputs, dtype=F64).relevance["input_ids"]
     assert (naive - expected).abs().max() > 1e-3 * expected.abs().max()        # the rules make a difference
+
+
+@pytest.mark.parametrize("name", ["mamba", "mamba2"])
+def test_a_model_in_memory_is_explained_as_its_export(name, tmp_path):
+    """The Python API captures a model in memory with torch.export (the fx loader: softplus, the scan's
+    closed form) and explains it as its ONNX export; the model is left running transformers' own scan."""
+    family = BY_NAME[name]
+    module, path = export(family, tmp_path)
+    inputs = feeds(family, path)
+    from_file = rulegraph.explain(str(path), "attnlrp", inputs, dtype=F64)
+    in_memory = rulegraph.explain(module, "attnlrp", inputs, dtype=F64)
+    torch.testing.assert_close(in_memory.relevance["input_ids"], from_file.relevance["input_ids"],
+                               rtol=1e-10, atol=1e-12)
+    assert not any("forward" in vars(m) for m in module.modules())

@@ -543,3 +543,26 @@ def test_router_lowerings_match_torch() -> None:
     got = rulegraph.run(g, {"ids": ids, "mask": mask})
     assert rel_err(got[g.outputs[0]], expected[0]) <= 1e-6
     assert torch.equal(got[g.outputs[1]], expected[1])
+
+
+class _Softplus(torch.nn.Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: torch.Tensor):
+        return F.softplus(x, beta=self.beta, threshold=self.threshold)
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.5])
+def test_softplus_lowering_matches_torch_across_its_threshold(beta: float) -> None:
+    module = _Softplus(beta).eval()
+    x = torch.linspace(-40, 40, 160, dtype=torch.float64).reshape(2, -1)      # βx on both sides of 20
+    g = load_fx(export_fx(module, {"x": x.float()}))
+    got = rulegraph.run(g, {"x": x}, dtype=torch.float64)[g.outputs[0]]
+    torch.testing.assert_close(got, module(x), rtol=1e-15, atol=0)
+
+
+def test_softplus_with_another_threshold_is_refused() -> None:
+    with pytest.raises(UnsupportedOpError, match="softplus with threshold 5 "):
+        load_fx(export_fx(_Softplus(threshold=5.0).eval(), {"x": torch.randn(2, 4)}))

@@ -41,6 +41,20 @@ def _silu(b: Builder, n: fx.Node, a: dict) -> str:
     return b.emit("Mul", [x, b.emit("Sigmoid", [x], "sigmoid")])
 
 
+@lowers("aten.softplus.default")
+def _softplus(b: Builder, n: fx.Node, a: dict) -> str:
+    """softplus(βx)/β, torch's threshold (x where βx > 20) being the Softplus op's own."""
+    beta, threshold = float(a.get("beta", 1.0)), float(a.get("threshold", 20.0))
+    if threshold != 20.0:
+        raise UnsupportedOpError(f"fx node {n.name!r}: softplus with threshold {threshold:g} (only torch's default, "
+                                 "20, is lowered)")
+    x = b.tensor(a["self"], out_dtype(n), "input")
+    if beta == 1.0:
+        return b.emit("Softplus", [x])
+    scale = b.tensor(beta, out_dtype(n), "beta")
+    return b.emit("Div", [b.emit("Softplus", [b.emit("Mul", [x, scale], "scaled")], "softplus"), scale])
+
+
 @lowers("aten.leaky_relu.default")
 def _leaky_relu(b: Builder, n: fx.Node, a: dict) -> str:
     return b.emit("LeakyRelu", [b.value(a["self"])], alpha=float(a["negative_slope"]))
