@@ -61,10 +61,10 @@ def error(text: str) -> str:
     ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: attention-probs}\n    rule: ah\n",
      "my.yaml:4: from: 'attention-probs' is neither an op rulegraph implements nor one of input, constant, *, "
      "routing, elementwise, activation, sigmoidal, normalization, arithmetic, attention-probabilities, rms-factor, "
-     "layernorm-std, activation-gate, moe-routing; did you mean 'attention-probabilities'"),
+     "layernorm-std, activation-gate, selective-scan-kernel, moe-routing; did you mean 'attention-probabilities'"),
     ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: [attention-probabilities, Softmax]}\n    rule: ah\n",
      "my.yaml:4: from: a named pattern (attention-probabilities, rms-factor, layernorm-std, activation-gate, "
-     "moe-routing) stands alone: it says what it looks through; no other names, no `through:`"),
+     "selective-scan-kernel, moe-routing) stands alone: it says what it looks through; no other names, no `through:`"),
     ("rules:\n  - op: Mul\n    inputs:\n      1:\n        from: moe-routing\n        through: routing\n    rule: ah\n",
      "my.yaml:5: from: a named pattern"),
 ])
