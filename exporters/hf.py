@@ -19,7 +19,7 @@ import contextlib
 import inspect
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
@@ -79,6 +79,8 @@ class HFInfo:
         eos_token_id: the end-of-sequence token of a language model, or of an encoder–decoder classifier
             (whose rows must each end in it), if the config names one.
         encoder_decoder: the model is an encoder–decoder (BART, T5…).
+        image_token_id: a vision–language model's image token, which ``input_ids`` hold where the picture goes.
+        image_tokens: how many of them one picture takes (its projected features), else ``None``.
     """
 
     model_type: str
@@ -99,6 +101,8 @@ class HFInfo:
     decoder_start: int | None = None
     eos_token_id: int | None = None
     encoder_decoder: bool = False
+    image_token_id: int | None = None
+    image_tokens: int | None = None
 
     def metadata(self) -> dict[str, str]:
         """The ONNX ``metadata_props`` entries describing this model (the keys of
@@ -107,7 +111,8 @@ class HFInfo:
                           labels=self.labels or None, max_length=self.max_length, image_size=self.image_size,
                           image_mean=self.image_mean, image_std=self.image_std, sampling_rate=self.sampling_rate,
                           normalize_audio=self.normalize_audio,
-                          decoder_start_token_id=self.decoder_start, eos_token_id=self.eos_token_id).metadata()
+                          decoder_start_token_id=self.decoder_start, eos_token_id=self.eos_token_id,
+                          image_token_id=self.image_token_id, image_tokens=self.image_tokens).metadata()
 
     @property
     def _eos_rows(self) -> bool:
@@ -117,7 +122,10 @@ class HFInfo:
     def finish(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``inputs`` made ones the model accepts: an encoder–decoder classifier (BART, T5) reads the
         hidden state at each row's last eos token and checks that every row holds as many eos tokens,
-        so each row gets one, at the end of its tokens (the export check resizes rows)."""
+        so each row gets one, at the end of its tokens (the export check resizes rows); a vision–language model's
+        rows hold exactly one picture's image tokens, after their first token (:func:`place_image`)."""
+        if self.image_tokens is not None and "input_ids" in inputs:
+            return place_image(inputs, self.image_token_id, self.image_tokens, 1 if self.pad_token_id == 0 else 0)
         if not self._eos_rows or "input_ids" not in inputs:
             return inputs
         ids, mask = inputs["input_ids"].clone(), inputs.get("attention_mask")
@@ -163,6 +171,28 @@ def _image_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     """Normalised pixels of the model's image size (``length`` is not used)."""
     g = torch.Generator().manual_seed(0)
     return {"pixel_values": torch.randn(batch, *info.image_size, generator=g)}
+
+
+def _vision_lm_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
+    """Token ids with one picture's image tokens after the first, ``length`` text tokens around them, the last
+    row right-padded after the picture; normalised pixels of the model's image size."""
+    inputs = _token_example(info, batch, length + info.image_tokens)
+    return {**inputs, **_image_example(info, batch, length)}
+
+
+def place_image(inputs: dict[str, torch.Tensor], image_token_id: int, count: int, other: int) -> dict[str, torch.Tensor]:
+    """``inputs`` whose ``input_ids`` rows hold ``count`` image tokens at positions 1…count, attended, and no other
+    (a stray one becomes ``other``): what a vision–language model with one picture per row accepts."""
+    ids = inputs["input_ids"].masked_fill(inputs["input_ids"] == image_token_id, other)
+    if ids.shape[1] < count + 2:
+        raise ValueError(f"rows of {ids.shape[1]} tokens cannot hold a picture's {count} image tokens and text")
+    ids[:, 1:count + 1] = image_token_id
+    out = {**inputs, "input_ids": ids}
+    if "attention_mask" in inputs:
+        mask = inputs["attention_mask"].clone()
+        mask[:, :count + 2] = 1
+        out["attention_mask"] = mask
+    return out
 
 
 def _audio_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
@@ -254,6 +284,24 @@ class HFSeq2SeqLM(torch.nn.Module):
                 decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).logits
+
+
+class HFVisionLM(torch.nn.Module):
+    """A Hugging Face vision–language model (LLaVA, Gemma 3…: image patches and text tokens in one sequence) as
+    ``forward(input_ids, attention_mask, pixel_values) -> logits`` ``[batch, positions, vocab]``. ``input_ids``
+    hold the model's image token where the picture goes, as many as the picture's features
+    (:attr:`HFInfo.image_tokens`), and the model writes its projected patch features there; ``use_cache=False``,
+    only the logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+        """Return the next-token logits at every position, ``(batch, positions, vocab)``."""
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                           use_cache=False).logits
 
 
@@ -672,6 +720,41 @@ def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
                   sampling_rate=rate, normalize_audio=normalize)
 
 
+def _vision_lm_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
+    """A vision–language model's: its text side as a causal LM's (:func:`_text_info`), its picture's size from the
+    vision config, the normalisation from ``preprocessor_config.json`` when the directory has one, the image
+    token and how many of them one picture takes (the rows of its projected features, computed once here)."""
+    config = model.config
+    vision = getattr(config, "vision_config", None)
+    token = _token_id(config, "image_token_id")
+    token = _token_id(config, "image_token_index") if token is None else token
+    if vision is None or token is None:
+        raise ValueError(f"model type {config.model_type!r} names no vision_config and image token; "
+                         "rulegraph exports vision–language models that write image features at an image token")
+    processor = _processor(model_dir)
+    height, width = _image_size(vision, processor, model_dir)
+    channels = getattr(vision, "num_channels", 3)
+    mean, std = processor.get("image_mean"), processor.get("image_std")
+    text = _text_info(model, model_dir, task)
+    return replace(
+        text, vocab_size=max(text.vocab_size, token + 1), image_size=(channels, height, width),
+        image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
+        image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
+        image_token_id=token, image_tokens=_image_tokens(model, (channels, height, width)))
+
+
+def _image_tokens(model: torch.nn.Module, size: tuple[int, int, int]) -> int:
+    """How many features (image tokens) ``model.get_image_features`` makes of one picture of ``size``."""
+    with torch.no_grad():
+        out = model.get_image_features(pixel_values=torch.zeros(1, *size, dtype=model.dtype))
+    features = getattr(out, "pooler_output", out)
+    features = features[0] if isinstance(features, (list, tuple)) else features
+    if not isinstance(features, torch.Tensor) or features.dim() < 2:
+        raise ValueError(f"model type {model.config.model_type!r}: get_image_features gives no [tokens, hidden] "
+                         "features to count the image tokens by")
+    return int(features.shape[-2])
+
+
 _TOKENIZER = {TOKENIZER_FILE: "the model's fast tokenizer"}
 # (before the text classifier: an audio classifier's class name ends alike, and the Auto class tells them apart)
 HEADS.add("audio-classification", Head("AutoModelForAudioClassification", HFAudioClassifier, (PREPROCESSOR_FILE,),
@@ -689,6 +772,10 @@ HEADS.add("causal-lm", Head("AutoModelForCausalLM", HFClassifier, (TOKENIZER_FIL
 HEADS.add("question-answering", Head("AutoModelForQuestionAnswering", HFQuestionAnswering, (TOKENIZER_FILE,),
                                      _TOKENIZER, _text_info, _token_example, outputs=("start_logits", "end_logits"),
                                      architectures=("ForQuestionAnswering",)))
+# (before the encoder–decoder LM: its class name ends alike, and the Auto class tells them apart)
+HEADS.add("image-text-to-text", Head("AutoModelForImageTextToText", HFVisionLM, (TOKENIZER_FILE, PREPROCESSOR_FILE),
+                                     _TOKENIZER, _vision_lm_info, _vision_lm_example,
+                                     architectures=("ForConditionalGeneration",), by_auto_class=True))
 HEADS.add("seq2seq-lm", Head("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
                              _token_example, architectures=("ForConditionalGeneration", "MTModel")))
 

@@ -30,7 +30,7 @@ from .objective import Objective, parse as parse_objective
 from .passes import prepared
 from .passes.base import RUNNER_UP
 from .ruleset import RuleSet
-from .text import Encoded, TextEncoder
+from .text import Encoded, TextEncoder, with_image
 
 __all__ = ["Explanation", "encode", "explain", "prepared"]
 
@@ -92,9 +92,10 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         raise InputError(f"give {method.name}'s options as keywords ({given}), not options={{…}}")
     graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     picture = None
+    pictured = export_info(graph).image_tokens is not None         # a vision–language model: a picture and a text
     if image is not None:
-        if text is not None:
-            raise InputError("give text=… or image=…, not both")
+        if text is not None and not pictured:
+            raise InputError("give text=… or image=…, not both (only a vision–language model takes both)")
         if isinstance(image, (list, tuple)):
             raise InputError("image= takes one image (a file path, a PIL image or an array of pixels), "
                              f"got a {type(image).__name__}; explain several one by one")
@@ -131,6 +132,8 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
             raise InputError(f"text must be a str or a non-empty list of str, got {_kind(text)}")
         encoded = [encoder.encode(t, question) for t in texts]
+        if pictured:
+            encoded = [_pictured(graph, e, inputs, image) for e in encoded]
         both = sorted(set(inputs or {}) & set(encoded[0].inputs)) if isinstance(inputs, dict) else []
         if both:
             raise InputError(f"give inputs or text=… for {', '.join(both)}, not both (inputs may add only what the text "
@@ -171,6 +174,18 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     dressed = [_dressed(e, model, graph, inputs, tokenizer, encoder, encoded, names, picture, sound)
                for e in (result if several else [result])]
     return Targets(dressed) if several else dressed[0]
+
+
+def _pictured(graph: Graph, encoded: Encoded, inputs: Any, image: Any) -> Encoded:
+    """A text for a vision–language model: with its picture's image tokens (``rulegraph.image_tokens`` of them)
+    after the leading special tokens; refused without a picture."""
+    info = export_info(graph)
+    pixels = next((i.name for i in graph.inputs if i.is_float), None)
+    if image is None and not (isinstance(inputs, dict) and pixels in inputs):
+        raise InputError(f"this vision–language model reads a picture with its text: give image=… (or "
+                         f"inputs[{pixels!r}])", cli="this vision–language model reads a picture with its text: "
+                         "give --image PATH")
+    return with_image(encoded, info.image_token_id, info.image_tokens)
 
 
 def _dressed(e: Explanation, model, graph: Graph, inputs, tokenizer, encoder, encoded: list[Encoded], names,

@@ -26,6 +26,7 @@ from .ir import Graph
 from .facts import is_mask, item_shape
 from .loaders.metadata import export_info
 from .ops import unsupported
+from .text import insert_image_tokens
 
 #: the lengths of the made-up token inputs (two, so an export fixed to its traced length shows)
 LENGTHS = (6, 11)
@@ -166,7 +167,8 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     beside the model (so special tokens are where the model expects them: an eos at the end for an
     encoder–decoder classifier), else ids 5, 6, … below the embedding table's rows (0, 1, … for a table of 5 rows or fewer; each row ending in
     the ``rulegraph.eos_token_id`` an encoder–decoder classifier's export records); masks are ones,
-    token types zeros, float inputs seeded normal values."""
+    token types zeros, float inputs seeded normal values. A vision–language model's ids start with one picture's
+    image tokens (``rulegraph.image_tokens`` of them)."""
     text = _text_inputs(graph, length, tokenizer, model_path)
     g = torch.Generator().manual_seed(length)
     feeds = {}
@@ -191,6 +193,11 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
     if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
         feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
     info = export_info(graph)
+    if info.image_tokens is not None and "input_ids" in feeds:      # a vision–language model: its picture's tokens
+        ids = feeds["input_ids"]
+        feeds["input_ids"] = ids.masked_fill(ids == info.image_token_id, 5 if info.image_token_id != 5 else 6)
+        feeds.update(insert_image_tokens({k: v for k, v in feeds.items() if not v.is_floating_point()},
+                                         info.image_token_id, info.image_tokens, at=0))
     eos, classifier = info.eos_token_id, info.task == "sequence-classification"
     if text is None and classifier and eos is not None and "input_ids" in feeds:   # an encoder–decoder classifier's rows end in eos
         ids = feeds["input_ids"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,39 @@ class Encoded:
     truncated: bool = False
     question: str | None = None  # span QA: the question encoded before the text (the context)
     texts: list[str] | None = None   # each token as a reader sees it (TextEncoder.texts)
+
+
+#: how an image token is shown among a vision–language model's tokens
+IMAGE_TOKEN = "<image>"
+
+
+def insert_image_tokens(inputs: dict[str, torch.Tensor], token: int, count: int, at: int) -> dict[str, torch.Tensor]:
+    """Token inputs ``[batch, positions]`` with one picture's ``count`` image tokens inserted before position
+    ``at`` of every row: ``token`` in the ids, attended in the mask, type 0 in the token types (a vision–language
+    model writes the picture's features there)."""
+    fills = {"input_ids": token, "attention_mask": 1}
+    out = dict(inputs)
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.dim() == 2:
+            block = torch.full((value.shape[0], count), fills.get(name, 0), dtype=value.dtype)
+            out[name] = torch.cat([value[:, :at], block, value[:, at:]], dim=1)
+    return out
+
+
+def with_image(encoded: Encoded, token: int, count: int) -> Encoded:
+    """``encoded`` with one picture's image tokens after its leading special tokens (``[CLS]``, ``<bos>``…), shown
+    as :data:`IMAGE_TOKEN` and flagged special: what a vision–language model reads with its picture."""
+    at = next((k for k, flag in enumerate(encoded.special) if not flag), len(encoded.special))
+    tokens = [*encoded.tokens[:at], *[IMAGE_TOKEN] * count, *encoded.tokens[at:]]
+    after = encoded.texts[at:] if encoded.texts is not None else []
+    if after and not after[0].startswith(" "):          # the text now follows the picture: a space between
+        after = [f" {after[0]}", *after[1:]]
+    texts = None if encoded.texts is None else \
+        [*encoded.texts[:at], *[f" {IMAGE_TOKEN}" if at + k else IMAGE_TOKEN for k in range(count)], *after]
+    return replace(encoded, tokens=tokens, texts=texts,
+                   special=[*encoded.special[:at], *[True] * count, *encoded.special[at:]],
+                   word_ids=[*encoded.word_ids[:at], *[None] * count, *encoded.word_ids[at:]],
+                   inputs=insert_image_tokens(encoded.inputs, token, count, at))
 
 
 class TextEncoder:

@@ -96,12 +96,18 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         requests = [{"inputs": parse_inputs(graph, raw_inputs), "audio": sound}]
     elif image_path is not None:
         from ..image import image_input
+        from ..loaders.metadata import export_info
         picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean, std=image_std)
-        if texts:                       # after the model is known to take an image: a text model says so first
-            raise InputError("give --text or --image, not both")
+        pictured = export_info(graph).image_tokens is not None       # a vision–language model: --image and --text
+        if texts and not pictured:      # after the model is known to take an image: a text model says so first
+            raise InputError("give --text or --image, not both (only a vision–language model takes both)")
         pre = {"mean": picture.mean, "std": picture.std}
         err.print(f"[dim]{escape(picture.describe())}[/]")
-        requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
+        if pictured:
+            requests = requests_of(graph, texts, raw_inputs, question)
+            requests = [{**r, "inputs": {**(r.get("inputs") or {}), picture.name: picture.tensor}} for r in requests]
+        else:
+            requests = [{"inputs": {**parse_inputs(graph, raw_inputs), picture.name: picture.tensor}}]
     else:
         requests = requests_of(graph, texts, raw_inputs, question)
     maps = _maps_per_request(options, png_path)
@@ -134,7 +140,10 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if quiet:
             break
         if image_path is not None or render.image_key(e) is not None:     # an image: its heatmap, never its pixels
-            for line in render.image_lines(e):
+            lines = render.image_lines(e)
+            if e.tokens:                # a vision–language model: the picture's line, then its text's
+                lines = [*lines[:-1], *render.explanation_lines(e)]
+            for line in lines:
                 out.print(line)
             continue
         if "audio" in e.extra:                  # a clip: its relevance over time, never a score per sample

@@ -94,8 +94,8 @@ def distinct(scored: list[tuple[str, float]]) -> list[tuple[str, float]]:
 def explanation_lines(e: Explanation, item: int = 0) -> list:
     """What ``rulegraph explain`` prints for one explained text: the tokens on their colours (the
     first :data:`SCREEN` of them), the words for and against, a note where special tokens hold the
-    mass, the conservation summary."""
-    key = next(iter(e.relevance))
+    mass, the conservation summary. (A vision–language model's text: its token input, not its picture's.)"""
+    key = next((k for k in e.relevance if k != image_key(e)), next(iter(e.relevance)))
     scores = e.scores(key, item)
     tokens = token_texts(e, item, len(scores))
     special = e.special[item] if e.special else None

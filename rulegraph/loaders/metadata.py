@@ -24,6 +24,9 @@ MAX_LABELS = 2**20
 MAX_TOKEN = 2**31 - 1
 #: the highest sampling rate (Hz) an audio export may declare
 MAX_SAMPLING_RATE = 10**6
+#: the exported tasks that are causal language models, ``[batch, positions, vocab]`` read at a position: a
+#: decoder-only LM, and a vision–language model (an LM whose ids hold a picture's image tokens)
+CAUSAL_TASKS = ("causal-lm", "image-text-to-text")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class ExportInfo:
     Attributes:
         model_type: the Hugging Face ``config.model_type`` (``"bert"``, ``"gpt2"``…).
         source: the model directory it was exported from.
-        task: the head exported (``sequence-classification``, ``causal-lm``…).
+        task: the head exported (``sequence-classification``, ``causal-lm``…; :data:`CAUSAL_TASKS` are language
+            models read at their last position).
         labels: class names in logit order.
         max_length: the longest input, in tokens.
         image_size: ``(channels, height, width)`` of an image model's input.
@@ -43,6 +47,8 @@ class ExportInfo:
         normalize_audio: whether its feature extractor normalises a clip to zero mean and unit variance.
         decoder_start_token_id: an encoder–decoder's decoder start token.
         eos_token_id: the end-of-sequence token.
+        image_token_id: a vision–language model's image token (its ids hold it where a picture goes).
+        image_tokens: how many image tokens one picture takes.
         exporter: the exporter that wrote it.
         outputs: the graph's output names.
         export_check: what its export check found.
@@ -60,6 +66,8 @@ class ExportInfo:
     normalize_audio: bool | None = None
     decoder_start_token_id: int | None = None
     eos_token_id: int | None = None
+    image_token_id: int | None = None
+    image_tokens: int | None = None
     exporter: str | None = None
     outputs: tuple[str, ...] | None = None
     export_check: str | None = None
@@ -158,6 +166,8 @@ KEYS: tuple[Key, ...] = (
     Key("normalize_audio", _flag, _written_flag, "true or false"),
     Key("decoder_start_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
     Key("eos_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
+    Key("image_token_id", _count(0, MAX_TOKEN), _integer, "a token id (an integer ≥ 0)"),
+    Key("image_tokens", _count(1, MAX_LENGTH), _integer, f"an integer in 1…{MAX_LENGTH:,} (tokens per picture)"),
     Key("exporter", _text, str, "the exporter's name"),
     Key("outputs", _names, _list, "a JSON list of output names"),
     Key("export_check", _text, str, "the export check's summary"),

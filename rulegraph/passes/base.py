@@ -58,7 +58,7 @@ from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
 from ..canonize.rows import head_rows
 from ..facts import roles
-from ..loaders.metadata import export_info
+from ..loaders.metadata import CAUSAL_TASKS, export_info
 from ..ops import lookup, unsupported
 from ..lifetimes import Recycler
 from ..loaders import load
@@ -371,7 +371,7 @@ def explained_rows(graph: Graph, output: str, inputs: Mapping[str, Any], positio
     """The positions of a causal language model's output an explanation reads (the explained one, default
     the last; a span's; ``also``), sorted, and the sequence's length: ``None`` where the export is no causal
     LM, its token ids are not given, or a position is out of range (:func:`select` refuses it as ever)."""
-    if export_info(graph).task != "causal-lm" or objective is not None and objective.region is not None:
+    if export_info(graph).task not in CAUSAL_TASKS or objective is not None and objective.region is not None:
         return None
     ids = inputs.get(roles(graph).ids or "")
     if not isinstance(ids, Tensor) or ids.dim() != 2:

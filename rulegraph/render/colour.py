@@ -117,9 +117,9 @@ def shares(e):
 
 def input_units(e) -> str:
     """What the explanation's input is made of, as the prose names it: tokens, an image's pixels, a clip's
-    samples (or a spectrogram's frames)."""
+    samples (or a spectrogram's frames); a vision–language model's tokens and pixels."""
     if any(v.dim() == 4 for v in e.boundary.values()):
-        return "pixels"
+        return "tokens and pixels" if len(e.boundary) > 1 and e.tokens else "pixels"
     if "audio" in e.extra:
         return "frames" if e.boundary[e.extra["audio"]["input"]].dim() == 3 else "samples"
     return "tokens"
