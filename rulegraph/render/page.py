@@ -128,29 +128,32 @@ def _text(e, item: int) -> str:
 
 
 def _item(e, item: int, heading: str) -> str:
-    """One batch item: the tokens on their colours (or the image) and what was explained."""
-    key = next(iter(e.relevance))
-    scores = e.scores(key, item)
-    shown = any(v.dim() == 4 for v in e.boundary.values()) or "audio" in e.extra     # drawn, not as tokens
-    tokens = token_texts(e, item, len(scores)) if not shown else []
-    special = e.special[item] if e.special else [False] * len(tokens)
-    scale = colour_scale(scores, special)
+    """One batch item: the tokens on their colours, or the image, or both (a vision–language model's text and
+    picture), and what was explained."""
+    from ..image import is_image
+    images = [k for k, v in e.boundary.items() if is_image(v)]
+    texted = bool(e.tokens) and any(k not in images for k in e.relevance)      # tokens to show, beside a picture
+    keys = ([k for k in e.relevance if k not in images][:1] if texted or not images else []) + images[:1]
+    scored = {k: e.scores(k, item) for k in keys}
+    shown = not texted and (images or "audio" in e.extra)                        # drawn, not as tokens
     parts = [f"<h2>{html.escape(heading)}</h2>" if heading else ""]
+    sums = " and ".join(f"<code>{html.escape(k)}</code> (Σ {sum(v):+.4g})" for k, v in scored.items())
     parts.append(f"<p>explained <b>{html.escape(explained_name(e, item))} = {e.output_value[item]:.5g}</b> "
-                 f"with <code>{html.escape(e.method)}</code>; scores from <code>{html.escape(key)}</code> "
-                 f"(Σ {sum(scores):+.4g})</p>")
+                 f"with <code>{html.escape(e.method)}</code>; scores from {sums}</p>")
     condition = e.extra.get("condition")
     if condition:               # conditional relevance (rulegraph.inside): which units this map kept
         masked = "" if condition["absorbed"] is None else f"; {condition['absorbed']:+.4g} masked out, booked as absorbed"
         parts.append(f"<p>conditioned on <code>{html.escape('; '.join(condition['conditions']))}</code>"
                      f"{html.escape(masked)}</p>")
-    from ..image import is_image
-    images = [k for k, v in e.boundary.items() if is_image(v)]
     if images:          # an image: the picture, its relevance over it and beside it
         parts.append(_image(e, images[0], item))
     elif "audio" in e.extra:        # a clip: its relevance over time under its waveform, never a score per sample
         parts.append(_clip(e, item))
-    else:
+    if not shown:
+        scores = scored[keys[0]]
+        tokens = token_texts(e, item, len(scores))
+        special = e.special[item] if e.special else [False] * len(tokens)
+        scale = colour_scale(scores, special)
         parts.append('<p class="tokens">' + "".join(_span(t, s, scale, sp) for t, s, sp in
                                                    zip(tokens, scores, special)) + "</p>")
         note = mass_note(tokens, scores, special)
