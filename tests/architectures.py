@@ -308,6 +308,11 @@ def render() -> str:
         "half) an explanation of a Mamba equals MambaLRP's, to 2e-11 in float64 (`tests/exporters/test_ssm.py`).",
         "The closed form costs channels × states × length² numbers per Mamba layer (Mamba2: heads × length²).",
         "",
+        "**Vision–language models** (Gemma 3 and InternVL, `tests/exporters/test_vlm.py`): image patches and text",
+        "tokens in one sequence, exported as task `image-text-to-text`; every relevance rule set above conserves",
+        "over the tokens and the pixels together, and `gi` equals autograd Gradient×Input at both. LLaVA is",
+        "refused at export (its image features are split per picture at the traced batch).",
+        "",
         "| family | exporter | " + " | ".join(sets) + " | exercises |",
         "|---|---|" + "---|" * len(sets) + "---|",
     ]

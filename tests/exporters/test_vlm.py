@@ -170,3 +170,10 @@ def test_llava_is_refused_at_export(tmp_path):
     with pytest.raises(ExportError, match="no export computes what the module computes"):
         rulegraph.exporters.export_hf(tmp_path / "hf", tmp_path / "out")
     assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_a_vision_language_model_in_memory_is_refused_with_the_way_out():
+    """torch.export leaves the model's checks on its image tokens (aten._is_all_true, item), which the fx loader
+    does not lower: the refusal says to export the model."""
+    with pytest.raises(rulegraph.errors.UnsupportedOpError, match="export the model to ONNX with `rulegraph export`"):
+        rulegraph.explain(vision_lm("internvl"), "gi", text="w1 w2", image=np.zeros((16, 16, 3)), tokenizer=tokenizer())
