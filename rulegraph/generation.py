@@ -51,6 +51,7 @@ from .explanation import Explanation
 from .facts import probe_output, token_feeds
 from .loaders.metadata import KEY, export_info
 from .ruleset import RuleSet
+from .text import IMAGE_TOKEN
 
 Tensor = torch.Tensor
 
@@ -201,6 +202,17 @@ def _finite(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
+@dataclass(frozen=True)
+class Picture:
+    """A vision–language model's picture in a generation: its preprocessed pixels (the input ``name``), given at
+    every step, and its ``tokens`` image tokens at position ``at`` of the sequence, one row of the matrix."""
+
+    name: str
+    pixels: Tensor
+    at: int
+    tokens: int
+
+
 class _Layout:
     """How a language model's token sequences become its inputs and the matrix rows.
 
@@ -208,11 +220,14 @@ class _Layout:
     Encoder–decoder: the source is fixed; the sequence is the target prefix (from the decoder's
     start token); rows are the source, then the prefix."""
 
-    def __init__(self, graph, output: str, source: list[int] | None, special: list[bool] | None = None):
+    def __init__(self, graph, output: str, source: list[int] | None, special: list[bool] | None = None,
+                 picture: Picture | None = None):
         self.graph, self.output, self.source, self.given_special = graph, output, source, special
+        self.picture = picture
         names = [i.name for i in graph.inputs]
         self.sequence_input = PREFIX if source is not None else "input_ids"
-        fill = {"input_ids", "attention_mask", "token_type_ids"} | ({PREFIX} if source is not None else set())
+        fill = {"input_ids", "attention_mask", "token_type_ids"} | ({PREFIX} if source is not None else set()) | \
+            ({picture.name} if picture is not None else set())
         missing = [n for n in names if n not in fill]
         if missing:
             raise InputError(f"generation fills {', '.join(sorted(fill))}; the model also takes {', '.join(missing)}")
@@ -225,7 +240,8 @@ class _Layout:
         """The graph's inputs for ``sequence`` (all-ones masks, zero token types)."""
         seq = torch.tensor([sequence], dtype=torch.int64)
         ids = torch.tensor([self.source], dtype=torch.int64) if self.encoder_decoder else seq
-        return token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
+        feeds = token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
+        return feeds if self.picture is None else {**feeds, self.picture.name: self.picture.pixels}
 
     def special(self, sequence: list[int]) -> Tensor | None:
         """``[1, tokens]`` flags of the special tokens of the token input (the prompt's as the
@@ -244,6 +260,10 @@ class _Layout:
                              f"{self.sequence_input}: a generation's rows need both (the source and the target "
                              f"prefix); use a rule set (attnlrp, gi…) or ig")
         seq = e.relevance[self.sequence_input][0, :position + 1].double().tolist()
+        if self.picture is not None:        # the picture's tokens as one row: the pixels' relevance (theirs is 0)
+            at, n = self.picture.at, self.picture.tokens
+            seq = [*seq[:at], sum(seq[at:at + n]) + float(e.relevance[self.picture.name][0].double().sum()),
+                   *seq[at + n:]]
         if not self.encoder_decoder:
             return seq
         return e.relevance["input_ids"][0].double().tolist() + seq
@@ -255,7 +275,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
              score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
              steps: int | None = None, options: dict[str, Any] | None = None, span: bool = False,
-             **method_options: Any) -> Generation:
+             image: Any = None, **method_options: Any) -> Generation:
     """Generate up to ``max_new_tokens`` tokens greedily after a prompt (or take ``continuation``)
     and explain each.
 
@@ -280,7 +300,10 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     ``progress`` is called with the number of steps done after each call. ``score``: as in
     :func:`rulegraph.explain`. ``span``: also explain the explained tokens together, as one
     objective (the sum of their logits, or log-probabilities with ``score="logprob"``) in one more
-    forward and walk (:class:`Span`, ``Generation.span``; a rule set's, as objectives are).
+    forward and walk (:class:`Span`, ``Generation.span``; a rule set's, as objectives are). ``image``: a
+    vision–language model's picture (as :func:`rulegraph.explain` takes it): its image tokens go after the
+    prompt's leading special tokens, its pixels are given at every step, and it is one row of the matrix
+    (group ``picture``), the relevance of its pixels.
     """
     from .interpreter import prepare
     from .loaders import load
@@ -361,6 +384,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         prompt = _ids(inputs, "input_ids")
     if not prompt:
         raise InputError("the prompt has no tokens")
+    picture, prompt, special = _with_picture(graph, image, prompt, special)
     given = _continuation(encoder, continuation)
     start: list[int] = []
     if encoder_decoder:
@@ -379,7 +403,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     output = output or graph.outputs[0]
     if output not in graph.outputs:
         raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    layout = _Layout(graph, output, prompt if encoder_decoder else None, special)
+    layout = _Layout(graph, output, prompt if encoder_decoder else None, special, picture)
     context = start if encoder_decoder else prompt          # what the generated tokens follow
 
     # is it a language model, and does the sequence fit? (before any real work)
@@ -439,11 +463,43 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     else:
         rows = _texts(encoder, shown)
         groups = ["prompt"] * len(prompt) + ["generated" if given is None else "continuation"] * (len(shown) - len(prompt))
+        if picture is not None:             # its tokens as one row
+            at, n = picture.at, picture.tokens
+            rows = [*rows[:at], IMAGE_TOKEN, *rows[at + n:]]
+            groups = [*groups[:at], "picture", *groups[at + n:]]
     return Generation(
         rows=rows, groups=groups, steps=found, method=chosen.name,
         mode="greedy" if given is None else "continuation", prompt=text,
         continuation=encoder.tokenizer.decode([s.token for s in found]) if encoder is not None else None,
         span=together)
+
+
+def _with_picture(graph, image: Any, prompt: list[int], special: list[bool] | None
+                  ) -> tuple[Picture | None, list[int], list[bool] | None]:
+    """A vision–language model's picture (its pixels preprocessed as :func:`rulegraph.explain` does) and the
+    prompt with its image tokens after the leading special tokens; ``None`` and the prompt as it was for a
+    model without a picture. Refused: a picture for another model, none for a vision–language model, a prompt
+    that holds the image token already."""
+    from .image import ImageInput, image_input
+    from .text import insert_image_tokens
+    info = export_info(graph)
+    if info.image_tokens is None:
+        if image is not None:
+            raise InputError(f"image= is a vision–language model's picture; this model takes "
+                             f"{', '.join(graph.input_names)}", cli="--image is a vision–language model's picture "
+                             "in a generation; this model takes none")
+        return None, prompt, special
+    if image is None:
+        raise InputError("this vision–language model reads a picture with its prompt: give image=…",
+                         cli="this vision–language model reads a picture with its prompt: give --image PATH")
+    if info.image_token_id in prompt:
+        raise InputError(f"the prompt holds the image token ({info.image_token_id}) already; give it without: the "
+                         "picture's tokens go in with the picture")
+    picture = image if isinstance(image, ImageInput) else image_input(graph, image)
+    at = next((k for k, flag in enumerate(special) if not flag), len(special)) if special else 0
+    ids = insert_image_tokens({"input_ids": torch.tensor([prompt])}, info.image_token_id, info.image_tokens, at)
+    flags = None if special is None else [*special[:at], *[True] * info.image_tokens, *special[at:]]
+    return Picture(picture.name, picture.tensor, at, info.image_tokens), ids["input_ids"][0].tolist(), flags
 
 
 def _has_prefix(inputs: Any) -> bool:
@@ -513,16 +569,23 @@ def _check_language_model(plan, layout: _Layout, context: list[int], n: int, giv
     """Refuse, before any work, a model that is not a (causal) language model, a sequence longer than
     the model takes, or a token outside its vocabulary."""
     output = layout.output
-    probe = probe_output(layout.graph, layout.feeds([context[0]] * 2), output, plan)
-    if probe.dim() != 3 or probe.shape[1] != 2:
+    # a vision–language model's probes hold its picture's tokens first (it refuses ids without them)
+    front = [] if layout.picture is None else context[layout.picture.at:layout.picture.at + layout.picture.tokens]
+    token = context[-1] if front else context[0]
+    probe = probe_output(layout.graph, layout.feeds([*front, token, token]), output, plan)
+    if probe.dim() != 3 or probe.shape[1] != len(front) + 2:
         raise InputError(f"generation needs a language model whose output {output!r} is [batch, positions, vocab]; "
-                         f"this model's is {list(probe.shape)} for 2 tokens (a classifier?)")
+                         f"this model's is {list(probe.shape)} for {len(front) + 2} tokens (a classifier?)")
+    probe = probe[:, len(front):]
     table = plan.limits.ids.get(layout.sequence_input, (probe.shape[-1], ""))[0]
     if probe.shape[-1] != table:
         raise InputError(f"generation needs a language-model head: the output {output!r} has {probe.shape[-1]} "
                          f"scores per position but the token embedding has {table} rows (a token classifier?)")
-    other = (context[0] + 1) % probe.shape[-1]
-    changed = plan.run(layout.feeds([context[0], other]))[output][:, 0]
+    image_token = export_info(layout.graph).image_token_id if layout.picture is not None else None
+    other = (token + 1) % probe.shape[-1]
+    if other == image_token:
+        other = (other + 1) % probe.shape[-1]
+    changed = plan.run(layout.feeds([*front, token, other]))[output][:, len(front)]
     if not torch.allclose(changed, probe[:, 0], rtol=1e-5, atol=1e-6 * float(probe[:, 0].abs().max())):
         raise InputError("generation needs a causal model: its output at position 0 changed with the token at "
                          "position 1 (a bidirectional model, such as a masked LM?)")

@@ -73,13 +73,21 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
         if graph_paths:
             raise InputError("--graph draws one explanation: a language model's next token, without --generate / "
                              "--continuation (the API's explain(…, graph=True) takes any one of its positions)")
-        if image_path is not None or audio_path is not None or question is not None:
-            raise InputError("--generate/--continuation explains a language model's text; --image, --audio and "
-                             "--question do not apply")
+        from ..loaders.metadata import export_info
+        pictured = export_info(graph).image_tokens is not None       # a vision–language model reads --image too
+        if image_path is not None and not pictured or audio_path is not None or question is not None:
+            raise InputError("--generate/--continuation explains a language model's text (and a vision–language "
+                             "model's picture); --image for another model, --audio and --question do not apply")
+        picture = None
+        if image_path is not None:
+            from ..image import image_input
+            picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean,
+                                  std=image_std)
+            err.print(f"[dim]{escape(picture.describe())}[/]")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
-                                  ignore_eos, span)
+                                  ignore_eos, span, picture)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
     if graph_paths:

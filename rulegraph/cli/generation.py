@@ -41,7 +41,7 @@ def generation_options(f):
 
 def explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs, steps,
                        continuation, batch, opts, json_path, html_path, png_path, force, ignore_eos=False,
-                       span=False) -> None:
+                       span=False, picture=None) -> None:
     """Refuse what does not apply to generation, run it with a progress bar, show and write it."""
     import torch
 
@@ -79,7 +79,7 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
                      batch=batch, output=opts["output_name"], device=opts["device"],
                      dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit", ignore_eos=ignore_eos,
-                     progress=lambda k: progress.advance(task, k), span=span, **options)
+                     progress=lambda k: progress.advance(task, k), span=span, image=picture, **options)
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):
         if g.continuation is not None:

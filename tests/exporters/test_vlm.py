@@ -3,7 +3,8 @@
 and the module's; `gi` equals autograd Gradient×Input at the token lookups and at the pixels; every shipped
 transformer rule set conserves over both in float64, and `check` runs on made-up inputs holding the picture's
 tokens; `explain` takes a text with a picture (the API and the command line), puts the image tokens after the
-leading special tokens and shows both. LLaVA's export bakes in the traced batch and is refused."""
+leading special tokens and shows both; a generation with a picture has it as one row of its matrix. LLaVA's
+export bakes in the traced batch and is refused."""
 from __future__ import annotations
 
 import copy
@@ -162,6 +163,8 @@ def test_a_text_model_still_refuses_a_picture_with_its_text(tmp_path):
     path = rulegraph.exporters.export_hf(tmp_path / "hf", tmp_path / "out")
     with pytest.raises(InputError, match="only a vision–language model takes both"):
         rulegraph.explain(str(path), "attnlrp", text="w1 w2", image=np.zeros((16, 16, 3)))
+    with pytest.raises(InputError, match="image= is a vision–language model's picture"):
+        rulegraph.generate(str(path), "attnlrp", text="w1 w2", image=np.zeros((16, 16, 3)), max_new_tokens=1)
 
 
 def test_llava_is_refused_at_export(tmp_path):
@@ -177,3 +180,33 @@ def test_a_vision_language_model_in_memory_is_refused_with_the_way_out():
     does not lower: the refusal says to export the model."""
     with pytest.raises(rulegraph.errors.UnsupportedOpError, match="export the model to ONNX with `rulegraph export`"):
         rulegraph.explain(vision_lm("internvl"), "gi", text="w1 w2", image=np.zeros((16, 16, 3)), tokenizer=tokenizer())
+
+
+def test_a_generation_with_a_picture_is_one_row_per_token_and_one_for_the_picture(exported):
+    """Each greedy step is what explain gives on its prefix and picture; the picture's image tokens are one row
+    (group picture), the relevance of its pixels; a continuation's steps, explained from one forward, equal them."""
+    _, _, path, _ = exported
+    picture = np.random.default_rng(1).random((16, 16, 3))
+    g = rulegraph.generate(str(path), "attnlrp", text="w1 w2 w3", image=picture, max_new_tokens=2, dtype=F64)
+    assert g.rows[:4] == [IMAGE_TOKEN, " w1", " w2", " w3"] and g.groups[:4] == ["picture", "prompt", "prompt", "prompt"]
+    e = rulegraph.explain(str(path), "attnlrp", text="w1 w2 w3", image=picture, dtype=F64)
+    count = export_info(rulegraph.load(str(path))).image_tokens
+    expected = [float(e.relevance["pixel_values"].sum()), *e.relevance["input_ids"][0, count:].tolist()]
+    np.testing.assert_allclose(g.steps[0].scores, expected, rtol=1e-12, atol=1e-15)
+    assert g.steps[0].token == e.target[0]
+    c = rulegraph.generate(str(path), "attnlrp", text="w1 w2 w3", image=picture, dtype=F64,
+                           continuation=[s.token for s in g.steps])
+    for greedy, given in zip(g.steps, c.steps):
+        np.testing.assert_allclose(given.scores, greedy.scores, rtol=1e-10, atol=1e-13)
+    with pytest.raises(InputError, match="reads a picture with its prompt: give image="):
+        rulegraph.generate(str(path), "attnlrp", text="w1 w2", max_new_tokens=1)
+
+
+def test_a_generation_with_a_picture_on_the_command_line(exported, tmp_path):
+    _, _, path, _ = exported
+    from PIL import Image
+    Image.fromarray((np.random.default_rng(0).random((16, 16, 3)) * 255).astype("uint8")).save(tmp_path / "pic.png")
+    ran = shell.rulegraph(["explain", path, "--image", "pic.png", "--text", "w1 w2", "-r", "attnlrp", "--generate",
+                           "2", "--html", "g.html"], tmp_path)
+    ran.ok()
+    assert "picture share" in ran.out and IMAGE_TOKEN in ran.out and (tmp_path / "g.html").is_file()
