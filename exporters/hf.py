@@ -180,7 +180,8 @@ def _vision_lm_example(info: HFInfo, batch: int, length: int) -> dict[str, torch
     return {**inputs, **_image_example(info, batch, length)}
 
 
-def place_image(inputs: dict[str, torch.Tensor], image_token_id: int, count: int, other: int) -> dict[str, torch.Tensor]:
+def place_image(inputs: dict[str, torch.Tensor], image_token_id: int, count: int,
+                other: int) -> dict[str, torch.Tensor]:
     """``inputs`` whose ``input_ids`` rows hold ``count`` image tokens at positions 1…count, attended, and no other
     (a stray one becomes ``other``): what a vision–language model with one picture per row accepts."""
     ids = inputs["input_ids"].masked_fill(inputs["input_ids"] == image_token_id, other)
@@ -299,7 +300,8 @@ class HFVisionLM(torch.nn.Module):
         self.model = model
         self.training = model.training
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                pixel_values: torch.Tensor) -> torch.Tensor:
         """Return the next-token logits at every position, ``(batch, positions, vocab)``."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                           use_cache=False).logits
