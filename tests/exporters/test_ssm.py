@@ -1,7 +1,7 @@
 """State-space models (exporters/ssm.py): the closed-form scans equal the recurrence, written here step by
 step in float64, with the state after the last position; a loaded Mamba-family model is switched to them
 and no other model is; the export of Mamba-family models other than tests/architectures.py's conserves;
-and `attnlrp` on an exported Mamba is MambaLRP (Jafari et al., NeurIPS 2024): it equals the paper's
+and `attnlrp` on an exported Mamba or Mamba2 is MambaLRP (Jafari et al., NeurIPS 2024): it equals the paper's
 implementation trick, Gradient×Input through the model with SiLU's sigmoid, RMSNorm's scale, Ā, B̄ and C
 detached and the gate's product split half and half, written here over the module's weights."""
 from __future__ import annotations
@@ -167,21 +167,51 @@ def _mixer(mixer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return mixer.out_proj(y.transpose(1, 2))
 
 
+def _mixer2(mixer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A Mamba2 mixer as MambaLRP propagates through it: the SSD scan one position at a time with exp(Δ A), Δ B
+    and C detached, the gated RMSNorm's product y · SiLU(z) split half and half and its scale detached."""
+    z, xbc, dt = mixer.in_proj(x).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    length = xbc.shape[1]
+    xbc = _silu(mixer.conv1d(xbc.transpose(1, 2))[..., :length].transpose(1, 2))
+    states = mixer.n_groups * mixer.ssm_state_size
+    u, B, C = torch.split(xbc, [mixer.intermediate_size, states, states], dim=-1)
+    heads, p = mixer.num_heads, mixer.head_dim
+    u = u.unflatten(-1, (heads, p))                                                       # [b, L, h, p]
+    B, C = (t.unflatten(-1, (mixer.n_groups, -1)).repeat_interleave(heads // mixer.n_groups, 2) for t in (B, C))
+    dt = F.softplus(dt + mixer.dt_bias)                                                  # [b, L, h]
+    A = -torch.exp(mixer.A_log)
+    h = torch.zeros(u.shape[0], heads, p, mixer.ssm_state_size, dtype=u.dtype)
+    ys = []
+    for t in range(length):
+        decay = torch.exp(A * dt[:, t])[..., None, None].detach()
+        into = (dt[:, t, :, None, None] * B[:, t, :, None, :]).detach()
+        h = decay * h + into * u[:, t, :, :, None]
+        ys.append((h * C[:, t, :, None, :].detach()).sum(-1))
+    y = (torch.stack(ys, 1) + mixer.D[:, None] * u).flatten(2)                          # [b, L, h·p]
+    product = y * _silu(z)
+    gated = 0.5 * product + 0.5 * product.detach()
+    grouped = gated.unflatten(-1, (mixer.n_groups, -1))
+    scale = torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + mixer.norm.variance_epsilon).detach()
+    return mixer.out_proj(mixer.norm.weight * (grouped * scale).flatten(2))
+
+
 def mambalrp(module: torch.nn.Module, ids: torch.Tensor, target: int) -> torch.Tensor:
     """MambaLRP's relevance of each token for ``target`` at the last position, float64: Gradient×Input at the
-    embeddings through the detached model above."""
+    embeddings through the detached model above (a Mamba's or a Mamba2's mixers)."""
     model = copy.deepcopy(module).double()
     embedded = model.backbone.embeddings(ids).detach().requires_grad_(True)
     h = embedded
+    mixer = _mixer2 if model.config.model_type == "mamba2" else _mixer
     for layer in model.backbone.layers:
-        h = h + _mixer(layer.mixer, _rms(layer.norm, h))
+        h = h + mixer(layer.mixer, _rms(layer.norm, h))
     logits = model.lm_head(_rms(model.backbone.norm_f, h))
     logits[0, -1, target].backward()
     return (embedded * embedded.grad).sum(-1).detach()
 
 
-def test_attnlrp_on_mamba_is_mambalrp(tmp_path):
-    family = BY_NAME["mamba"]
+@pytest.mark.parametrize("name", ["mamba", "mamba2"])
+def test_attnlrp_on_mamba_is_mambalrp(name, tmp_path):
+    family = BY_NAME[name]
     module, path = export(family, tmp_path)
     inputs = feeds(family, path)
     e = rulegraph.explain(str(path), "attnlrp", inputs, dtype=F64)
