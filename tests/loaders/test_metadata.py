@@ -15,8 +15,8 @@ from rulegraph.loaders.metadata import KEY, KEYS, ExportInfo, check, export_info
 
 FULL = ExportInfo(model_type="bart", source="/m", task="sequence-classification", labels=("a", "b"), max_length=64,
                   image_size=(3, 8, 8), image_mean=(0.5, 0.5, 0.5), image_std=(0.25, 0.25, 0.25),
-                  sampling_rate=16000, normalize_audio=True, decoder_start_token_id=2, eos_token_id=2, exporter="torch.export", outputs=("logits",),
-                  export_check="ok")
+                  sampling_rate=16000, normalize_audio=True, decoder_start_token_id=2, eos_token_id=2,
+                  image_token_id=99, image_tokens=16, exporter="torch.export", outputs=("logits",), export_check="ok")
 
 
 def _graph(metadata: dict[str, str]) -> Graph:
@@ -57,6 +57,7 @@ def test_the_exporter_writes_from_the_schema():
     ("rulegraph.labels", "a, b"), ("rulegraph.max_length", "0"), ("rulegraph.decoder_start_token_id", "1.5"),
     ("rulegraph.image_std", "[1, 0, 1]"), ("rulegraph.outputs", '[""]'), ("rulegraph.sampling_rate", "0"),
     ("rulegraph.sampling_rate", "44100.0"), ("rulegraph.sampling_rate", "1000001"), ("rulegraph.normalize_audio", "1"),
+    ("rulegraph.image_token_id", "-3"), ("rulegraph.image_tokens", "0"),
 ])
 def test_a_bad_value_is_one_error_naming_the_file_and_key(key, raw):
     with pytest.raises(ModelError, match=rf"^/models/m\.onnx: the export's metadata {key} must be .*, got "):
