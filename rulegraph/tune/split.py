@@ -42,8 +42,9 @@ class Split:
         paths = {}
         for part, ix in self.parts.items():
             paths[part] = folder / "data" / f"{part}.jsonl"
-            write_file(paths[part], "".join(json.dumps(self.records[i], ensure_ascii=False, default=str) + "\n"
-                                            for i in ix), f"{part}.jsonl")
+            # ASCII escapes: a text's U+0085, U+2028 … written raw would end a line for the JSON-lines reader
+            write_file(paths[part], "".join(json.dumps(self.records[i], default=str) + "\n" for i in ix),
+                       f"{part}.jsonl")
         return paths
 
 

@@ -71,3 +71,13 @@ def test_the_split_is_recorded_with_each_part_s_records(tmp_path):
     for part, path in paths.items():
         written = [json.loads(line) for line in path.read_text().splitlines()]
         assert written == [records[i] for i in split.parts[part]]
+
+
+def test_a_text_with_line_separators_of_unicode_is_read_back_whole(tmp_path):
+    """A review may hold U+0085 (NEL), U+2028 or U+2029, which str.splitlines() ends a line at: the parts are
+    written with ASCII escapes, so each record stays one line and the evaluation reads it whole."""
+    from rulegraph.scale.data import READERS
+    records = [{"text": f"review {i}\x85second line\u2028third\u2029é", "label": i % 2} for i in range(9)]
+    split = S.split(records, 0)
+    for part, path in split.write(tmp_path).items():
+        assert [r for _, r in READERS[".jsonl"](path)] == [records[i] for i in split.parts[part]]
