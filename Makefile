@@ -23,7 +23,7 @@ demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .c
 test: setup  ## the test suite (tiny random-weight models, no network)
 	$(PY) -m pytest -q
 
-eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + a 20-trial `rulegraph tune` (resumable)
+eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + `rulegraph tune` on the demo and IMDB models (resumable)
 	$(PY) examples/sentiment/demo.py
 	$(PY) examples/sentiment/train_imdb.py
 	$(PY) examples/sentiment/evaluate.py rt --docs
@@ -36,6 +36,10 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(VENV)/bin/rulegraph tune .cache/sentiment-minilm/model.onnx --data .cache/tune-20/rt-held-out-300.csv \
 	    --from cp-lrp --against epsilon,decomposition --protocol mask-10-50 --metric aopc --trials 20 \
 	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/dense
+	$(PY) benchmarks/results/tune-imdb/make_data.py 200 .cache/tune-20/imdb-held-out-200.csv
+	$(VENV)/bin/rulegraph tune .cache/imdb-minilm/model.onnx --data .cache/tune-20/imdb-held-out-200.csv \
+	    --from cp-lrp --against lrp-ah-ln --protocol mask-10-50 --metric aopc --trials 5 --finalists 2 \
+	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-dense
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py
