@@ -23,7 +23,7 @@ demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .c
 test: setup  ## the test suite (tiny random-weight models, no network)
 	$(PY) -m pytest -q
 
-eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + `rulegraph tune` on the demo and IMDB models (resumable)
+eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + `rulegraph tune` on the demo, IMDB and language models (resumable)
 	$(PY) examples/sentiment/demo.py
 	$(PY) examples/sentiment/train_imdb.py
 	$(PY) examples/sentiment/evaluate.py rt --docs
@@ -40,6 +40,10 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(VENV)/bin/rulegraph tune .cache/imdb-minilm/model.onnx --data .cache/tune-20/imdb-held-out-200.csv \
 	    --from cp-lrp --against lrp-ah-ln --protocol mask-10-50 --metric aopc --trials 5 --finalists 2 \
 	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-dense
+	$(PY) benchmarks/results/tune-imdb-lm/make_data.py 200 .cache/tune-20/lm-held-out-200.csv
+	$(VENV)/bin/rulegraph tune .cache/imdb-llama-e6d053e2a0/model.onnx --data .cache/tune-20/lm-held-out-200.csv \
+	    --from lrp-ah-ln --against attnlrp,cp-lrp --protocol achtibat2024 --metric morf-lerf --trials 6 \
+	    --finalists 2 --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-lm
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py

@@ -15,7 +15,7 @@ from rulegraph.ruleset import RuleSet
 TUNED = sorted((Path(__file__).resolve().parents[2] / "examples" / "tuned").glob("*.yaml"))
 #: each shipped tuned file → the rule set it was tuned from
 STARTS = {"demo-mask-10-50-dense.yaml": "cp-lrp", "demo-mask-10-50.yaml": "cp-lrp",
-          "imdb-mask-10-50-dense.yaml": "cp-lrp"}
+          "imdb-lm-achtibat2024.yaml": "lrp-ah-ln", "imdb-mask-10-50-dense.yaml": "cp-lrp"}
 #: starting rule sets that conserve everywhere (lrp-ah-ln keeps GELU's and SiLU's gradient: the audit books
 #: those breaks, expected ones)
 CONSERVING = {"cp-lrp"}
@@ -37,3 +37,11 @@ def test_a_tuned_file_loads_says_what_it_was_tuned_on_and_conserves(path, bert_o
     c = e.audit.conservation
     if start in CONSERVING:
         assert c.relative_error < 1e-10 and c.breaks == 0
+
+
+@pytest.mark.parametrize("path", [p for p in TUNED if "-lm-" in p.name], ids=lambda p: p.name)
+def test_a_language_model_s_tuned_file_explains_a_causal_lm_at_its_last_token(path, causal_lm):
+    _, model = causal_lm
+    e = rulegraph.explain(model, RuleSet.load(path), text="w1 w2 w3 w4", dtype=torch.float64)
+    assert e.position == 3 and not e.audit.unexpected
+    assert torch.isfinite(e.relevance["input_ids"]).all()
