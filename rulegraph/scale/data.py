@@ -91,7 +91,10 @@ def _csv(path: Path) -> Iterator[tuple[int, dict | str]]:
 def _jsonl(path: Path) -> Iterator[tuple[int, dict | str]]:
     content = read_text(path, "data file", InputError, encoding="utf-8-sig", limit=None)
     seen_text = False
-    for line_no, line in enumerate(content.splitlines(), 1):
+    # lines end at "\n" (JSON Lines) only: a text may hold U+0085, U+2028 or U+2029, which str.splitlines also
+    # splits at
+    for line_no, line in enumerate(content.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
