@@ -126,6 +126,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     special = vocab = None
     if text is not None:
         texts = [text] if isinstance(text, str) else text
+        if pictured and isinstance(texts, (list, tuple)) and len(texts) > 1:
+            raise InputError(f"a vision–language model explains one text with its picture; got {len(texts)} texts: "
+                             "explain them one by one")
         if inputs is not None and not (isinstance(inputs, dict) and len(texts) == 1):
             raise InputError("give inputs or text=…, not both (with one text, inputs may give what the text does "
                              "not fill, e.g. decoder_input_ids)")

@@ -142,6 +142,8 @@ def test_a_text_and_a_picture_through_the_api(exported):
     assert input_units(e) == "tokens and pixels"
     with pytest.raises(InputError, match="reads a picture with its text: give image="):
         rulegraph.explain(str(path), "attnlrp", text="w1 w2 w3")
+    with pytest.raises(InputError, match="explains one text with its picture; got 2 texts"):
+        rulegraph.explain(str(path), "attnlrp", text=["w1 w2", "w3"], image=picture)
 
 
 @pytest.mark.parametrize("exported", ["internvl"], indirect=True)      # the command line is the API's
