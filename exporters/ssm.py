@@ -1,4 +1,4 @@
-"""Mamba's selective scan for export: the recurrence written as one product with a kernel, at any length.
+"""State-space models' scans for export: the recurrence written as one product with a kernel, at any length.
 
 Mamba's selective state-space layer (Gu & Dao 2023, Alg. 2) runs, per channel d and state n,
 
@@ -11,22 +11,24 @@ sum), the same output is
 
     y_t = Σ_{s≤t} K_{t,s} x_s + D x_t,      K_{t,s} = Σ_n C_{t,n} exp(A_n (S_t − S_s)) Δ_s B_{s,n}
 
-the "hidden attention" of Ali, Zimerman & Wolf (ACL 2025, Eq. 9): one kernel ``[batch, channels, t, s]``
+the "hidden attention" of Ali, Zimerman & Wolf (2024, "The Hidden Attention of Mamba Models"): one kernel
+``[batch, channels, t, s]``
 built from Δ, B, C and A alone, and one product with x. :func:`selective_scan` computes it that way, with
 ops that hold at every length (``CumSum``, a lower-triangular ``Where``, ``Exp``, ``ReduceSum``,
 ``MatMul``). The kernel's first input leads back through them to the ``CumSum``: that is how the rule sets
 find it (:data:`rulegraph.patterns.SCAN_KERNEL`) and hold it constant, as MambaLRP (Jafari et al.,
-NeurIPS 2024, Sec. 4) detaches Ā, B̄ and C, so the scan's relevance goes to x and none to the parameters
-computed from it.
+NeurIPS 2024) detaches Ā, B̄ and C, so the scan's relevance goes to x and none to the parameters computed
+from it. Mamba2's scan (:func:`chunk_scan`) is the same with one A per head.
 
 The cost is quadratic in the length: the exponentials are ``channels × states × length²`` numbers per
-layer (a tiny model's 64 × 16 × 16² is 256 K; Mamba-130m's 1,536 × 16 at 128 tokens, 400 M).
-:func:`use_quadratic_scan` switches a loaded transformers Mamba model to it, as :func:`load_hf` picks
-eager attention.
+layer (Mamba-130m's 1,536 × 16 at 128 tokens: 400 M), ``heads × length²`` for Mamba2.
+:func:`use_quadratic_scan` switches a loaded transformers model of the Mamba family to them, as
+:func:`~rulegraph.exporters.hf.load_hf` picks eager attention.
 """
 from __future__ import annotations
 
 import sys
+
 import torch
 import torch.nn.functional as F
 
