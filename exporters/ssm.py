@@ -81,25 +81,29 @@ def chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tenso
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
         dt = F.softplus(dt)
+    batch, length, heads, p = hidden_states.shape
     groups = B.shape[2]
-    # heads in groups sharing B and C: [b, groups, heads per group, …]
-    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).transpose(1, 2).unflatten(1, (groups, -1))   # [b, g, r, L]
-    x = hidden_states.to(dt.dtype).transpose(1, 2).unflatten(1, (groups, -1))          # [b, g, r, L, p]
+    # heads in groups sharing B and C: [b, groups, heads per group, …] (sizes read off the inputs, so a
+    # TorchScript trace keeps the batch and the length free)
+    per_group = (batch, groups, heads // groups, length)
+    dt = torch.clamp(dt, min=dt_limit[0], max=dt_limit[1]).transpose(1, 2).reshape(per_group)       # [b, g, r, L]
+    x = hidden_states.to(dt.dtype).transpose(1, 2).reshape(*per_group, p)              # [b, g, r, L, p]
     B, C = (t.to(dt.dtype).transpose(1, 2).unsqueeze(2) for t in (B, C))              # [b, g, 1, L, n]
+    A = A.to(dt.dtype).reshape(groups, heads // groups)
     S = torch.cumsum(dt, dim=-1)
     elapsed = S.unsqueeze(-1) - S.unsqueeze(-2)                                          # [b, g, r, t, s]
     causal = torch.ones_like(elapsed, dtype=torch.bool).tril()
-    decay = torch.exp(torch.where(causal, elapsed * A.to(dt.dtype).unflatten(0, (groups, -1))[..., None, None],
-                                  -torch.inf))
+    decay = torch.exp(torch.where(causal, elapsed * A[..., None, None], -torch.inf))
     kernel = decay * (torch.matmul(C, B.transpose(-1, -2)) * dt.unsqueeze(-2))          # [b, g, r, t, s]
     y = torch.matmul(kernel, x)                                                          # [b, g, r, L, p]
     if D is not None:
-        y = y + x * D.to(dt.dtype).unflatten(0, (groups, -1))[..., None, None]
-    out = y.flatten(1, 2).transpose(1, 2).to(hidden_states.dtype)                       # [b, L, heads, p]
+        y = y + x * D.to(dt.dtype).reshape(groups, heads // groups)[..., None, None]
+    out = y.reshape(batch, heads, length, p).transpose(1, 2).to(hidden_states.dtype)   # [b, L, heads, p]
     if not return_final_states:
         return out
-    since = torch.exp((S[..., -1:] - S) * A.to(dt.dtype).unflatten(0, (groups, -1))[..., None]) * dt   # [b, g, r, s]
-    return out, torch.einsum("bgrs,bgrsp,bgsn->bgrpn", since, x, B.squeeze(2)).flatten(1, 2)
+    since = torch.exp((S[..., -1:] - S) * A[..., None]) * dt                             # [b, g, r, s]
+    last = torch.einsum("bgrs,bgrsp,bgsn->bgrpn", since, x, B.squeeze(2))
+    return out, last.reshape(batch, heads, p, -1)
 
 
 #: transformers' scan functions (by the name its Mamba-family modules call) → the closed form that replaces it
