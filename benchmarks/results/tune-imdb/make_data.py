@@ -10,20 +10,11 @@ same file byte for byte.
 """
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "sentiment"))
-import data  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tune-demo"))
+from make_data import data, write  # noqa: E402  (the demo benchmark's writer, and examples/sentiment/data.py)
 
-n, out = int(sys.argv[1]), Path(sys.argv[2])
-first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-_, test = data.imdb(seed=0)
-chosen = test[first:first + n]
-out.parent.mkdir(parents=True, exist_ok=True)
-with out.open("w", newline="", encoding="utf-8") as handle:
-    writer = csv.writer(handle)
-    writer.writerow(["text", "label"])
-    writer.writerows(chosen)
-print(f"{out}: {len(chosen)} of {len(test)} held-out reviews, from the {first}-th")
+write(data.imdb(seed=0)[1], Path(sys.argv[2]), int(sys.argv[1]), int(sys.argv[3]) if len(sys.argv) > 3 else 0,
+      "reviews")
