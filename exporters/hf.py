@@ -206,7 +206,16 @@ def _audio_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Ten
     return {"input_values": torch.randn(batch, made_up_samples(info.sampling_rate), generator=g)}
 
 
-class HFClassifier(torch.nn.Module):
+class _Wrapper(torch.nn.Module):
+    """A loaded Hugging Face model as one head's ``forward`` (the subclasses), in the model's training mode."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.training = model.training
+
+
+class HFClassifier(_Wrapper):
     """A Hugging Face sequence classifier or causal LM as
     ``forward(input_ids, attention_mask[, token_type_ids]) -> logits``.
 
@@ -216,9 +225,7 @@ class HFClassifier(torch.nn.Module):
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
+        super().__init__(model)
         self._takes_use_cache = "use_cache" in inspect.signature(model.forward).parameters
 
     def forward(
@@ -236,29 +243,19 @@ class HFClassifier(torch.nn.Module):
         return self.model(**kwargs).logits
 
 
-class HFImageClassifier(torch.nn.Module):
+class HFImageClassifier(_Wrapper):
     """A Hugging Face image classifier (ViT...) as ``forward(pixel_values) -> logits``."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Return the classification logits, shape ``(batch, num_labels)``."""
         return self.model(pixel_values=pixel_values).logits
 
 
-class HFAudioClassifier(torch.nn.Module):
+class HFAudioClassifier(_Wrapper):
     """A Hugging Face audio classifier as ``forward(input_values | input_features) -> logits``: over the
     waveform ``[batch, samples]`` (Wav2Vec2, HuBERT, WavLM, Data2VecAudio… ``ForSequenceClassification``), or
     over log-mel features ``[batch, mel bins, frames]`` (Whisper's ``…ForAudioClassification``), whichever the
     model's ``main_input_name`` is. A clip is taken whole, with no attention mask."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
 
     def forward(self, input_values: torch.Tensor | None = None,
                 input_features: torch.Tensor | None = None) -> torch.Tensor:
@@ -267,7 +264,7 @@ class HFAudioClassifier(torch.nn.Module):
         return self.model(**given).logits
 
 
-class HFSeq2SeqLM(torch.nn.Module):
+class HFSeq2SeqLM(_Wrapper):
     """A Hugging Face encoder–decoder LM (BART, T5, Marian…) as
     ``forward(input_ids, attention_mask, decoder_input_ids) -> logits`` ``[batch, target, vocab]``.
 
@@ -276,11 +273,6 @@ class HFSeq2SeqLM(torch.nn.Module):
     relevance boundary reads them like the encoder's; ``use_cache=False``, only the logits.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
@@ -288,17 +280,12 @@ class HFSeq2SeqLM(torch.nn.Module):
                           use_cache=False).logits
 
 
-class HFVisionLM(torch.nn.Module):
-    """A Hugging Face vision–language model (LLaVA, Gemma 3…: image patches and text tokens in one sequence) as
+class HFVisionLM(_Wrapper):
+    """A Hugging Face vision–language model (Gemma 3, InternVL…: image patches and text tokens in one sequence) as
     ``forward(input_ids, attention_mask, pixel_values) -> logits`` ``[batch, positions, vocab]``. ``input_ids``
     hold the model's image token where the picture goes, as many as the picture's features
     (:attr:`HFInfo.image_tokens`), and the model writes its projected patch features there; ``use_cache=False``,
     only the logits."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 pixel_values: torch.Tensor) -> torch.Tensor:
@@ -307,15 +294,10 @@ class HFVisionLM(torch.nn.Module):
                           use_cache=False).logits
 
 
-class HFQuestionAnswering(torch.nn.Module):
+class HFQuestionAnswering(_Wrapper):
     """A Hugging Face span-QA model (``…ForQuestionAnswering``) as
     ``forward(input_ids, attention_mask[, token_type_ids]) -> (start_logits, end_logits)``,
     each ``(batch, positions)``: the explained "class" of either output is a token position."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-        self.training = model.training
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -679,13 +661,19 @@ def _processor(model_dir: Path) -> dict:
     return processor
 
 
+def _normalisation(processor: dict) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """An image processor's ``image_mean`` and ``image_std`` as tuples of floats (``None`` where it gives none)."""
+    return tuple((tuple(float(v) for v in x) if isinstance(x, list) else None)
+                 for x in (processor.get("image_mean"), processor.get("image_std")))
+
+
 def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """Labels and the input image's size from the config; the normalisation from the image
     processor's ``preprocessor_config.json`` when the directory has one."""
     config = model.config
     processor = _processor(model_dir)
     height, width = _image_size(config, processor, model_dir)
-    mean, std = processor.get("image_mean"), processor.get("image_std")
+    mean, std = _normalisation(processor)
     return HFInfo(
         model_type=config.model_type,
         labels=_labels(config),
@@ -696,8 +684,8 @@ def _image_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
         source=str(model_dir),
         task=task,
         image_size=(getattr(config, "num_channels", 3), height, width),
-        image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
-        image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
+        image_mean=mean,
+        image_std=std,
     )
 
 
@@ -736,13 +724,11 @@ def _vision_lm_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInf
     processor = _processor(model_dir)
     height, width = _image_size(vision, processor, model_dir)
     channels = getattr(vision, "num_channels", 3)
-    mean, std = processor.get("image_mean"), processor.get("image_std")
+    mean, std = _normalisation(processor)
     text = _text_info(model, model_dir, task)
     return replace(
-        text, vocab_size=max(text.vocab_size, token + 1), image_size=(channels, height, width),
-        image_mean=tuple(float(v) for v in mean) if isinstance(mean, list) else None,
-        image_std=tuple(float(v) for v in std) if isinstance(std, list) else None,
-        image_token_id=token, image_tokens=_image_tokens(model, (channels, height, width)))
+        text, vocab_size=max(text.vocab_size, token + 1), image_size=(channels, height, width), image_mean=mean,
+        image_std=std, image_token_id=token, image_tokens=_image_tokens(model, (channels, height, width)))
 
 
 def _image_tokens(model: torch.nn.Module, size: tuple[int, int, int]) -> int:
