@@ -180,6 +180,14 @@ def _vision_lm_example(info: HFInfo, batch: int, length: int) -> dict[str, torch
     return {**inputs, **_image_example(info, batch, length)}
 
 
+def _speech_example(info: HFInfo, batch: int, length: int) -> dict[str, torch.Tensor]:
+    """Log-mel features of the model's size (:func:`_audio_example`) and a target prefix of ``length − 2`` token
+    ids from the decoder start token."""
+    ids = torch.arange(batch * (length - 2)).reshape(batch, length - 2) % info.vocab_size
+    ids[:, 0] = info.decoder_start if info.decoder_start is not None else 0
+    return {**_audio_example(info, batch, length), "decoder_input_ids": ids}
+
+
 def place_image(inputs: dict[str, torch.Tensor], image_token_id: int, count: int,
                 other: int) -> dict[str, torch.Tensor]:
     """``inputs`` whose ``input_ids`` rows hold ``count`` image tokens at positions 1…count, attended, and no other
@@ -278,6 +286,20 @@ class HFSeq2SeqLM(_Wrapper):
         """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                           use_cache=False).logits
+
+
+class HFSpeechSeq2Seq(_Wrapper):
+    """A Hugging Face speech-to-text encoder–decoder (Whisper) as
+    ``forward(input_features, decoder_input_ids) -> logits`` ``[batch, target, vocab]``: the encoder reads a
+    clip's log-mel features ``[batch, mel bins, frames]`` (a whole clip, no attention mask), the decoder's ids are
+    a graph input as in :class:`HFSeq2SeqLM`; ``use_cache=False``, only the logits. The decoder's mask is given
+    (all ones): without one, transformers looks for packed sequences in the positions (``torch.diff``), which the
+    TorchScript exporter cannot write."""
+
+    def forward(self, input_features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        """Return the next-token logits at every target position, ``(batch, target, vocab)``."""
+        return self.model(input_features=input_features, decoder_input_ids=decoder_input_ids,
+                          decoder_attention_mask=torch.ones_like(decoder_input_ids), use_cache=False).logits
 
 
 class HFVisionLM(_Wrapper):
@@ -710,6 +732,20 @@ def _audio_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
                   sampling_rate=rate, normalize_audio=normalize)
 
 
+def _speech_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
+    """A speech-to-text model's: its clip's as an audio classifier's over log-mel features (:func:`_audio_info`:
+    the sampling rate, the features' size), its decoder's as an encoder–decoder LM's (:func:`_text_info`), the
+    longest target its decoder's position table covers (``max_target_positions``)."""
+    audio = _audio_info(model, model_dir, task)
+    if audio.features is None:
+        raise ValueError(f"model type {model.config.model_type!r} does not read log-mel features (input_features); "
+                         "rulegraph exports speech-to-text models over them (Whisper)")
+    text = _text_info(model, model_dir, task)
+    positions = getattr(model.config, "max_target_positions", None)
+    return replace(text, max_length=positions if isinstance(positions, int) and positions > 0 else text.max_length,
+                   sampling_rate=audio.sampling_rate, features=audio.features)
+
+
 def _vision_lm_info(model: torch.nn.Module, model_dir: Path, task: str) -> HFInfo:
     """A vision–language model's: its text side as a causal LM's (:func:`_text_info`), its picture's size from the
     vision config, the normalisation from ``preprocessor_config.json`` when the directory has one, the image
@@ -760,10 +796,13 @@ HEADS.add("causal-lm", Head("AutoModelForCausalLM", HFClassifier, (TOKENIZER_FIL
 HEADS.add("question-answering", Head("AutoModelForQuestionAnswering", HFQuestionAnswering, (TOKENIZER_FILE,),
                                      _TOKENIZER, _text_info, _token_example, outputs=("start_logits", "end_logits"),
                                      architectures=("ForQuestionAnswering",)))
-# (before the encoder–decoder LM: its class name ends alike, and the Auto class tells them apart)
+# (before the encoder–decoder LM: their class names end alike, and the Auto class tells them apart)
 HEADS.add("image-text-to-text", Head("AutoModelForImageTextToText", HFVisionLM, (TOKENIZER_FILE, PREPROCESSOR_FILE),
                                      _TOKENIZER, _vision_lm_info, _vision_lm_example,
                                      architectures=("ForConditionalGeneration",), by_auto_class=True))
+HEADS.add("speech-seq2seq", Head("AutoModelForSpeechSeq2Seq", HFSpeechSeq2Seq, (TOKENIZER_FILE, PREPROCESSOR_FILE),
+                                 {PREPROCESSOR_FILE: "the model's feature extractor"}, _speech_info, _speech_example,
+                                 architectures=("ForConditionalGeneration",), by_auto_class=True))
 HEADS.add("seq2seq-lm", Head("AutoModelForSeq2SeqLM", HFSeq2SeqLM, (TOKENIZER_FILE,), _TOKENIZER, _text_info,
                              _token_example, architectures=("ForConditionalGeneration", "MTModel")))
 

@@ -9,7 +9,7 @@ mean and unit variance where the feature extractor does that (``rulegraph.normal
 model's rate, normalised alike. Linear interpolation does not filter before it drops samples: for the
 feature extractor's own resampling, resample beforehand and give the array.
 
-A model over log-mel features (Whisper's audio classifier, ``input_features`` ``[batch, mel bins, frames]``)
+A model over log-mel features (Whisper and its audio classifier, ``input_features`` ``[batch, mel bins, frames]``)
 gets them from its own feature extractor, read from the ``preprocessor_config.json`` beside the model (which
 ``rulegraph export`` copies; it needs ``transformers``), after the clip is read and resampled as above.
 
@@ -18,6 +18,7 @@ spectrogram's summed over its mel bins).
 """
 from __future__ import annotations
 
+import math
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ class AudioInput:
     rate: int
     per_second: float
     note: str
+    filled: int | None = None       # positions along the last axis the clip fills (the rest: the extractor's padding)
 
     def describe(self) -> str:
         """One line: the input, its shape and length in seconds, what was done to the clip."""
@@ -78,10 +80,15 @@ def waveform_input(graph) -> Any:
     return next((i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 2), None)
 
 
+#: the export tasks whose float input of rank 3 is a clip's log-mel features (Whisper's classifier, Whisper)
+FEATURE_TASKS = ("audio-classification", "speech-seq2seq")
+
+
 def features_input(graph) -> Any:
-    """An audio classifier's log-mel input (its first float input ``[batch, mel bins, frames]``), or ``None``."""
+    """An audio model's log-mel input (its first float input ``[batch, mel bins, frames]``, of an export whose
+    task is one of :data:`FEATURE_TASKS`), or ``None``."""
     from .loaders.metadata import export_info
-    if export_info(graph).task != "audio-classification":
+    if export_info(graph).task not in FEATURE_TASKS:
         return None
     return next((i for i in graph.inputs if i.is_float and i.shape is not None and len(i.shape) == 3), None)
 
@@ -140,7 +147,8 @@ def _features(graph, features, audio: Any, model_path) -> AudioInput:
     seconds = samples.numel() / rate
     notes.append(f"{type(extractor).__name__}: {x.shape[1]} mel bins × {x.shape[2]} frames of {hop} samples "
                  f"({x.shape[2] * hop / rate:.2f} s; the clip is {seconds:.2f} s)")
-    return AudioInput(features.name, x, rate, rate / hop, "; ".join(notes))
+    filled = min(x.shape[2], math.ceil(samples.numel() / hop))
+    return AudioInput(features.name, x, rate, rate / hop, "; ".join(notes), filled)
 
 
 def load(audio: Any, rate: int) -> tuple["torch.Tensor", list[str]]:
@@ -201,6 +209,19 @@ def read_wav(path: Path) -> tuple["torch.Tensor", int]:
     scale = 2.0 ** (8 * width - 1)
     samples = values.reshape(frames, channels).mean(axis=1) / scale
     return torch.from_numpy(samples), rate
+
+
+def spans(length: int, filled: int | None, per_second: float, count: int = 10) -> list[tuple[int, int, str]]:
+    """A clip ``length`` positions long cut into at most ``count`` equal spans, as a generation's matrix shows it
+    (one row each): ``(first, end, label)``. Where only its first ``filled`` positions hold the clip (a feature
+    extractor pads a clip to its chunk: Whisper's 30 s), those are cut and the padding is one more span."""
+    filled = length if filled is None else max(1, min(filled, length))
+    k = min(count, filled)
+    edges = [round(i * filled / k) for i in range(k + 1)]
+    cut = [(a, b, f"{a / per_second:.2f}–{b / per_second:.2f} s") for a, b in zip(edges, edges[1:])]
+    if filled < length:
+        cut.append((filled, length, f"padding {filled / per_second:.2f}–{length / per_second:.2f} s"))
+    return cut
 
 
 def bins(relevance: "torch.Tensor", rate: float, count: int = 60) -> list[tuple[float, float, float]]:

@@ -190,8 +190,9 @@ def made_up_inputs(graph: Graph, length: int, *, tokenizer: str | Path | None = 
             low = 5 if rows > 5 else 0          # past the usual special ids, where the table has rows past them
             feeds[info.name] = (low + torch.arange(int(torch.tensor(dims).prod())) % (rows - low)).reshape(
                 dims).to(info.dtype)
-    if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text:
-        feeds["decoder_input_ids"] = feeds["input_ids"].to(feeds["decoder_input_ids"].dtype)
+    if text is not None and "decoder_input_ids" in feeds and "decoder_input_ids" not in text and "input_ids" in text:
+        # the made-up text as the target too (a speech-to-text model's decoder reads it with no source text)
+        feeds["decoder_input_ids"] = feeds.get("input_ids", text["input_ids"]).to(feeds["decoder_input_ids"].dtype)
     info = export_info(graph)
     if info.image_tokens is not None and "input_ids" in feeds:      # a vision–language model: its picture's tokens
         ids = feeds["input_ids"]

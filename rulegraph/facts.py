@@ -124,7 +124,7 @@ def dummy_inputs(graph: Graph, length: int = 5) -> dict[str, torch.Tensor]:
 #: the rank of the outputs of each head ``rulegraph export`` writes (``rulegraph.task``): ``[batch, classes]``,
 #: span QA's ``[batch, positions]``, a language model's ``[batch, positions, vocab]``
 TASK_RANKS = {"sequence-classification": 2, "image-classification": 2, "audio-classification": 2,
-              "question-answering": 2, "causal-lm": 3, "image-text-to-text": 3, "seq2seq-lm": 3}
+              "question-answering": 2, "causal-lm": 3, "image-text-to-text": 3, "seq2seq-lm": 3, "speech-seq2seq": 3}
 #: one item of inputs, or a function making them (called only when a probe runs)
 Feeds = Mapping[str, Tensor] | Callable[[], Mapping[str, Tensor]]
 

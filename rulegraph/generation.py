@@ -12,7 +12,10 @@ relevance for the logit of token ``t`` at the position that predicts it. The row
   start token (groups ``source`` / ``target``); the prefix rows after a step's position get no
   relevance (causal decoder), the source rows always do. The source-vs-prefix share of each step
   is Yang et al. 2023, "Local interpretation of transformer based on linear decomposition", ACL,
-  Sec. 4.2, Fig. 4–5 (:meth:`Generation.shares`).
+  Sec. 4.2, Fig. 4–5 (:meth:`Generation.shares`);
+* speech-to-text (Whisper): the source is a clip's log-mel features, shown as spans of time (group
+  ``audio``, :func:`rulegraph.audio.spans`: each row the relevance of its frames over all mel bins), then
+  the target prefix as above.
 
 One forward per step at most:
 
@@ -203,6 +206,17 @@ def _finite(x: float) -> float | None:
 
 
 @dataclass(frozen=True)
+class Clip:
+    """A speech-to-text model's clip in a generation: its log-mel features (the input ``name``), the source of
+    every step, shown as the rows ``spans`` (``(first frame, end frame, label)``, :func:`rulegraph.audio.spans`)."""
+
+    name: str
+    features: Tensor
+    spans: tuple[tuple[int, int, str], ...]
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Picture:
     """A vision–language model's picture in a generation: its preprocessed pixels (the input ``name``), given at
     every step, and its ``tokens`` image tokens at position ``at`` of the sequence, one row of the matrix."""
@@ -217,17 +231,17 @@ class _Layout:
     """How a language model's token sequences become its inputs and the matrix rows.
 
     Decoder-only: the sequence is the prompt and what follows it; rows are the sequence.
-    Encoder–decoder: the source is fixed; the sequence is the target prefix (from the decoder's
-    start token); rows are the source, then the prefix."""
+    Encoder–decoder: the source is fixed (token ids, or a speech-to-text model's clip); the sequence is the
+    target prefix (from the decoder's start token); rows are the source, then the prefix."""
 
     def __init__(self, graph, output: str, source: list[int] | None, special: list[bool] | None = None,
-                 picture: Picture | None = None):
+                 picture: Picture | None = None, clip: Clip | None = None):
         self.graph, self.output, self.source, self.given_special = graph, output, source, special
-        self.picture = picture
+        self.picture, self.clip = picture, clip
         names = [i.name for i in graph.inputs]
         self.sequence_input = PREFIX if source is not None else "input_ids"
         fill = {"input_ids", "attention_mask", "token_type_ids"} | ({PREFIX} if source is not None else set()) | \
-            ({picture.name} if picture is not None else set())
+            {x.name for x in (picture, clip) if x is not None}
         missing = [n for n in names if n not in fill]
         if missing:
             raise InputError(f"generation fills {', '.join(sorted(fill))}; the model also takes {', '.join(missing)}")
@@ -239,6 +253,8 @@ class _Layout:
     def feeds(self, sequence: list[int]) -> dict[str, Tensor]:
         """The graph's inputs for ``sequence`` (all-ones masks, zero token types)."""
         seq = torch.tensor([sequence], dtype=torch.int64)
+        if self.clip is not None:
+            return {self.clip.name: self.clip.features, PREFIX: seq}
         ids = torch.tensor([self.source], dtype=torch.int64) if self.encoder_decoder else seq
         feeds = token_feeds(self.graph, ids, prefix=seq if self.encoder_decoder else None)
         return feeds if self.picture is None else {**feeds, self.picture.name: self.picture.pixels}
@@ -266,6 +282,13 @@ class _Layout:
                    *seq[at + n:]]
         if not self.encoder_decoder:
             return seq
+        if self.clip is not None:           # the clip's spans: each its frames' relevance over all mel bins
+            frames = e.boundary.get(self.clip.name) if e.boundary else None
+            if frames is None or frames.dim() != 3:
+                raise InputError(f"{e.method} gives no relevance per frame of the clip's {self.clip.name}; a "
+                                 "generation's rows need it: use a rule set (attnlrp, gi…) or ig")
+            over_time = frames[0].double().sum(0)
+            return [float(over_time[a:b].sum()) for a, b, _ in self.clip.spans] + seq
         return e.relevance["input_ids"][0].double().tolist() + seq
 
 
@@ -275,7 +298,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
              output: str | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True,
              score: str = "logit", ignore_eos: bool = False, progress: Callable[[int], None] | None = None,
              steps: int | None = None, options: dict[str, Any] | None = None, span: bool = False,
-             image: Any = None, **method_options: Any) -> Generation:
+             image: Any = None, audio: Any = None, **method_options: Any) -> Generation:
     """Generate up to ``max_new_tokens`` tokens greedily after a prompt (or take ``continuation``)
     and explain each.
 
@@ -303,7 +326,10 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     forward and walk (:class:`Span`, ``Generation.span``; a rule set's, as objectives are). ``image``: a
     vision–language model's picture (as :func:`rulegraph.explain` takes it): its image tokens go after the
     prompt's leading special tokens, its pixels are given at every step, and it is one row of the matrix
-    (group ``picture``), the relevance of its pixels.
+    (group ``picture``), the relevance of its pixels. ``audio``: a speech-to-text model's clip (Whisper; as
+    :func:`rulegraph.explain` takes it: a WAV file's path or samples at the model's rate), its source in place
+    of a prompt: its log-mel features are given at every step, and its spans of time are the first rows (group
+    ``audio``); the tokens are named by the ``tokenizer.json`` beside the model, where there is one.
     """
     from .interpreter import prepare
     from .loaders import load
@@ -367,7 +393,13 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         encoder = TextEncoder.for_model(graph, path, tokenizer)
     if inputs is not None and not isinstance(inputs, dict):
         raise InputError(f"inputs must be a dict of input name → token ids, got a {type(inputs).__name__}")
-    if (text is None) == (inputs is None or inputs.get("input_ids") is None):
+    clip = _clip(graph, audio, model)
+    if clip is not None:
+        if text is not None or (inputs or {}).get("input_ids") is not None:
+            raise InputError("a speech-to-text model's source is its clip (audio=…): give no text=… or input_ids",
+                             cli="a speech-to-text model's source is its clip (--audio): give no --text or input_ids")
+        encoder = encoder or _tokenizer_beside(graph, model)
+    elif (text is None) == (inputs is None or inputs.get("input_ids") is None):
         raise InputError("give the prompt as text=… or as inputs={'input_ids': …}, not both"
                          if text is not None else "give the prompt as text=… or as inputs={'input_ids': …}")
     encoder_decoder = PREFIX in graph.input_names
@@ -380,9 +412,11 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         encoding = encoder.tokenizer.encode(text)
         prompt, special = list(encoding.ids), [bool(s) for s in encoding.special_tokens_mask]
         vocab = Vocab.from_tokenizer(encoder.tokenizer)
+    elif clip is not None:
+        prompt = []                         # the source is the clip
     else:
         prompt = _ids(inputs, "input_ids")
-    if not prompt:
+    if not prompt and clip is None:
         raise InputError("the prompt has no tokens")
     picture, prompt, special = _with_picture(graph, image, prompt, special)
     given = _continuation(encoder, continuation)
@@ -403,7 +437,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     output = output or graph.outputs[0]
     if output not in graph.outputs:
         raise InputError(f"no graph output named {output!r}; outputs: {', '.join(graph.outputs)}")
-    layout = _Layout(graph, output, prompt if encoder_decoder else None, special, picture)
+    layout = _Layout(graph, output, prompt if encoder_decoder else None, special, picture, clip)
     context = start if encoder_decoder else prompt          # what the generated tokens follow
 
     # is it a language model, and does the sequence fit? (before any real work)
@@ -457,7 +491,10 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
                         absorbed=None if c is None else c.absorbed, breaks=None if c is None else c.breaks,
                         residual=None if c is None else c.residual,
                         relative_error=None if c is None else c.relative_error)
-    if encoder_decoder:
+    if clip is not None:
+        rows = [label for _, _, label in clip.spans] + _texts(encoder, shown)
+        groups = ["audio"] * len(clip.spans) + ["target"] * len(shown)
+    elif encoder_decoder:
         rows = _texts(encoder, prompt) + _texts(encoder, shown)
         groups = ["source"] * len(prompt) + ["target"] * len(shown)
     else:
@@ -471,7 +508,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         rows=rows, groups=groups, steps=found, method=chosen.name,
         mode="greedy" if given is None else "continuation", prompt=text,
         continuation=encoder.tokenizer.decode([s.token for s in found]) if encoder is not None else None,
-        span=together)
+        span=together, extra={} if clip is None else {"audio": clip.record})
 
 
 def _with_picture(graph, image: Any, prompt: list[int], special: list[bool] | None
@@ -500,6 +537,38 @@ def _with_picture(graph, image: Any, prompt: list[int], special: list[bool] | No
     ids = insert_image_tokens({"input_ids": torch.tensor([prompt])}, info.image_token_id, info.image_tokens, at)
     flags = None if special is None else [*special[:at], *[True] * info.image_tokens, *special[at:]]
     return Picture(picture.name, picture.tensor, at, info.image_tokens), ids["input_ids"][0].tolist(), flags
+
+
+def _clip(graph, audio: Any, model: Any) -> Clip | None:
+    """A speech-to-text model's clip: its log-mel features as :func:`rulegraph.explain` makes them
+    (:func:`rulegraph.audio.audio_input`) and their spans of time; ``None`` for another model. Refused: a clip for
+    another model, none for a speech-to-text model."""
+    from .audio import AudioInput, audio_input, features_input, spans
+    speech = PREFIX in graph.input_names and features_input(graph) is not None
+    if not speech:
+        if audio is not None:
+            raise InputError(f"audio= is a speech-to-text model's clip; this model takes "
+                             f"{', '.join(graph.input_names)}", cli=f"--audio is a speech-to-text model's clip in a generation; this model takes "
+                                 f"{', '.join(graph.input_names)}")
+        return None
+    if audio is None:
+        raise InputError("this speech-to-text model's source is a clip: give audio=… (a WAV file or samples)",
+                         cli="this speech-to-text model's source is a clip: give --audio FILE.wav")
+    sound = audio if isinstance(audio, AudioInput) else \
+        audio_input(graph, audio, model if isinstance(model, (str, Path)) else graph.path)
+    cut = spans(sound.tensor.shape[-1], sound.filled, sound.per_second)
+    return Clip(sound.name, sound.tensor, tuple(cut), {**sound.extra, "note": sound.note,
+                                                        "spans": [[a, b] for a, b, _ in cut]})
+
+
+def _tokenizer_beside(graph, model: Any):
+    """The :class:`~rulegraph.text.TextEncoder` of the ``tokenizer.json`` beside the model, or ``None``: a
+    speech-to-text model's tokens are named by it where it is there, else shown as ids."""
+    from .text import TextEncoder
+    path = model if isinstance(model, (str, Path)) else graph.path
+    if path is None or TextEncoder.beside(path) is None:
+        return None
+    return TextEncoder.for_model(graph, path, None)
 
 
 def _has_prefix(inputs: Any) -> bool:

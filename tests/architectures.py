@@ -314,6 +314,11 @@ def render() -> str:
         "over the tokens and the pixels together, and `gi` equals autograd Gradient×Input at both. LLaVA is",
         "refused at export (its image features are split per picture at the traced batch).",
         "",
+        "**Speech to text** (Whisper, `tests/exporters/test_speech.py`): exported as task `speech-seq2seq`",
+        "(log-mel features and the decoder's ids in); every relevance rule set above conserves over the",
+        "features and the target prefix, `gi` equals autograd Gradient×Input at both, and a generation's matrix",
+        "holds the clip as spans of time (`rulegraph explain --audio FILE.wav --generate N`).",
+        "",
         "| family | exporter | " + " | ".join(sets) + " | exercises |",
         "|---|---|" + "---|" * len(sets) + "---|",
     ]

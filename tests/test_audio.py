@@ -19,21 +19,7 @@ from rulegraph.errors import InputError
 from shell import rulegraph as run_cli
 
 RATE = clips.RATE
-
-
-def write_wav(path: Path, frames: np.ndarray, *, width: int, rate: int) -> Path:
-    """``frames`` ``[n, channels]`` of integers written as PCM of ``width`` bytes (8-bit: unsigned)."""
-    data = frames.astype(np.int64)
-    if width == 1:
-        raw = (data + 128).astype(np.uint8).tobytes()
-    else:
-        raw = b"".join(int(v).to_bytes(width, "little", signed=True) for v in data.reshape(-1))
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(frames.shape[1])
-        w.setsampwidth(width)
-        w.setframerate(rate)
-        w.writeframes(raw)
-    return path
+write_wav, tone = clips.write_wav, clips.tone
 
 
 @pytest.mark.parametrize("width", audio.WIDTHS)
@@ -93,12 +79,6 @@ def model(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wav2vec2")
     clips.waveform_classifier(folder / "hf", labels=2)
     return export_hf(folder / "hf", folder / "out")
-
-
-def tone(path: Path, rate: int = 16_000, seconds: float = 0.3) -> Path:
-    t = np.arange(int(rate * seconds)) / rate
-    wave_ = (0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype(np.int64)
-    return write_wav(path, np.stack([wave_, wave_ // 2], 1), width=2, rate=rate)
 
 
 def test_audio_fills_the_waveform_input_as_the_export_says(model, tmp_path):
@@ -187,3 +167,14 @@ def test_a_log_mel_model_gets_its_feature_extractors_frames(tmp_path, capsys):
     assert "input_features: relevance over time, 100 frames at 8000 Hz" in capsys.readouterr().out
     with pytest.raises(InputError, match="must lie beside the model"):
         audio.audio_input(rulegraph.load(path), np.zeros(100))
+
+
+def test_a_clip_is_cut_into_spans_of_time_and_its_padding_is_one_more():
+    """A generation's rows of a clip (``audio.spans``): at most ``count`` equal spans of the frames the clip fills,
+    covering them once, then the extractor's padding as one span; a clip shorter than ``count`` frames, a frame each."""
+    cut = audio.spans(100, 80, 100.0)
+    assert [(a, b) for a, b, _ in cut] == [(8 * i, 8 * i + 8) for i in range(10)] + [(80, 100)]
+    assert cut[0][2] == "0.00–0.08 s" and cut[-1][2] == "padding 0.80–1.00 s"
+    assert [(a, b) for a, b, _ in audio.spans(7, None, 10.0, count=3)] == [(0, 2), (2, 5), (5, 7)]
+    assert [(a, b) for a, b, _ in audio.spans(50, 3, 50.0)] == [(0, 1), (1, 2), (2, 3), (3, 50)]
+    assert [(a, b) for a, b, _ in audio.spans(4, 9, 1.0)] == [(0, 1), (1, 2), (2, 3), (3, 4)]

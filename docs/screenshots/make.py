@@ -1,13 +1,14 @@
-"""The docs' screenshots: the four pages `rulegraph explain --html` writes, in headless Chromium.
+"""The docs' screenshots: the pages `rulegraph explain --html` writes, in headless Chromium.
 
-    python docs/screenshots/make.py [--out docs/screenshots] [--keep FOLDER]
+    python docs/screenshots/make.py [--out docs/screenshots] [--keep FOLDER] [--pages NAME ...]
 
 Pages: a text classifier (the demo sentiment model of `make demo` when .cache/sentiment-minilm
 holds it, else a tiny BERT), a decoder-only language model's generation, an encoder–decoder's
-explained target, and an image classifier. Every model but the demo model is built here from a
-`transformers` config with RANDOM weights over a small English word vocabulary, saved with
-``save_pretrained`` and exported with `rulegraph export` (nothing is downloaded): their words and
-heatmaps are arbitrary and show what the pages look like, not what a trained model relies on.
+explained target, an image classifier, a vision–language model's picture and text, an audio
+classifier's clip, and a speech-to-text model's generation over a clip. Every model but the demo
+model is built here from a `transformers` config with RANDOM weights over a small English word
+vocabulary, saved with ``save_pretrained`` and exported with `rulegraph export` (nothing is
+downloaded): their words and heatmaps are arbitrary and show what the pages look like, not what a trained model relies on.
 Chromium is Debian's (``apt-get install chromium``); each page is shot at its full height.
 """
 from __future__ import annotations
@@ -20,8 +21,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import wave
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 from PIL import Image, ImageDraw
@@ -76,6 +79,18 @@ def picture(path: Path) -> Path:
     return path
 
 
+def clip(path: Path, rate: int = 16_000) -> Path:
+    """A second of a 220 Hz tone swelling and fading, then a 440 Hz one, as 16-bit PCM."""
+    t = np.arange(rate) / rate
+    tone = np.sin(2 * np.pi * np.where(t < 0.5, 220, 440) * t) * np.exp(-((t % 0.5 - 0.25) / 0.1) ** 2)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((0.5 * tone * 32767).astype("<i2").tobytes())
+    return path
+
+
 def pages(work: Path) -> dict[str, list[str]]:
     """Each page's `rulegraph explain` arguments (its model built and exported in ``work``)."""
     torch.manual_seed(0)
@@ -104,6 +119,33 @@ def pages(work: Path) -> dict[str, list[str]]:
     vit = transformers.ViTForImageClassification(transformers.ViTConfig(
         image_size=32, patch_size=4, num_channels=3, **SMALL, id2label=dict(enumerate(labels)),
         label2id={name: i for i, name in enumerate(labels)}, attn_implementation="eager")).eval()
+    torch.manual_seed(7)
+    vocab = [*WORDS, "<image>"]
+    gemma = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
+        vision_config=transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                      num_attention_heads=2, image_size=32, patch_size=8).to_dict(),
+        text_config=transformers.Gemma3TextConfig(vocab_size=len(vocab), **SMALL, num_key_value_heads=1,
+                                                  head_dim=16, pad_token_id=0, bos_token_id=None,
+                                                  eos_token_id=None).to_dict(),
+        image_token_index=len(WORDS), mm_tokens_per_image=4)).eval()
+    torch.nn.init.normal_(gemma.model.multi_modal_projector.mm_input_projection_weight, std=0.3)   # starts at zero
+    words = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    torch.manual_seed(5)
+    w2v = transformers.Wav2Vec2ForSequenceClassification(transformers.Wav2Vec2Config(
+        **SMALL, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=4, id2label={0: "speech", 1: "music"}, label2id={"speech": 0, "music": 1},
+        attn_implementation="eager")).eval()
+    torch.manual_seed(8)
+    whisper = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(
+        vocab_size=len(WORDS), d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+        max_source_positions=100, max_target_positions=32, pad_token_id=0, bos_token_id=2, eos_token_id=eos,
+        decoder_start_token_id=eos, attn_implementation="eager")).eval()
+    (work / "whisper" / "hf").mkdir(parents=True, exist_ok=True)
+    transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=16_000, hop_length=80, chunk_length=1,
+                                         n_fft=400).save_pretrained(work / "whisper" / "hf")
+    sound = clip(work / "clip.wav").name
     return {
         "classifier": [*classifier, "-r", "lrp-ah-ln"],
         "generation": [str(exported(gpt2, work / "gpt2", tokenizer())), "-r", "attnlrp",
@@ -112,6 +154,11 @@ def pages(work: Path) -> dict[str, list[str]]:
                             "-t", "the old king found a small letter", "--continuation", "the king found a letter"],
         "image": [str(exported(vit, work / "vit")), "-r", "attnlrp", "--image", picture(work / "picture.png").name,
                   "--size", "32", "--resize", "32"],
+        "vision-language": [str(exported(gemma, work / "gemma", words)), "-r", "attnlrp", "--image",
+                            picture(work / "picture.png").name, "--text", "the sun on a green field"],
+        "audio": [str(exported(w2v, work / "wav2vec2")), "-r", "attnlrp", "--audio", sound],
+        "speech": [str(exported(whisper, work / "whisper", tokenizer())), "-r", "attnlrp", "--audio", sound,
+                   "--generate", "4", "--ignore-eos"],
     }
 
 
@@ -145,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots")
     parser.add_argument("--keep", type=Path, help="build the models and pages in this folder (default: a temporary one)")
+    parser.add_argument("--pages", nargs="+", metavar="NAME", help="shoot only these pages (default: every one)")
     args = parser.parse_args(argv)
     transformers.logging.set_verbosity_error()
     with tempfile.TemporaryDirectory(prefix="rulegraph-screenshots-") as temporary:
@@ -154,12 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         shot, here = {}, Path.cwd()
         try:
             os.chdir(work)              # the pages name their models by paths from here
-            for name, argv_ in pages(work).items():
-                if cli(["explain", *argv_, "--html", f"{name}.html", "--force"]) != 0:
+            made = pages(work)
+            chosen = args.pages or list(made)
+            unknown = sorted(set(chosen) - set(made))
+            if unknown:
+                sys.exit(f"unknown page {unknown[0]!r}; pages: {', '.join(made)}")
+            for name in chosen:
+                if cli(["explain", *made[name], "--html", f"{name}.html", "--force"]) != 0:
                     return 1
         finally:
             os.chdir(here)
-        for name in ("classifier", "generation", "encoder-decoder", "image"):
+        for name in chosen:
             shot[name] = screenshot(work / f"{name}.html", args.out.resolve() / f"{name}.png")
         print(json.dumps({name: f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path} "
                                 f"({path.stat().st_size // 1024} kB, {Image.open(path).size[0]}×{Image.open(path).size[1]})"

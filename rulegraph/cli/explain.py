@@ -74,20 +74,27 @@ def explain_cmd(model, rules, method, method_option, texts, question, tokenizer,
             raise InputError("--graph draws one explanation: a language model's next token, without --generate / "
                              "--continuation (the API's explain(…, graph=True) takes any one of its positions)")
         from ..loaders.metadata import export_info
+        from ..audio import features_input
         pictured = export_info(graph).image_tokens is not None       # a vision–language model reads --image too
-        if image_path is not None and not pictured or audio_path is not None or question is not None:
-            raise InputError("--generate/--continuation explains a language model's text (and a vision–language "
-                             "model's picture); --image for another model, --audio and --question do not apply")
-        picture = None
+        speech = features_input(graph) is not None                   # a speech-to-text model reads --audio
+        if image_path is not None and not pictured or audio_path is not None and not speech or question is not None:
+            raise InputError("--generate/--continuation explains a language model's text (with a vision–language "
+                             "model's picture, or a speech-to-text model's clip); --image or --audio for another "
+                             "model, and --question, do not apply")
+        picture = clip = None
         if image_path is not None:
             from ..image import image_input
             picture = image_input(graph, image_path, size=image_size, resize=image_resize, mean=image_mean,
                                   std=image_std)
             err.print(f"[dim]{escape(picture.describe())}[/]")
+        if audio_path is not None:
+            from ..audio import audio_input
+            clip = audio_input(graph, audio_path, model)
+            err.print(f"[dim]{escape(clip.describe())}[/]")
         from .generation import explain_generation
         return explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs,
                                   generate_n, continuation, batch, opts, json_path, html_path, png_path, force,
-                                  ignore_eos, span, picture)
+                                  ignore_eos, span, picture, clip, image_path or audio_path)
     if rules:
         options = pass_arguments(RuleSet.load(rules), opts)
     if graph_paths:

@@ -24,7 +24,8 @@ from .console import err, out
               help="the head to export: sequence-classification, image-classification, audio-classification "
                    "(input input_values, the waveform), causal-lm, question-answering (outputs start_logits, "
                    "end_logits), image-text-to-text (a vision–language model: inputs input_ids, attention_mask, "
-                   "pixel_values) or seq2seq-lm (inputs input_ids, attention_mask, decoder_input_ids); "
+                   "pixel_values), speech-seq2seq (Whisper: inputs input_features, decoder_input_ids) or seq2seq-lm "
+                   "(inputs input_ids, attention_mask, decoder_input_ids); "
                    "default: the one config.json's architectures names")
 @click.option("--external-data-above", "external_mib", type=click.FloatRange(min=0), default=1024, show_default=True,
               metavar="MIB", help="ONNX: above this many MiB of weights (0: always; over 2 GiB: always) write them to "

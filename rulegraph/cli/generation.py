@@ -41,8 +41,9 @@ def generation_options(f):
 
 def explain_generation(graph, model, rules, method, options, texts, tokenizer, raw_inputs, steps,
                        continuation, batch, opts, json_path, html_path, png_path, force, ignore_eos=False,
-                       span=False, picture=None) -> None:
-    """Refuse what does not apply to generation, run it with a progress bar, show and write it."""
+                       span=False, picture=None, clip=None, media=None) -> None:
+    """Refuse what does not apply to generation, run it with a progress bar, show and write it (``media``: the
+    picture's or the clip's file, which no output may overwrite)."""
     import torch
 
     from ..generation import generate
@@ -62,13 +63,16 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
     if len(texts) > 1:
         raise InputError("--generate/--continuation takes one prompt: give --text once")
     inputs = parse_inputs(graph, raw_inputs) if raw_inputs else {}
-    if bool(texts) == ("input_ids" in inputs):
+    if clip is not None:
+        if texts or "input_ids" in inputs:
+            raise InputError("a speech-to-text model's source is its clip (--audio): give no --text or input_ids")
+    elif bool(texts) == ("input_ids" in inputs):
         raise InputError("give the prompt with --text \"…\" or --input input_ids=1,2,3, not both"
                          if texts else "give the prompt with --text \"…\" (or --input input_ids=1,2,3)")
     if continuation is not None and not continuation.strip():
         raise InputError("--continuation is empty")
     options = {**options, **pass_arguments(RuleSet.load(rules) if rules else None, opts)}
-    reads = read_files(model, tokenizer, rules, raw_inputs)
+    reads = read_files(model, tokenizer, rules, raw_inputs, media)
     check_outputs([(json_path, "--json"), (html_path, "--html"), (png_path, "--png")], force, reads)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TimeRemainingColumn(), console=err,
@@ -79,7 +83,8 @@ def explain_generation(graph, model, rules, method, options, texts, tokenizer, r
                      continuation=continuation, tokenizer=tokenizer if tokenizer or texts else None,
                      batch=batch, output=opts["output_name"], device=opts["device"],
                      dtype=getattr(torch, opts["dtype"]), score=opts.get("score") or "logit", ignore_eos=ignore_eos,
-                     progress=lambda k: progress.advance(task, k), span=span, image=picture, **options)
+                     progress=lambda k: progress.advance(task, k), span=span, image=picture, audio=clip,
+                     **options)
     g.extra["model"] = str(model)
     if not (json_path is not None and str(json_path) == "-"):
         if g.continuation is not None:

@@ -189,6 +189,10 @@ def _audit(e) -> str:
 
 # -- a generation's matrix ---------------------------------------------------------------------
 
+#: what a generation's first row group is called on its page (a decoder-only model's: "prompt")
+SOURCES = {"source": "source", "audio": "clip"}
+
+
 def generation_fragment(g, model: str = "") -> str:
     """The matrix as a coloured table (hover for exact values) and the steps, without the page."""
     head = "".join(f"<th><div>{html.escape(c)}</div></th>" for c in g.drawn()[0])
@@ -207,13 +211,13 @@ def generation_fragment(g, model: str = "") -> str:
         steps += (f"<tr><td>Σ</td><td>the span</td><td></td><td>{g.span.output_value:.5g}</td>"
                   + "<td></td>" * len(shares)
                   + f"<td>{'' if g.span.residual is None else f'{g.span.residual:+.2e}'}</td></tr>")
-    prompt = html.escape(g.prompt or "")
+    prompt = html.escape(g.prompt or g.extra.get("audio", {}).get("note", ""))       # a clip: what was done to it
     generated = html.escape(g.continuation or "")
     model_line = f"model {html.escape(model)}, " if model else ""
     return (
         f'<div class="rulegraph-matrix"><style>{_MATRIX_CSS.replace("LAST", g.groups[-1] if g.groups else "x")}</style>'
         f"<p><small>{model_line}method <code>{html.escape(g.method)}</code>, {g.mode}</small></p>"
-        f"<p>{'source' if g.groups and g.groups[0] == 'source' else 'prompt'}: <b>{prompt}</b><br>"
+        f"<p>{SOURCES.get(g.groups[0] if g.groups else '', 'prompt')}: <b>{prompt}</b><br>"
         f"{'generated' if g.mode == 'greedy' else 'continuation'}: <b>{generated}</b></p>"
         f'<p class="legend"><span style="background:rgb{POSITIVE};color:#fff">for the generated token</span>'
         f'<span style="background:rgb{NEGATIVE};color:#fff">against it</span> each column on its own scale; '

@@ -230,7 +230,7 @@ CASES = [
     ("generate-alpha-relevance", [*E, "-r", "gi", *T, "--generate", "2", "--alpha", "signed"],
      "--alpha applies to rule sets with `pass: decomposition` only"),
     ("batch-without-continuation", [*E, "-r", "gi", *T, "--batch", "4"], "--batch applies to --continuation"),
-    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image for another model, --audio and --question do not apply"),
+    ("generate-image", [*E, "-r", "gi", "--image", "{dir}/ok.yaml", "--generate", "2"], "--image or --audio for another model, and --question, do not apply"),
     ("audit-json-exists", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}/existing.json"], "exists; pass --force"),
     ("audit-json-directory", ["audit", "{model}", "-r", "gi", *T, "--json", "{dir}"], "is a directory"),
     # options

@@ -1,8 +1,9 @@
 """examples/notebook/rulegraph.ipynb runs top to bottom in a real kernel (nbclient + ipykernel, this
 interpreter), every cell without error, and what it shows holds up: each result type's HTML view
 (``_repr_html_`` of an explanation, a batch, a baseline, a generation, an encoder–decoder's
-generation, an image explanation, a clip's) loaded in headless Chromium has a coloured span per token, a matrix
-cell per row and generated token (a T5 in memory too), a picture (an image given as ``image=``) that decodes, and leaves the notebook's own page alone;
+generation, an image explanation, a clip's, a generation over a clip) loaded in headless Chromium has a coloured
+span per token, a matrix cell per row and generated token (a T5 in memory and Whisper's clip rows too), a picture
+(an image given as ``image=``) that decodes, and leaves the notebook's own page alone;
 the figures are there. The notebook's results are read back from the kernel after its last cell."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rulegraph.image import IMAGENET_MEAN, IMAGENET_STD
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook" / "rulegraph.ipynb"
 #: the cells' tags whose HTML output is checked; each names the variable it shows
 VIEWS = {"classifier": "e", "batch": "batch", "baseline": "ig", "generation": "g", "encoder-decoder": "s",
-         "t5": "t", "image": "v", "audio": "a"}
+         "t5": "t", "image": "v", "audio": "a", "speech": "heard"}
 #: run after the notebook's cells: what the views should show, from the objects themselves
 FACTS = """
 import json as _json
@@ -26,7 +27,7 @@ _facts = {tag: {"texts": x.texts, "scores": [x.scores(None, i) for i in range(x.
                 "audited": x.audit is not None}
           for tag, x in {"classifier": e, "batch": batch, "baseline": ig}.items()}
 _facts.update({tag: {"rows": x.rows, "columns": x.columns, "matrix": x.to_dict()["matrix"], "groups": x.groups}
-               for tag, x in {"generation": g, "encoder-decoder": s, "t5": t}.items()})
+               for tag, x in {"generation": g, "encoder-decoder": s, "t5": t, "speech": heard}.items()})
 _facts["image"] = {"labels": v.labels, "target": v.target, "pixels": list(v.pixels["pixel_values"].shape),
                    "normalization": v.normalization}
 _facts["audio"] = {"audio": a.extra["audio"], "clip": list(a.clip["input_values"].shape), "ok": a.audit.ok}
@@ -89,6 +90,8 @@ def test_the_notebook_runs_and_shows_every_result(executed):
                               "clip": [1, 4000], "ok": True}             # audio=: an array at the assumed 16 kHz
     t5 = facts["t5"]                                             # a T5 in memory, generating greedily
     assert len(t5["columns"]) == 3 and t5["groups"].count("source") == 7          # the source's seven words
+    speech = facts["speech"]                                     # Whisper over the quarter-second clip
+    assert speech["groups"] == ["audio"] * 11 + ["target"] * 4 and speech["rows"][-5] == "padding 0.25–1.00 s"
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (Debian: apt-get install "
@@ -109,7 +112,7 @@ def test_the_notebooks_html_views_in_chromium(executed, tmp_path):
             assert [float(s["score"]) for s in spans] == pytest.approx(scores[:len(texts)], rel=1e-5, abs=1e-9)
             assert all(s["width"] > 0 and s["ink"] in ("rgb(0, 0, 0)", "rgb(255, 255, 255)") for s in spans)
         assert shown["transparent"] == 0 and (shown["tables"] > 0) == expected["audited"], tag
-    for tag in ("generation", "encoder-decoder", "t5"):
+    for tag in ("generation", "encoder-decoder", "t5", "speech"):
         (matrix,) = report["views"][tag]["matrices"]
         expected = facts[tag]
         assert matrix["header"] == len(expected["columns"]) and [r["token"] for r in matrix["rows"]] == expected["rows"]
