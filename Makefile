@@ -20,8 +20,10 @@ setup: $(STAMP)
 demo: setup  ## fine-tune + export the MiniLM sentiment model once (cached in .cache/), then explain a few sentences
 	$(PY) examples/sentiment/demo.py
 
+# The suite runs on two worker processes (pytest-xdist), a test module to a worker, each worker's torch on one
+# thread (tests/conftest.py): about 12 minutes on two cores where one process took 19.
 test: setup  ## the test suite (tiny random-weight models, no network)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB model + IMDB language model + `rulegraph evaluate` + `rulegraph tune` on the demo, IMDB and language models (resumable)
 	$(PY) examples/sentiment/demo.py

@@ -1,5 +1,8 @@
-"""Shared fixtures: tiny random-weight transformers exported once per session."""
+"""Shared fixtures: tiny random-weight transformers exported once per session (once per worker process where
+pytest-xdist runs the suite, as ``make test`` does)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -45,6 +48,10 @@ def causal_lm(request, tmp_path_factory):
     return module, export_hf(folder / "hf", folder / "export")
 
 
+#: torch's threads in a test: two, or one in each of pytest-xdist's worker processes (two workers share two cores)
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
 @pytest.fixture(autouse=True)
 def _threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
