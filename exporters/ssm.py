@@ -27,6 +27,7 @@ layer (Mamba-130m's 1,536 × 16 at 128 tokens: 400 M), ``heads × length²`` for
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 import torch
@@ -98,7 +99,8 @@ def chunk_scan(hidden_states: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tenso
     y = torch.matmul(kernel, x)                                                          # [b, g, r, L, p]
     if D is not None:
         y = y + x * D.to(dt.dtype).reshape(groups, heads // groups)[..., None, None]
-    out = y.reshape(batch, heads, length, p).transpose(1, 2).to(hidden_states.dtype)   # [b, L, heads, p]
+    # [b, L, heads, p], laid out as transformers' scan returns it (Falcon-H1 views it as [b, L, heads·p])
+    out = y.reshape(batch, heads, length, p).transpose(1, 2).contiguous().to(hidden_states.dtype)
     if not return_final_states:
         return out
     since = torch.exp((S[..., -1:] - S) * A[..., None]) * dt                             # [b, g, r, s]
@@ -130,11 +132,16 @@ def restore_scan(model: torch.nn.Module) -> None:
 
 
 def _scan_owner(module: torch.nn.Module):
-    """The Python module that defines ``module``'s class, where that class is a mixer (its name ends in
-    ``Mixer``) and the Python module defines one of :data:`SCANS`; else ``None``."""
+    """The Python module that defines ``module``'s class, where that class is a mixer: one of its methods calls a
+    scan of :data:`SCANS` that the Python module defines (``MambaMixer.slow_forward``,
+    ``GraniteMoeHybridMambaLayer.forward``…); else ``None``."""
     owner = sys.modules.get(type(module).__module__)
-    found = any(callable(getattr(owner, name, None)) for name in SCANS)
-    return owner if found and type(module).__name__.endswith("Mixer") else None
+    defined = [name for name in SCANS if callable(getattr(owner, name, None))]
+    if not defined:
+        return None
+    called = {name for f in vars(type(module)).values() if callable(f)
+              for name in getattr(getattr(inspect.unwrap(f), "__code__", None), "co_names", ())}
+    return owner if called.intersection(defined) else None
 
 
 class _Quadratic:

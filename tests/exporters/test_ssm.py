@@ -85,6 +85,19 @@ OTHERS = {
                dict(intermediate_size=32, num_attention_heads=2, num_key_value_heads=2, mamba_d_state=4,
                     mamba_d_conv=3, mamba_expand=2, mamba_headdim=8, n_mamba_heads=4, mamba_ngroups=1, chunk_size=4,
                     layers_block_type=["mamba", "hybrid"], hybrid_layer_ids=[1], attn_implementation="eager")),
+    "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM",          # attention and Mamba2 side by side in a layer
+                  dict(intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=8, mamba_d_ssm=32,
+                       mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=1, mamba_d_state=4, mamba_d_conv=3,
+                       mamba_expand=2, mamba_chunk_size=4, attn_implementation="eager")),
+    "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",    # its mixer: …MambaLayer
+                         dict(intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, num_local_experts=2,
+                              num_experts_per_tok=1, shared_intermediate_size=32, mamba_n_heads=4, mamba_d_head=8,
+                              mamba_n_groups=1, mamba_d_state=4, mamba_d_conv=3, mamba_expand=2, mamba_chunk_size=4,
+                              layer_types=["mamba", "attention"], attn_implementation="eager")),
+    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM",
+                   dict(intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                        mamba_num_heads=4, mamba_head_dim=8, n_groups=1, ssm_state_size=4, conv_kernel=3, expand=2,
+                        chunk_size=4, hybrid_override_pattern="M*", attn_implementation="eager")),
 }
 
 
