@@ -3,7 +3,10 @@
 Each trial's choice (:meth:`~rulegraph.tune.space.Space.sample`) is written as a rule file
 (``DIR/trials/NNNN.yaml``, derived from the starting rule set) and scored by the evaluation
 (:class:`rulegraph.evaluate.runner.Evaluation`, as ``rulegraph evaluate`` scores a method) on the
-tune part, its results kept in ``DIR/evals/tune-NNNN`` (so an interrupted trial resumes too). Its
+tune part, its results kept in ``DIR/evals/tune-NNNN`` (so an interrupted trial resumes too). A trial
+whose rule file is one an earlier finished trial wrote (the sampler often returns to the best choice, e.g.
+the z-rule, once its random start-up is over) takes that trial's score and audit, not a second
+evaluation of the same rules (``same_as`` in ``trials.parquet``). Its
 conservation is audited on a few texts of the tune part (:mod:`rulegraph.audit`): a trial whose
 constants absorb more than ``max_leak`` of the explained value, or whose rules break conservation
 where they claim to conserve (the audit's unexpected breaks), or — with ``conserving`` — break it
@@ -218,6 +221,15 @@ class Tuning:
                    "a trial's rule file")
         trial.set_user_attr("rules", str(path))
         trial.set_user_attr("choice", chosen)
+        digest = hashlib.sha256(self.rule_text(chosen, "rulegraph tune").encode()).hexdigest()
+        trial.set_user_attr("rules_sha256", digest)
+        same = next((t for t in search.finished(trial.study) if t.user_attrs.get("rules_sha256") == digest), None)
+        if same is not None:            # the same rules as a finished trial: its score and audit
+            trial.set_user_attr("same_as", same.number)
+            for key in ("conservation", "flag"):
+                if key in same.user_attrs:
+                    trial.set_user_attr(key, same.user_attrs[key])
+            return same.value
         ruleset = RuleSet.load(path)
         self.conservation(trial, ruleset)
         records = self.sizes["tune"]
@@ -355,7 +367,8 @@ def trial_rows(study, result: Result) -> list[dict]:
                      "tokens_share": c.get("tokens"), "absorbed_share": c.get("absorbed"),
                      "breaks_share": c.get("breaks"), "unexpected_breaks": c.get("unexpected"),
                      "flag": t.user_attrs.get("flag"), "error": t.user_attrs.get("error"),
-                     "interrupted": t.number in stopped, "rules": t.user_attrs.get("rules")})
+                     "interrupted": t.number in stopped, "rules": t.user_attrs.get("rules"),
+                     "same_as": t.user_attrs.get("same_as")})
     keys = list(dict.fromkeys(k for r in rows for k in r))
     return [{k: r.get(k) for k in keys} for r in rows]
 

@@ -115,6 +115,16 @@ def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp
     assert {r["param.sum.rule"] for r in rows} == {"stop", "gradient"}   # both were tried (seed 0)
     for r in rows:              # a stop's tokens carry nothing; the gradient's all of the logit
         assert r["tokens_share"] == pytest.approx(0.0 if r["param.sum.rule"] == "stop" else 1.0, abs=1e-6)
+    first = {}                  # 4 trials of 2 choices: rules repeat, and a repeat is not evaluated again
+    for r in rows:
+        earlier = first.setdefault(r["param.sum.rule"], r)
+        if earlier is r:
+            assert r["same_as"] is None and (out / "evals" / f"tune-{r['trial']:04d}").is_dir()
+        else:
+            assert r["same_as"] == earlier["trial"] and r["value"] == earlier["value"]
+            assert r["tokens_share"] == earlier["tokens_share"]
+            assert not (out / "evals" / f"tune-{r['trial']:04d}").exists()
+    assert sum(r["same_as"] is not None for r in rows) == 2
     assert (out / "trials.png").stat().st_size > 0
     assert (out / "split.csv").read_text().count("\n") == 13
     assert (out / "tune.json").stat().st_size > 0
