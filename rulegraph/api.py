@@ -83,7 +83,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     resampled and normalised as ``rulegraph explain --audio`` does it (:func:`rulegraph.audio.audio_input`: the
     export's recorded sampling rate and normalisation; an :class:`~rulegraph.audio.AudioInput` it made is taken
     as it is) and fills the model's waveform input, or its log-mel features; ``e.extra["audio"]`` names the
-    input and its rate, ``e.clip`` holds what the model took.
+    input and its rate, ``e.clip`` holds what the model took. A speech-to-text model (Whisper) given no
+    ``decoder_input_ids`` explains its first token, after the decoder start token the export recorded
+    (``rulegraph.generate(…, audio=…)`` explains each token of a transcript).
     """
     method = get(method)           # the Method whatever was given (a name, a path, a RuleSet)
     declared = {o.name for o in method.options}      # a rule set's: those of its pass (a LABEL=METHOD's too)
@@ -116,6 +118,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         if sound.name in (inputs or {}):
             raise InputError(f"give inputs[{sound.name!r}] or audio=…, not both")
         inputs = {**(inputs or {}), sound.name: sound.tensor}
+        start = export_info(graph).decoder_start_token_id
+        if roles(graph).prefix is not None and roles(graph).prefix not in inputs and start is not None:
+            inputs[roles(graph).prefix] = torch.tensor([[start]])       # speech to text: its first token
     encoder = None
     listed = [] if targets is None or isinstance(targets, str) else \
         _flat(targets.tolist() if hasattr(targets, "tolist") else targets)              # targets=[" Paris", …]

@@ -140,6 +140,16 @@ def test_greedy_generation_over_a_clip_is_the_modules_argmax_and_each_column_its
     assert set(g.shares()) == {"audio", "target"}
 
 
+def test_a_clip_without_a_target_explains_the_first_token(whisper):
+    """``explain(…, audio=…)`` with no ``decoder_input_ids``: the prefix is the decoder start token, and the
+    explanation is the first step of a generation."""
+    _, _, path, clip = whisper
+    e = rulegraph.explain(path, "attnlrp", audio=clip, dtype=F64)
+    g = rulegraph.generate(path, "attnlrp", audio=clip, max_new_tokens=1, dtype=F64)
+    assert e.position == 0 and e.target == [g.steps[0].token] and e.relevance["decoder_input_ids"].shape == (1, 1)
+    assert e.output_value[0] == g.steps[0].output_value and e.extra["audio"]["input"] == "input_features"
+
+
 def test_a_clip_is_refused_where_it_does_not_apply_and_required_where_it_does(whisper, tmp_path):
     _, _, path, clip = whisper
     with pytest.raises(InputError, match="source is a clip: give audio="):
