@@ -118,9 +118,9 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
         if sound.name in (inputs or {}):
             raise InputError(f"give inputs[{sound.name!r}] or audio=…, not both")
         inputs = {**(inputs or {}), sound.name: sound.tensor}
-        start = export_info(graph).decoder_start_token_id
-        if roles(graph).prefix is not None and roles(graph).prefix not in inputs and start is not None:
-            inputs[roles(graph).prefix] = torch.tensor([[start]])       # speech to text: its first token
+        prefix, start = roles(graph).prefix, export_info(graph).decoder_start_token_id
+        if prefix is not None and prefix not in inputs and start is not None:
+            inputs[prefix] = torch.tensor([[start]])       # speech to text: its first token
     encoder = None
     listed = [] if targets is None or isinstance(targets, str) else \
         _flat(targets.tolist() if hasattr(targets, "tolist") else targets)              # targets=[" Paris", …]

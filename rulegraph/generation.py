@@ -333,6 +333,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
     """
     from .interpreter import prepare
     from .loaders import load
+    from .api import _encoder
     from .methods import Vocab, explain_with, get
     from .passes import prepared
     from .passes.base import MAX_TARGETS
@@ -398,7 +399,7 @@ def generate(model: Any, method: str | RuleSet, *, text: str | None = None, inpu
         if text is not None or (inputs or {}).get("input_ids") is not None:
             raise InputError("a speech-to-text model's source is its clip (audio=…): give no text=… or input_ids",
                              cli="a speech-to-text model's source is its clip (--audio): give no --text or input_ids")
-        encoder = encoder or _tokenizer_beside(graph, model)
+        encoder = encoder or _encoder(model, graph, None, required=False)      # tokens named where it can
     elif (text is None) == (inputs is None or inputs.get("input_ids") is None):
         raise InputError("give the prompt as text=… or as inputs={'input_ids': …}, not both"
                          if text is not None else "give the prompt as text=… or as inputs={'input_ids': …}")
@@ -547,9 +548,9 @@ def _clip(graph, audio: Any, model: Any) -> Clip | None:
     speech = PREFIX in graph.input_names and features_input(graph) is not None
     if not speech:
         if audio is not None:
-            raise InputError(f"audio= is a speech-to-text model's clip; this model takes "
-                             f"{', '.join(graph.input_names)}", cli=f"--audio is a speech-to-text model's clip in a generation; this model takes "
-                                 f"{', '.join(graph.input_names)}")
+            takes = ", ".join(graph.input_names)
+            raise InputError(f"audio= is a speech-to-text model's clip; this model takes {takes}",
+                             cli=f"--audio is a speech-to-text model's clip in a generation; this model takes {takes}")
         return None
     if audio is None:
         raise InputError("this speech-to-text model's source is a clip: give audio=… (a WAV file or samples)",
@@ -559,16 +560,6 @@ def _clip(graph, audio: Any, model: Any) -> Clip | None:
     cut = spans(sound.tensor.shape[-1], sound.filled, sound.per_second)
     return Clip(sound.name, sound.tensor, tuple(cut), {**sound.extra, "note": sound.note,
                                                         "spans": [[a, b] for a, b, _ in cut]})
-
-
-def _tokenizer_beside(graph, model: Any):
-    """The :class:`~rulegraph.text.TextEncoder` of the ``tokenizer.json`` beside the model, or ``None``: a
-    speech-to-text model's tokens are named by it where it is there, else shown as ids."""
-    from .text import TextEncoder
-    path = model if isinstance(model, (str, Path)) else graph.path
-    if path is None or TextEncoder.beside(path) is None:
-        return None
-    return TextEncoder.for_model(graph, path, None)
 
 
 def _has_prefix(inputs: Any) -> bool:
