@@ -97,7 +97,8 @@ def tune_cmd(model, data, start, protocol_name, metric, against, space, trials, 
 
     class Terminal(TuneListener):
         def note(self, text: str, level: str = "info") -> None:
-            err.print(f"[red]{escape(text)}[/]" if level == "error" else f"[dim]{escape(text)}[/]", soft_wrap=True)
+            style = {"error": "red", "warning": "yellow"}.get(level, "dim")
+            err.print(f"[{style}]{escape(text)}[/]", soft_wrap=True)
 
         def trial(self, number, value, state, params, flag, error):
             shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())

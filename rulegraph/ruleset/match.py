@@ -41,6 +41,10 @@ class Override:
 
 
 
+#: the ``inputs:`` key of a pattern any one input may match (an Add whose bias is its first or its second input)
+ANY = "any"
+
+
 @dataclass
 class Entry:
     """One rule-file entry: what it matches and the rule it assigns."""
@@ -51,7 +55,7 @@ class Entry:
     traits: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()
-    inputs: dict[int, Pattern] = field(default_factory=dict)
+    inputs: dict[int | str, Pattern] = field(default_factory=dict)     # by position, or ANY input
     source: str = ""
     overrides: list[Override] = field(default_factory=list)
     #: what put the entry there when no line of the file did (``canonizer quantization``)
@@ -76,7 +80,10 @@ class Entry:
         if self.scopes and not any(fnmatchcase(node.scope, g) for g in self.scopes):
             return False
         for k, pattern in self.inputs.items():
-            if k >= len(node.inputs) or not node.inputs[k] or not pattern.matches(graph, node.inputs[k]):
+            if k == ANY:
+                if not any(v and pattern.matches(graph, v) for v in node.inputs):
+                    return False
+            elif k >= len(node.inputs) or not node.inputs[k] or not pattern.matches(graph, node.inputs[k]):
                 return False
         return True
 

@@ -21,7 +21,7 @@ from ..errors import RuleFileError, choices
 from ..propagation import RULES, Rule
 from ..ops import REGISTRY, TRAITS
 from ..patterns import PATTERNS, SPECIAL_SOURCES, Pattern
-from .match import Boundary, Entry, Override
+from .match import ANY, Boundary, Entry, Override
 
 ENTRY_KEYS = ("op", "trait", "name", "scope", "inputs", "rule", "params", "per_layer", "note")
 OVERRIDE_KEYS = ("blocks", "name", "scope", "params")
@@ -298,15 +298,17 @@ class Parser:
             out.update(range(first, last + 1))
         return frozenset(out)
 
-    def inputs(self, node) -> dict[int, Pattern]:
+    def inputs(self, node) -> dict[int | str, Pattern]:
         if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, "inputs must map an input position to a pattern, e.g. `0: {from: Softmax}`")
+            raise self.fail(node, "inputs must map an input position (or `any`) to a pattern, e.g. "
+                                  "`0: {from: Softmax}`")
         out = {}
         for k, v in node.value:
             try:
-                index = int(k.value)
+                index = ANY if k.value == ANY else int(k.value)
             except (TypeError, ValueError):
-                raise self.fail(k, f"input position must be an integer, got {k.value!r}") from None
+                raise self.fail(k, f"input position must be an integer or `{ANY}` (some input), "
+                                   f"got {k.value!r}") from None
             fields = self.mapping(v, f"the pattern for input {index}", PATTERN_KEYS)
             if "from" not in fields:
                 raise self.fail(v, "a pattern needs `from:` (op types, or `input` / `constant`, or a named pattern)")

@@ -13,7 +13,7 @@ class Listener:
     ``start`` … ``stop`` again."""
 
     def note(self, text: str, level: str = "info") -> None:
-        """A line for the user; ``level``: ``info`` or ``error``."""
+        """A line for the user; ``level``: ``info``, ``warning`` or ``error``."""
 
     def start(self, total: int, pairs: str) -> None:
         """Work begins: ``total`` tokens to explain; ``pairs``: "done/all explained"."""

@@ -177,6 +177,11 @@ class Tuning:
         from ..loaders import load
         self.graph = load(s.model)
         self.space = self.space.at_depth(self.graph.block_count)       # depth ranges as this model's blocks
+        self.inert = [item.id for item in self.space.inert(self.graph, self.start_text)]
+        for item in (i for i in self.space.items if i.id in self.inert):
+            self.listener.note(f"{self.space.source}:{item.line}: space entry {item.id!r} changes no rule of this "
+                               "model's nodes (it selects none, or only nodes an earlier entry of the starting rule "
+                               "set takes): its samples cannot move a score", "warning")
         self.audit_texts = [str(r.get("text") or r.get("context")) for r in
                             (parts.records[i] for i in parts.parts["tune"][:s.audit_texts])]
         (self.out / "trials").mkdir(exist_ok=True)
@@ -350,7 +355,7 @@ class Tuning:
                "test": result.test, "paired": {f"trial-{result.trial} − {self.start_label.partition('=')[0]}":
                                                 result.paired},
                "against": {f"trial-{result.trial} − {label}": d for label, d in result.against.items()},
-               "flagged": {str(k): v for k, v in result.flagged.items()},
+               "flagged": {str(k): v for k, v in result.flagged.items()}, "inert": self.inert,
                "interval": f"95% percentile bootstrap over the test texts (seed {self.s.seed})"}
         write_file(self.out / "tune.json", json.dumps(doc, indent=2, default=str) + "\n", "tune.json")
 

@@ -239,6 +239,36 @@ class Space:
         lines = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
         return lines + text
 
+    def inert(self, graph, start: str) -> list[Item]:
+        """The entries whose choices change no rule of ``graph``'s nodes: every rule and every end of every
+        range an entry offers binds the same rules to the same nodes (:class:`~rulegraph.ruleset.Binding`),
+        the other entries held at their first choice or moved one at a time to each other rule they offer
+        (an attention treatment decides whether the softmax is reached at all). Such an entry selects no node
+        of this model, or only nodes an earlier entry of the starting rule set takes; its samples cannot move
+        a score. ``start``: the starting rule file's text."""
+        from ..ruleset import RuleSet
+        others = {item.id: [None, *list(item.choose)[1:]] for item in self.items}
+        out = []
+        for item in self.items:
+            contexts = [{}] + [{other: rule} for other, rules in others.items() if other != item.id
+                               for rule in rules[1:]]
+            variants = [(rule, end) for rule in item.choose for end in (0, -1)]
+            changes = False
+            for context in contexts:
+                bound = set()
+                for rule, end in variants:
+                    chosen = self.sample(_Ends({**{f"{k}.rule": r for k, r in context.items()},
+                                                f"{item.id}.rule": rule}, end))
+                    text = self.rule_text(start, chosen, name="inert", description="")
+                    binding = RuleSet.from_yaml(text).bind(graph)
+                    bound.add(tuple((name, repr(a.rule)) for name, a in binding.assignments.items()))
+                if len(bound) > 1:
+                    changes = True
+                    break
+            if not changes:
+                out.append(item)
+        return out
+
     def names(self) -> list[str]:
         """The params a trial may sample, as Optuna names them (``linear.epsilon.epsilon``)."""
         out = []
@@ -249,6 +279,24 @@ class Space:
             out += [f"{item.id}.layer{k}.{p.name}" for k, layer in enumerate(item.layers)
                     for p in layer.params.values() if p.kind != "fixed"]
         return out
+
+
+@dataclass
+class _Ends:
+    """A :class:`Suggest` picking given rules (``picks``: ``id.rule`` → rule) and otherwise the first (``end``
+    0) or last (``end`` -1) of every choice and range: :meth:`Space.inert`'s probes."""
+
+    picks: dict[str, str]
+    end: int
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        return self.picks.get(name, choices[0] if name.endswith(".rule") else choices[self.end])
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return (low, high)[self.end]
+
+    def suggest_float(self, name: str, low: float, high: float, *, log: bool = False) -> float:
+        return (low, high)[self.end]
 
 
 def can_conserve(cls: type[Rule]) -> bool:

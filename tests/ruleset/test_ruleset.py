@@ -36,7 +36,7 @@ def error(text: str) -> str:
     ("boundary: embedding\nrules:\n  - op: Add\n    rule: route\n",
      "my.yaml:1: unknown boundary 'embedding'; did you mean 'embeddings'?"),
     ("rules:\n  - op: MatMul\n    inputs: {zero: {from: Softmax}}\n    rule: ah\n",
-     "my.yaml:3: input position must be an integer"),
+     "my.yaml:3: input position must be an integer or `any` (some input), got 'zero'"),
     ("rules:\n  - op: MatMul\n    inputs:\n      0: {form: Softmax}\n    rule: ah\n",
      "my.yaml:4: unknown key 'form' in the pattern for input 0; did you mean 'from'?"),
     ("rules:\n  - op: {a: 1}\n    rule: ah\n", "my.yaml:2: op must be a string or a list of strings"),
@@ -158,6 +158,29 @@ rules:
         assert all(n.name.endswith("attention/output/dense/Add") for n in by_rule["m.yaml:7"])
         assert len(by_rule["m.yaml:7"]) == 2          # the name glob came first, not the bias entry
         assert all(n.op == "Add" for n in by_rule["m.yaml:9"])
+
+
+def test_any_input_matches_a_constant_at_either_position(bert_onnx):
+    """The exported BERT adds each bias first (Add(b, x·W)) and GELU's 1 second (Add(erf(·), 1)): `any:` finds
+    both kinds, and the bias additions still with their inputs swapped."""
+    import onnx
+    from onnx import helper
+    graph = rulegraph.load(bert_onnx)
+
+    def matched(key: str, g=graph) -> list[str]:
+        rules = RuleSet.from_yaml(f"rules:\n  - op: Add\n    inputs:\n      {key}: {{from: constant}}\n    rule: zero\n"
+                                  "  - op: '*'\n    rule: gradient\n", source="m.yaml")
+        binding = rules.bind(g)
+        return [n.name for n in binding.reached if binding.assignments[n.name].where == "m.yaml:2"]
+    first, second, anywhere = matched("0"), matched("1"), matched("any")
+    assert first and second and not set(first) & set(second) and sorted(anywhere) == sorted(first + second)
+    model = onnx.load(str(bert_onnx))
+    for node in model.graph.node:
+        if node.name in first:
+            node.input[0], node.input[1] = node.input[1], node.input[0]
+    swapped = rulegraph.load(model)
+    assert matched("any", swapped) == anywhere and sorted(matched("1", swapped)) == sorted(first + second)
+    assert matched("0", swapped) == []
 
 
 def test_rule_that_cannot_apply_names_the_line_and_the_node(bert_onnx):

@@ -229,3 +229,23 @@ def test_a_depth_that_holds_no_block_of_the_model_is_refused_naming_the_line():
         space.at_depth(2)
     with pytest.raises(InputError, match="the model numbers no transformer blocks"):
         space.at_depth(0)
+
+
+def test_an_entry_whose_choices_bind_no_other_rule_is_named_inert(bert_onnx, causal_lm):
+    """The BERT has bias additions (the bias first: `any` input), a softmax the uniform rule reaches, norms
+    and activations, GPT-2 its biases in Gemm nodes: every entry of the shipped space moves a rule. A
+    Llama-style decoder has no biases, its RMSNorm is no `normalization` op (its factor is held by an
+    earlier entry) and its SiLU gate is a product an earlier entry takes; an op the model lacks is inert."""
+    from rulegraph.loaders import load
+    cp_lrp = shipped_rule_sets(None)["cp-lrp"].read_text()
+    space = S.load(S.default_space("transformers"))
+    bert = load(str(bert_onnx))
+    assert space.inert(bert, cp_lrp) == []
+    extra = S.parse("space:\n  - id: conv\n    op: Conv\n    choose:\n      gamma: {gamma: {log: [1.0e-3, 1.0]}}\n"
+                    "  - id: dense\n    op: MatMul\n    inputs: {1: {from: constant}}\n    choose:\n"
+                    "      gradient: {}\n      gamma: {gamma: 0.25}\n")
+    assert [i.id for i in extra.inert(bert, cp_lrp)] == ["conv"]
+    module, path = causal_lm
+    lm = load(str(path))
+    ids = [i.id for i in space.inert(lm, cp_lrp)]
+    assert ids == ([] if module.config.model_type == "gpt2" else ["linear", "norm", "activation"])

@@ -5,6 +5,7 @@ resumes, a leaking trial is flagged and not chosen."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 
@@ -233,3 +234,20 @@ def test_on_ray_the_trials_and_the_report_are_the_local_engines(files, tmp_path)
     figures = ("trial", "value", "param.sum.rule", "tokens_share")
     rows = [pq.read_table(tmp_path / run / "trials.parquet").to_pylist() for run in ("local", "ray")]
     assert [[r[k] for k in figures] for r in rows[0]] == [[r[k] for k in figures] for r in rows[1]]
+
+
+def test_an_entry_that_selects_no_node_is_named_before_the_search_and_in_tune_json(files, tmp_path):
+    root, _ = files
+    (tmp_path / "space.yaml").write_text(SPACE + "  - id: conv\n    op: Conv\n    choose:\n"
+                                                 "      gamma: {gamma: {log: [1.0e-3, 1.0]}}\n")
+    notes = []
+
+    class Listener(R.TuneListener):
+        def note(self, text, level="info"):
+            notes.append((level, text))
+    R.Tuning(settings(files, tmp_path / "out", space=str(tmp_path / "space.yaml"), trials=1), Listener()).run()
+    warned = [text for level, text in notes if level == "warning"]
+    assert warned == [f"{tmp_path / 'space.yaml'}:7: space entry 'conv' changes no rule of this model's nodes (it "
+                      "selects none, or only nodes an earlier entry of the starting rule set takes): its samples "
+                      "cannot move a score"]
+    assert json.loads((tmp_path / "out" / "tune.json").read_text())["inert"] == ["conv"]
