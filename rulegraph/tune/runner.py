@@ -177,11 +177,12 @@ class Tuning:
         from ..loaders import load
         self.graph = load(s.model)
         self.space = self.space.at_depth(self.graph.block_count)       # depth ranges as this model's blocks
-        self.inert = [item.id for item in self.space.inert(self.graph, self.start_text)]
-        for item in (i for i in self.space.items if i.id in self.inert):
-            self.listener.note(f"{self.space.source}:{item.line}: space entry {item.id!r} changes no rule of this "
-                               "model's nodes (it selects none, or only nodes an earlier entry of the starting rule "
-                               "set takes): its samples cannot move a score", "warning")
+        inert = self.space.inert(self.graph, self.start_text)
+        self.inert = [name for name, _ in inert]
+        for name, line in inert:
+            self.listener.note(f"{self.space.source}:{line}: {name} changes no rule of this model's nodes (none is "
+                               "selected, or an earlier entry of the starting rule set or a per_layer item takes "
+                               "them): its samples cannot move a score", "warning")
         self.audit_texts = [str(r.get("text") or r.get("context")) for r in
                             (parts.records[i] for i in parts.parts["tune"][:s.audit_texts])]
         (self.out / "trials").mkdir(exist_ok=True)

@@ -239,34 +239,49 @@ class Space:
         lines = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
         return lines + text
 
-    def inert(self, graph, start: str) -> list[Item]:
-        """The entries whose choices change no rule of ``graph``'s nodes: every rule and every end of every
-        range an entry offers binds the same rules to the same nodes (:class:`~rulegraph.ruleset.Binding`),
-        the other entries held at their first choice or moved one at a time to each other rule they offer
-        (an attention treatment decides whether the softmax is reached at all). Such an entry selects no node
-        of this model, or only nodes an earlier entry of the starting rule set takes; its samples cannot move
-        a score. ``start``: the starting rule file's text."""
+    def inert(self, graph, start: str) -> list[tuple[str, int]]:
+        """What a trial samples (:meth:`names`: an entry's rule, a param, a ``per_layer`` item's param) that
+        changes no rule of ``graph``'s nodes, with its line: each of its choices, or each end of its range,
+        binds the same rules to the same nodes (:class:`~rulegraph.ruleset.Binding`), the rest held at their
+        first choice and low end, or with one other entry moved to each other rule it offers (an attention
+        treatment decides whether the softmax is reached at all). Such a sample selects no node of this model
+        (the entry's op is not there, an earlier entry of the starting rule set takes its nodes, its
+        ``per_layer`` items cover them all): it cannot move a score. ``start``: the starting rule file's text."""
         from ..ruleset import RuleSet
-        others = {item.id: [None, *list(item.choose)[1:]] for item in self.items}
+        contexts = [{}] + [{f"{item.id}.rule": rule} for item in self.items for rule in list(item.choose)[1:]]
+        bindings: dict[str, tuple] = {}
+
+        def bound(picks: dict[str, Any]) -> tuple:
+            text = self.rule_text(start, self.sample(_Picks(picks)), name="probe", description="")
+            if text not in bindings:
+                binding = RuleSet.from_yaml(text).bind(graph)
+                bindings[text] = tuple((name, repr(a.rule)) for name, a in binding.assignments.items())
+            return bindings[text]
+        out = []
+        for name, line, variants in self._probes():
+            item = name.partition(".")[0]
+            if not any(len({bound({**context, **variant}) for variant in variants}) > 1
+                       for context in contexts if f"{item}.rule" not in context):
+                out.append((name, line))
+        return out
+
+    def _probes(self) -> list[tuple[str, int, list[dict[str, Any]]]]:
+        """Each sampled name of :meth:`names`, its line, and the picks that try each of its values (a range:
+        its two ends)."""
         out = []
         for item in self.items:
-            contexts = [{}] + [{other: rule} for other, rules in others.items() if other != item.id
-                               for rule in rules[1:]]
-            variants = [(rule, end) for rule in item.choose for end in (0, -1)]
-            changes = False
-            for context in contexts:
-                bound = set()
-                for rule, end in variants:
-                    chosen = self.sample(_Ends({**{f"{k}.rule": r for k, r in context.items()},
-                                                f"{item.id}.rule": rule}, end))
-                    text = self.rule_text(start, chosen, name="inert", description="")
-                    binding = RuleSet.from_yaml(text).bind(graph)
-                    bound.add(tuple((name, repr(a.rule)) for name, a in binding.assignments.items()))
-                if len(bound) > 1:
-                    changes = True
-                    break
-            if not changes:
-                out.append(item)
+            rule = f"{item.id}.rule"
+            if len(item.choose) > 1:
+                out.append((rule, item.line, [{rule: r} for r in item.choose]))
+            for r, params in item.choose.items():
+                out += [(f"{item.id}.{r}.{p.name}", item.line, [{rule: r, f"{item.id}.{r}.{p.name}": v}
+                                                                 for v in p.value])
+                        for p in params.values() if p.kind != "fixed"]
+            for k, layer in enumerate(item.layers):
+                for p in (p for p in layer.params.values() if p.kind != "fixed"):
+                    name = f"{item.id}.layer{k}.{p.name}"
+                    owners = [r for r in item.choose if p.name in RULES[self.pass_name].get(r).params()]
+                    out.append((name, layer.line, [{rule: r, name: v} for r in owners for v in p.value]))
         return out
 
     def names(self) -> list[str]:
@@ -282,21 +297,20 @@ class Space:
 
 
 @dataclass
-class _Ends:
-    """A :class:`Suggest` picking given rules (``picks``: ``id.rule`` → rule) and otherwise the first (``end``
-    0) or last (``end`` -1) of every choice and range: :meth:`Space.inert`'s probes."""
+class _Picks:
+    """A :class:`Suggest` taking the given values (``picks``: sampled name → value) and otherwise the first of
+    every choice and the low end of every range: :meth:`Space.inert`'s probes."""
 
-    picks: dict[str, str]
-    end: int
+    picks: dict[str, Any]
 
     def suggest_categorical(self, name: str, choices: list) -> Any:
-        return self.picks.get(name, choices[0] if name.endswith(".rule") else choices[self.end])
+        return self.picks.get(name, choices[0])
 
     def suggest_int(self, name: str, low: int, high: int) -> int:
-        return (low, high)[self.end]
+        return self.picks.get(name, low)
 
     def suggest_float(self, name: str, low: float, high: float, *, log: bool = False) -> float:
-        return (low, high)[self.end]
+        return self.picks.get(name, low)
 
 
 def can_conserve(cls: type[Rule]) -> bool:

@@ -233,7 +233,8 @@ def test_a_depth_that_holds_no_block_of_the_model_is_refused_naming_the_line():
 
 def test_an_entry_whose_choices_bind_no_other_rule_is_named_inert(bert_onnx, causal_lm):
     """The BERT has bias additions (the bias first: `any` input), a softmax the uniform rule reaches, norms
-    and activations, GPT-2 its biases in Gemm nodes: every entry of the shipped space moves a rule. A
+    and activations: every entry of the shipped space moves a rule; GPT-2 has its biases in Gemm nodes, and
+    its tanh GELU is a gate an earlier entry of cp-lrp holds (the activation's rule never applies). A
     Llama-style decoder has no biases, its RMSNorm is no `normalization` op (its factor is held by an
     earlier entry) and its SiLU gate is a product an earlier entry takes; an op the model lacks is inert."""
     from rulegraph.loaders import load
@@ -244,8 +245,9 @@ def test_an_entry_whose_choices_bind_no_other_rule_is_named_inert(bert_onnx, cau
     extra = S.parse("space:\n  - id: conv\n    op: Conv\n    choose:\n      gamma: {gamma: {log: [1.0e-3, 1.0]}}\n"
                     "  - id: dense\n    op: MatMul\n    inputs: {1: {from: constant}}\n    choose:\n"
                     "      gradient: {}\n      gamma: {gamma: 0.25}\n")
-    assert [i.id for i in extra.inert(bert, cp_lrp)] == ["conv"]
+    assert extra.inert(bert, cp_lrp) == [("conv.gamma.gamma", 2)]
     module, path = causal_lm
     lm = load(str(path))
-    ids = [i.id for i in space.inert(lm, cp_lrp)]
-    assert ids == ([] if module.config.model_type == "gpt2" else ["linear", "norm", "activation"])
+    names = [name for name, _ in space.inert(lm, cp_lrp)]
+    assert names == (["activation.rule"] if module.config.model_type == "gpt2" else
+                     ["linear.epsilon.epsilon", "norm.rule", "activation.rule"])

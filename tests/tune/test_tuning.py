@@ -247,7 +247,7 @@ def test_an_entry_that_selects_no_node_is_named_before_the_search_and_in_tune_js
             notes.append((level, text))
     R.Tuning(settings(files, tmp_path / "out", space=str(tmp_path / "space.yaml"), trials=1), Listener()).run()
     warned = [text for level, text in notes if level == "warning"]
-    assert warned == [f"{tmp_path / 'space.yaml'}:7: space entry 'conv' changes no rule of this model's nodes (it "
-                      "selects none, or only nodes an earlier entry of the starting rule set takes): its samples "
-                      "cannot move a score"]
-    assert json.loads((tmp_path / "out" / "tune.json").read_text())["inert"] == ["conv"]
+    assert warned == [f"{tmp_path / 'space.yaml'}:7: conv.gamma.gamma changes no rule of this model's nodes (none "
+                      "is selected, or an earlier entry of the starting rule set or a per_layer item takes them): "
+                      "its samples cannot move a score"]
+    assert json.loads((tmp_path / "out" / "tune.json").read_text())["inert"] == ["conv.gamma.gamma"]
