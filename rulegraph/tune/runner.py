@@ -188,6 +188,11 @@ class Tuning:
         (self.out / "trials").mkdir(exist_ok=True)
         search.optimize(study, self.space, self.objective, s.trials, s.seed, self.said)
         ranked = search.finished(study)
+        repeats = sum("same_as" in t.user_attrs for t in ranked)
+        if repeats:
+            self.listener.note(f"{repeats} of {len(ranked)} finished trials repeated a rule set an earlier trial scored "
+                               f"(its score taken, no evaluation): {len(ranked) - repeats} distinct rule sets were "
+                               "scored; repeats cost nothing, so more --trials explore more")
         if not ranked:
             errors = [t.user_attrs.get("error") for t in study.trials if t.user_attrs.get("error")]
             raise InputError("no trial finished" + (f" (first error: {errors[0]})" if errors else ""))
@@ -357,6 +362,7 @@ class Tuning:
                                                 result.paired},
                "against": {f"trial-{result.trial} − {label}": d for label, d in result.against.items()},
                "flagged": {str(k): v for k, v in result.flagged.items()}, "inert": self.inert,
+               "distinct": len({t.user_attrs.get("rules_sha256") for t in search.finished(study)}),
                "interval": f"95% percentile bootstrap over the test texts (seed {self.s.seed})"}
         write_file(self.out / "tune.json", json.dumps(doc, indent=2, default=str) + "\n", "tune.json")
 

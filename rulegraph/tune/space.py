@@ -31,7 +31,8 @@ tuning writes it into the tuned file as the block numbers of the model it tunes
 (:meth:`Space.at_depth`).
 
 Ranges: ``{log: [low, high]}`` (log-uniform), ``{uniform: [low, high]}``, ``{int: [low, high]}``,
-``{choice: [a, b, …]}``; any other value is fixed. A trial's choice becomes a rule file derived
+``{choice: [a, b, …]}``, ``{zero-or-log: [low, high]}`` (0, or log-uniform: LRP-γ with γ = 0 is LRP-0, so
+one part of a composite keeps the z-rule while another samples a γ); any other value is fixed. A trial's choice becomes a rule file derived
 from the starting one (:meth:`Space.rule_text`): an entry of the starting file with the same
 selectors is overridden in place (so the entries before it still match first); a space entry whose
 selectors no entry has goes first (the first matching entry gives a node its rule). The result
@@ -68,12 +69,16 @@ def rounded(x: float) -> float:
     return float(f"{x:.{DIGITS}g}") if x else 0.0
 
 
-#: range kind (``{kind: [...]}``) → how a trial samples it (``s``: a :class:`Sampler`, ``v``: the list given)
+#: range kind (``{kind: [...]}``) → how a trial samples it (``s``: a :class:`Sampler`, ``v``: the list given).
+#: ``zero-or-log``: 0 or log-uniform in [low, high], a choice sampled first (``KEY.zero``): LRP-γ with γ = 0 is
+#: LRP-0, so a part of a composite may keep the z-rule while another takes a γ
 KINDS: dict[str, Callable[["Sampler", str, tuple], Any]] = {
     "log": lambda s, key, v: rounded(s.float(key, *v, log=True)),
     "uniform": lambda s, key, v: rounded(s.float(key, *v)),
     "int": lambda s, key, v: s.int(key, *v),
     "choice": lambda s, key, v: s.categorical(key, list(v)),
+    "zero-or-log": lambda s, key, v: 0.0 if s.categorical(f"{key}.zero", [True, False]) else
+    rounded(s.float(key, *v, log=True)),
 }
 
 
@@ -87,6 +92,17 @@ class Param:
 
     def sample(self, sampler: "Sampler", key: str) -> Any:
         return self.value if self.kind == "fixed" else KINDS[self.kind](sampler, key, self.value)
+
+    def names(self, key: str) -> list[str]:
+        """What a trial samples for it under ``key``, as Optuna names it."""
+        return [] if self.kind == "fixed" else [f"{key}.zero", key] if self.kind == "zero-or-log" else [key]
+
+    def probes(self, key: str) -> list[dict[str, Any]]:
+        """Picks (sampled name → value) trying each of its values: each choice, or the ends of the range
+        (and 0 for ``zero-or-log``)."""
+        if self.kind == "zero-or-log":
+            return [{f"{key}.zero": True}, *({f"{key}.zero": False, key: v} for v in self.value)]
+        return [{key: v} for v in self.value]
 
 
 @dataclass
@@ -274,14 +290,14 @@ class Space:
             if len(item.choose) > 1:
                 out.append((rule, item.line, [{rule: r} for r in item.choose]))
             for r, params in item.choose.items():
-                out += [(f"{item.id}.{r}.{p.name}", item.line, [{rule: r, f"{item.id}.{r}.{p.name}": v}
-                                                                 for v in p.value])
+                out += [(f"{item.id}.{r}.{p.name}", item.line, [{rule: r, **picks}
+                                                                 for picks in p.probes(f"{item.id}.{r}.{p.name}")])
                         for p in params.values() if p.kind != "fixed"]
             for k, layer in enumerate(item.layers):
                 for p in (p for p in layer.params.values() if p.kind != "fixed"):
                     name = f"{item.id}.layer{k}.{p.name}"
                     owners = [r for r in item.choose if p.name in RULES[self.pass_name].get(r).params()]
-                    out.append((name, layer.line, [{rule: r, name: v} for r in owners for v in p.value]))
+                    out.append((name, layer.line, [{rule: r, **picks} for r in owners for picks in p.probes(name)]))
         return out
 
     def names(self) -> list[str]:
@@ -290,9 +306,9 @@ class Space:
         for item in self.items:
             if len(item.choose) > 1:
                 out.append(f"{item.id}.rule")
-            out += [f"{item.id}.{r}.{p.name}" for r, ps in item.choose.items() for p in ps.values() if p.kind != "fixed"]
-            out += [f"{item.id}.layer{k}.{p.name}" for k, layer in enumerate(item.layers)
-                    for p in layer.params.values() if p.kind != "fixed"]
+            out += [n for r, ps in item.choose.items() for p in ps.values() for n in p.names(f"{item.id}.{r}.{p.name}")]
+            out += [n for k, layer in enumerate(item.layers) for p in layer.params.values()
+                    for n in p.names(f"{item.id}.layer{k}.{p.name}")]
         return out
 
 
@@ -495,8 +511,8 @@ class SpaceParser(Parser):
                 raise self.fail(values, f"{kind}: needs {'integers' if kind == 'int' else 'numbers'}, got {items}")
             if not low < high:
                 raise self.fail(values, f"{kind}: [{low}, {high}] is empty; low must be under high")
-            if kind == "log" and low <= 0:
-                raise self.fail(values, f"log: [{low}, {high}] needs low > 0 (log-uniform)")
+            if kind in ("log", "zero-or-log") and low <= 0:
+                raise self.fail(values, f"{kind}: [{low}, {high}] needs low > 0 (log-uniform)")
             return Param(key, kind, (low, high) if kind == "int" else (float(low), float(high)))
         if isinstance(node, yaml.MappingNode):
             keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]

@@ -126,6 +126,23 @@ def test_sampling_asks_each_entry_its_rule_then_that_rule_s_params():
                                                                                       "params": {"gamma": 0.5}}]}
 
 
+def test_zero_or_log_samples_zero_or_a_log_uniform_value_and_names_both_choices():
+    space = S.parse("space:\n  - id: d\n    op: MatMul\n    choose:\n      gradient: {}\n"
+                    "      gamma: {gamma: {zero-or-log: [1.0e-3, 1.0]}}\n    per_layer:\n"
+                    "      - {blocks: 0, params: {gamma: {zero-or-log: [1.0e-2, 1.0]}}}\n", "z.yaml")
+    assert space.names() == ["d.rule", "d.gamma.gamma.zero", "d.gamma.gamma", "d.layer0.gamma.zero", "d.layer0.gamma"]
+    zero = Fixed(**{"d.rule": "gamma"})                  # the first choice of `.zero` is True: γ = 0 (LRP-0)
+    assert space.sample(zero)["d"] == {"rule": "gamma", "params": {"gamma": 0.0},
+                                       "layers": [{"blocks": 0, "params": {"gamma": 0.0}}]}
+    assert "d.gamma.gamma" not in zero.asked              # no γ is sampled where it is 0
+    some = Fixed(**{"d.rule": "gamma", "d.gamma.gamma.zero": False, "d.gamma.gamma": 0.123456,
+                    "d.layer0.gamma.zero": False})
+    assert space.sample(some)["d"] == {"rule": "gamma", "params": {"gamma": 0.1235},
+                                       "layers": [{"blocks": 0, "params": {"gamma": 0.01}}]}
+    with pytest.raises(RuleFileError, match=r"z.yaml:4: zero-or-log: \[0.0, 1.0\] needs low > 0"):
+        S.parse("space:\n  - op: MatMul\n    choose:\n      gamma: {gamma: {zero-or-log: [0.0, 1.0]}}\n", "z.yaml")
+
+
 def test_the_rule_file_overrides_the_starting_entry_in_place_and_puts_new_selectors_first():
     start = shipped_rule_sets(None)["epsilon"].read_text()
     space = S.parse(SPACE, "s.yaml")

@@ -70,6 +70,16 @@ def settings(files, out, **kw) -> R.Settings:
     return R.Settings(**{**given, **kw})
 
 
+class Notes(R.TuneListener):
+    """What a run says, as (level, text)."""
+
+    def __init__(self):
+        self.said = []
+
+    def note(self, text, level="info"):
+        self.said.append((level, text))
+
+
 def closed_form_aopc(text: str) -> float:
     """AOPC (k ∈ {0, 10, 20} %) of the ideal order on the bag-of-words model: the largest contributions
     to the predicted class removed first (a removed token counts 0: [UNK] has weight 0)."""
@@ -85,7 +95,8 @@ def closed_form_aopc(text: str) -> float:
 def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp_path):
     exact = files[0] / "exact.yaml"         # the gradient everywhere: what the tuned set should equal here
     exact.write_text("name: exact\nboundary: embeddings\nrules:\n  - op: '*'\n    rule: gradient\n")
-    result = R.Tuning(settings(files, tmp_path / "out", against=[str(exact)])).run()
+    notes = Notes()
+    result = R.Tuning(settings(files, tmp_path / "out", against=[str(exact)]), notes).run()
     out = tmp_path / "out"
     tuned = RuleSet.load(out / "tuned.yaml")          # loads like any rule file
     assert tuned.entries[0].ops == ("ReduceSum",) and tuned.entries[0].rule.name == "gradient"
@@ -126,6 +137,10 @@ def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp
             assert r["tokens_share"] == earlier["tokens_share"]
             assert not (out / "evals" / f"tune-{r['trial']:04d}").exists()
     assert sum(r["same_as"] is not None for r in rows) == 2
+    assert json.loads((out / "tune.json").read_text())["distinct"] == 2
+    assert ("info", "2 of 4 finished trials repeated a rule set an earlier trial scored (its score taken, no "
+                    "evaluation): 2 distinct rule sets were scored; repeats cost nothing, so more --trials explore "
+                    "more") in notes.said
     assert (out / "trials.png").stat().st_size > 0
     assert (out / "split.csv").read_text().count("\n") == 13
     assert (out / "tune.json").stat().st_size > 0
@@ -240,13 +255,9 @@ def test_an_entry_that_selects_no_node_is_named_before_the_search_and_in_tune_js
     root, _ = files
     (tmp_path / "space.yaml").write_text(SPACE + "  - id: conv\n    op: Conv\n    choose:\n"
                                                  "      gamma: {gamma: {log: [1.0e-3, 1.0]}}\n")
-    notes = []
-
-    class Listener(R.TuneListener):
-        def note(self, text, level="info"):
-            notes.append((level, text))
-    R.Tuning(settings(files, tmp_path / "out", space=str(tmp_path / "space.yaml"), trials=1), Listener()).run()
-    warned = [text for level, text in notes if level == "warning"]
+    notes = Notes()
+    R.Tuning(settings(files, tmp_path / "out", space=str(tmp_path / "space.yaml"), trials=1), notes).run()
+    warned = [text for level, text in notes.said if level == "warning"]
     assert warned == [f"{tmp_path / 'space.yaml'}:7: conv.gamma.gamma changes no rule of this model's nodes (none "
                       "is selected, or an earlier entry of the starting rule set or a per_layer item takes them): "
                       "its samples cannot move a score"]
