@@ -34,18 +34,18 @@ eval: setup  ## the faithfulness tables of docs/evaluation.md: demo model + IMDB
 	$(PY) examples/sentiment/quantity.py --docs
 	$(PY) examples/lm/train.py
 	$(PY) examples/lm/evaluate.py --docs
-	$(PY) benchmarks/results/tune-demo/make_data.py 300 .cache/tune-20/rt-held-out-300.csv
-	$(VENV)/bin/rulegraph tune .cache/sentiment-minilm/model.onnx --data .cache/tune-20/rt-held-out-300.csv \
-	    --from cp-lrp --against epsilon,decomposition --protocol mask-10-50 --metric aopc --trials 20 \
-	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/dense
+	$(PY) benchmarks/results/tune-demo/make_data.py 600 .cache/tune-20/rt-held-out-600.csv
+	$(VENV)/bin/rulegraph tune .cache/sentiment-minilm/model.onnx --data .cache/tune-20/rt-held-out-600.csv \
+	    --from cp-lrp --against epsilon,decomposition --protocol mask-10-50 --metric aopc --trials 24 \
+	    --split 20,10,70 --seed 0 --space transformers-dense --out .cache/tune-20/dense-600
 	$(PY) benchmarks/results/tune-imdb/make_data.py 200 .cache/tune-20/imdb-held-out-200.csv
 	$(VENV)/bin/rulegraph tune .cache/imdb-minilm/model.onnx --data .cache/tune-20/imdb-held-out-200.csv \
 	    --from cp-lrp --against lrp-ah-ln --protocol mask-10-50 --metric aopc --trials 20 --finalists 2 \
 	    --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-dense-20
-	$(PY) benchmarks/results/tune-imdb-lm/make_data.py 200 .cache/tune-20/lm-held-out-200.csv
-	$(VENV)/bin/rulegraph tune .cache/imdb-llama-e6d053e2a0/model.onnx --data .cache/tune-20/lm-held-out-200.csv \
-	    --from lrp-ah-ln --against attnlrp,cp-lrp --protocol achtibat2024 --metric morf-lerf --trials 20 \
-	    --finalists 2 --split 40,20,40 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-lm-20
+	$(PY) benchmarks/results/tune-imdb-lm/make_data.py 600 .cache/tune-20/lm-held-out-600.csv
+	$(VENV)/bin/rulegraph tune .cache/imdb-llama-e6d053e2a0/model.onnx --data .cache/tune-20/lm-held-out-600.csv \
+	    --from attnlrp --against lrp-ah-ln,cp-lrp --protocol achtibat2024 --metric morf-lerf --trials 24 \
+	    --finalists 3 --split 30,20,50 --seed 0 --space transformers-dense --out .cache/tune-20/imdb-lm-600
 
 bench: setup  ## side-by-side timings on the demo model
 	$(PY) benchmarks/explain_speed.py

@@ -190,9 +190,9 @@ class Tuning:
         ranked = search.finished(study)
         repeats = sum("same_as" in t.user_attrs for t in ranked)
         if repeats:
-            self.listener.note(f"{repeats} of {len(ranked)} finished trials repeated a rule set an earlier trial scored "
-                               f"(its score taken, no evaluation): {len(ranked) - repeats} distinct rule sets were "
-                               "scored; repeats cost nothing, so more --trials explore more")
+            self.listener.note(f"{repeats} of {len(ranked)} finished trials repeated a rule set an earlier trial "
+                               f"scored (its score taken, no evaluation): {len(ranked) - repeats} distinct rule sets "
+                               "were scored; repeats cost nothing, so more --trials explore more")
         if not ranked:
             errors = [t.user_attrs.get("error") for t in study.trials if t.user_attrs.get("error")]
             raise InputError("no trial finished" + (f" (first error: {errors[0]})" if errors else ""))

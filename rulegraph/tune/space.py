@@ -31,12 +31,13 @@ tuning writes it into the tuned file as the block numbers of the model it tunes
 (:meth:`Space.at_depth`).
 
 Ranges: ``{log: [low, high]}`` (log-uniform), ``{uniform: [low, high]}``, ``{int: [low, high]}``,
-``{choice: [a, b, …]}``, ``{zero-or-log: [low, high]}`` (0, or log-uniform: LRP-γ with γ = 0 is LRP-0, so
-one part of a composite keeps the z-rule while another samples a γ); any other value is fixed. A trial's choice becomes a rule file derived
-from the starting one (:meth:`Space.rule_text`): an entry of the starting file with the same
-selectors is overridden in place (so the entries before it still match first); a space entry whose
-selectors no entry has goes first (the first matching entry gives a node its rule). The result
-loads like any rule file (:meth:`rulegraph.ruleset.RuleSet.load`).
+``{choice: [a, b, …]}``, ``{zero-or-log: [low, high]}`` (0, or log-uniform: LRP-γ with γ = 0 is LRP-0,
+so one part of a composite keeps the z-rule while another samples a γ); any other value is fixed. A
+trial's choice becomes a rule file derived from the starting one (:meth:`Space.rule_text`): an entry of
+the starting file with the same selectors is overridden in place (so the entries before it still match
+first); a space entry whose selectors no entry has goes first (the first matching entry gives a node its
+rule). The result loads like any rule file (:meth:`rulegraph.ruleset.RuleSet.load`). Before a search,
+:meth:`Space.inert` names what the space samples that changes no rule of the model.
 
 The file is read as rule files are (:mod:`rulegraph.ruleset.parse`): composed safely, every
 mistake reported as ``file:line: what was wrong; valid: …``.

@@ -15,7 +15,7 @@ from rulegraph.ruleset import RuleSet
 TUNED = sorted((Path(__file__).resolve().parents[2] / "examples" / "tuned").glob("*.yaml"))
 #: each shipped tuned file → the rule set it was tuned from
 STARTS = {"demo-mask-10-50-dense.yaml": "cp-lrp", "demo-mask-10-50.yaml": "cp-lrp",
-          "imdb-lm-achtibat2024.yaml": "lrp-ah-ln", "imdb-mask-10-50-dense.yaml": "cp-lrp"}
+          "imdb-lm-achtibat2024.yaml": "attnlrp", "imdb-mask-10-50-dense.yaml": "cp-lrp"}
 #: starting rule sets that conserve everywhere (lrp-ah-ln keeps GELU's and SiLU's gradient: the audit books
 #: those breaks, expected ones)
 CONSERVING = {"cp-lrp"}

@@ -8,7 +8,8 @@ Each file is `cp-lrp.yaml` with one entry put first (the first matching entry gi
 - `nobias-E.yaml`: the same with the biases left out of z (`bias: false`: they absorb nothing);
 - `head-G.yaml`: LRP-γ (γ = G) at the Gemm layers only (a BERT's pooler and classifier);
 - `blocks-head.yaml`: LRP-γ 0.008 in blocks 0-2, 0.001 in blocks 3-5 and 0.9 at the head (the demo
-  model's tuned set with its head's γ acting);
+  model's first tuned set with its head's γ acting);
+- `lower-G.yaml`: LRP-γ (γ = G) in blocks 0-2 and LRP-0 (γ = 0) elsewhere (the demo model's tuned set's form);
 - `ab21.yaml`, `ab1505.yaml`, `zplus.yaml`: LRP-αβ (α 2 β 1; α 1.5 β 0.5) and LRP-z⁺ at every MatMul
   with a constant weight.
 """
@@ -30,6 +31,8 @@ FILES = {
     **{f"nobias-{e:g}": (LINEAR, "epsilon", f"{{epsilon: {e:.1e}, bias: false}}") for e in (1e-6, 1e-2, 0.1)},
     **{f"head-{g}": (HEAD, "gamma", f"{{gamma: {g}}}") for g in (0.25, 1.0, 4.0)},
     "blocks-head": BLOCKS,
+    **{f"lower-{g}": (BLOCKS[0], "gamma", "{gamma: 0.0}\n    per_layer:\n"
+                                          f"      - {{blocks: \"0-2\", params: {{gamma: {g}}}}}") for g in (0.02, 0.05)},
     "ab21": (DENSE, "alphabeta", "{alpha: 2.0, beta: 1.0}"),
     "ab1505": (DENSE, "alphabeta", "{alpha: 1.5, beta: 0.5}"),
     "zplus": (DENSE, "zplus", "{}"),
