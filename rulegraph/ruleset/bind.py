@@ -1,6 +1,8 @@
 """A rule set bound to one graph: the boundary, the taint, and a rule per node relevance reaches."""
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -98,6 +100,18 @@ class Binding:
         for node in self.reached:
             needed.update(v for v in (*node.inputs, *node.outputs) if v)
         return frozenset(needed)
+
+    def fingerprint(self) -> str:
+        """What this binding decides, as a SHA-256 (hex): the pass, the canonizers, the boundary, each reached
+        node's rule with its params, the nodes without one and what keeps the rule set from running. Two
+        rule files bind a graph alike when they decide the same, whatever else their texts hold (an entry
+        for an op the graph lacks, a comment, another order of entries that never compete). Bind the graph
+        the rule set's canonizers made (:func:`rulegraph.passes.base.prepared`), as a pass does."""
+        rs = self.ruleset
+        decided = [rs.pass_name, list(rs.canonize), sorted(self.boundary.items()), rs.on_unmatched, repr(rs.fallback),
+                   [(name, repr(a.rule)) for name, a in self.assignments.items()],
+                   [n.name for n in self.unmatched], [str(p) for p in self.problems]]
+        return hashlib.sha256(json.dumps(decided).encode()).hexdigest()
 
     def require_complete(self) -> None:
         """Raise the first problem (see :attr:`problems`), or if a reached node has no rule and the

@@ -4,9 +4,12 @@ Each trial's choice (:meth:`~rulegraph.tune.space.Space.sample`) is written as a
 (``DIR/trials/NNNN.yaml``, derived from the starting rule set) and scored by the evaluation
 (:class:`rulegraph.evaluate.runner.Evaluation`, as ``rulegraph evaluate`` scores a method) on the
 tune part, its results kept in ``DIR/evals/tune-NNNN`` (so an interrupted trial resumes too). A trial
-whose rule file is one an earlier finished trial wrote (the sampler often returns to the best choice, e.g.
-the z-rule, once its random start-up is over) takes that trial's score and audit, not a second
-evaluation of the same rules (``same_as`` in ``trials.parquet``). Its
+whose rule set binds the model's nodes to the rules an earlier finished trial's did
+(:meth:`~rulegraph.ruleset.Binding.fingerprint`: the sampler often returns to the best choice, e.g. the
+z-rule, once its random start-up is over; and a choice for nodes the model lacks changes nothing) takes
+that trial's score and audit, not a second evaluation of the same rules (``same_as`` in
+``trials.parquet``). A study resumes where the starting rule file's text changed but binds the model's
+nodes as before. Its
 conservation is audited on a few texts of the tune part (:mod:`rulegraph.audit`): a trial whose
 constants absorb more than ``max_leak`` of the explained value, or whose rules break conservation
 where they claim to conserve (the audit's unexpected breaks), or — with ``conserving`` — break it
@@ -142,7 +145,8 @@ class Tuning:
         def sha(text: str) -> str:
             return hashlib.sha256(text.encode()).hexdigest()
         s = self.s
-        return {**contents(s.model, s.data, s.tokenizer), "start": sha(self.start_text), "space": sha(self.space_text),
+        return {**contents(s.model, s.data, s.tokenizer), "start": sha(self.start_text),
+                "start_rules": self.bound(self.start), "space": sha(self.space_text),
                 "metric": s.metric, "protocol": s.protocol, "seed": s.seed, "split": list(s.split),
                 "conserving": s.conserving, "max_leak": s.max_leak, "audit_texts": s.audit_texts, "prune": s.prune,
                 "settings": s.settings, "dtype": s.dtype}
@@ -163,10 +167,13 @@ class Tuning:
             for name in ("study.db", "trials", "evals", "data"):
                 target = self.out / name
                 shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        from ..loaders import load
+        self.graph = load(s.model)
         # the study first: one of other settings is refused before anything in DIR changes (the split is
-        # a function of the settings it checks: the data by content, the seed, the shares)
+        # a function of the settings it checks: the data by content, the seed, the shares). A starting rule
+        # file whose text changed resumes where it binds the model's nodes to the same rules.
         study = search.open_study(f"sqlite:///{self.out / 'study.db'}", "maximize" if self.higher else "minimize",
-                                  self.identity(), s.prune)
+                                  self.identity(), s.prune, equivalent={"start": "start_rules"})
         parts = split_records(self.records, s.seed, s.split)
         self.paths = parts.write(self.out)
         self.sizes = parts.sizes()
@@ -174,8 +181,6 @@ class Tuning:
         done = search.counted(study)
         if done:
             self.listener.note(f"resuming the study in {self.out / 'study.db'}: {done} of {s.trials} trials done")
-        from ..loaders import load
-        self.graph = load(s.model)
         self.space = self.space.at_depth(self.graph.block_count)       # depth ranges as this model's blocks
         inert = self.space.inert(self.graph, self.start_text)
         self.inert = [name for name, _ in inert]
@@ -190,9 +195,9 @@ class Tuning:
         ranked = search.finished(study)
         repeats = sum("same_as" in t.user_attrs for t in ranked)
         if repeats:
-            self.listener.note(f"{repeats} of {len(ranked)} finished trials repeated a rule set an earlier trial "
-                               f"scored (its score taken, no evaluation): {len(ranked) - repeats} distinct rule sets "
-                               "were scored; repeats cost nothing, so more --trials explore more")
+            self.listener.note(f"{repeats} of {len(ranked)} finished trials bound the model's nodes to the rules of "
+                               f"an earlier trial (its score taken, no evaluation): {len(ranked) - repeats} distinct "
+                               "rule sets were scored; repeats cost nothing, so more --trials explore more")
         if not ranked:
             errors = [t.user_attrs.get("error") for t in study.trials if t.user_attrs.get("error")]
             raise InputError("no trial finished" + (f" (first error: {errors[0]})" if errors else ""))
@@ -225,6 +230,13 @@ class Tuning:
                        f"({self.s.metric} under the {self.s.protocol} protocol).")
         return self.space.rule_text(self.start_text, chosen, name=name, description=description, header=header)
 
+    def bound(self, ruleset) -> str:
+        """What ``ruleset`` decides on the model (:meth:`~rulegraph.ruleset.Binding.fingerprint`, on the graph
+        its canonizers make)."""
+        from ..passes.base import prepared
+        graph, _ = prepared(self.graph, ruleset)
+        return ruleset.bind(graph).fingerprint()
+
     def objective(self, trial, chosen: dict) -> float:
         from ..ruleset import RuleSet
         path = self.out / "trials" / f"{trial.number:04d}.yaml"
@@ -232,16 +244,16 @@ class Tuning:
                    "a trial's rule file")
         trial.set_user_attr("rules", str(path))
         trial.set_user_attr("choice", chosen)
-        digest = hashlib.sha256(self.rule_text(chosen, "rulegraph tune").encode()).hexdigest()
-        trial.set_user_attr("rules_sha256", digest)
-        same = next((t for t in search.finished(trial.study) if t.user_attrs.get("rules_sha256") == digest), None)
-        if same is not None:            # the same rules as a finished trial: its score and audit
+        ruleset = RuleSet.load(path)
+        bound = self.bound(ruleset)
+        trial.set_user_attr("rules_bound", bound)
+        same = next((t for t in search.finished(trial.study) if t.user_attrs.get("rules_bound") == bound), None)
+        if same is not None:            # the model's nodes bound to the same rules as a finished trial's: its score
             trial.set_user_attr("same_as", same.number)
             for key in ("conservation", "flag"):
                 if key in same.user_attrs:
                     trial.set_user_attr(key, same.user_attrs[key])
             return same.value
-        ruleset = RuleSet.load(path)
         self.conservation(trial, ruleset)
         records = self.sizes["tune"]
         steps = [max(1, records // 2), records] if self.s.prune and records > 1 else [records]
@@ -362,7 +374,7 @@ class Tuning:
                                                 result.paired},
                "against": {f"trial-{result.trial} − {label}": d for label, d in result.against.items()},
                "flagged": {str(k): v for k, v in result.flagged.items()}, "inert": self.inert,
-               "distinct": len({t.user_attrs.get("rules_sha256") for t in search.finished(study)}),
+               "distinct": len({t.user_attrs.get("rules_bound") for t in search.finished(study)}),
                "interval": f"95% percentile bootstrap over the test texts (seed {self.s.seed})"}
         write_file(self.out / "tune.json", json.dumps(doc, indent=2, default=str) + "\n", "tune.json")
 

@@ -31,21 +31,29 @@ def optuna():
     return module
 
 
-def open_study(storage: str, direction: str, identity: dict[str, Any], pruner: bool = False):
+def open_study(storage: str, direction: str, identity: dict[str, Any], pruner: bool = False,
+               equivalent: dict[str, str] | None = None):
     """The study in ``storage`` (``sqlite:///PATH``), created or resumed; a study of other settings
-    (``identity``: what decides its numbers) is refused."""
+    (``identity``: what decides its numbers) is refused. ``equivalent``: key → a key that decides for it: a
+    held value of the first that differs is accepted where the second's agrees (a rule file's text and the
+    rules it binds), and a study that holds no value of the second (recorded before it was) is judged by
+    the first alone. A study resumed so records the identity given."""
     o = optuna()
     study = o.create_study(storage=o.storages.RDBStorage(storage), study_name=STUDY, direction=direction,
                            load_if_exists=True, pruner=o.pruners.MedianPruner(n_startup_trials=2)
                            if pruner else o.pruners.NopPruner())
     held = study.user_attrs.get("identity")
     if held is not None and held != identity:
-        changed = sorted(k for k in set(held) | set(identity) if held.get(k) != identity.get(k))
-        raise InputError(f"the study in {storage.removeprefix('sqlite:///')} was run with other settings "
-                         f"({', '.join(changed)} differ); give another --out, or --force to start over")
+        equivalent = equivalent or {}
+        changed = {k for k in set(held) | set(identity) if held.get(k) != identity.get(k)}
+        changed -= {k for k, by in equivalent.items() if by in held and held[by] == identity.get(by)}
+        changed -= {by for by in equivalent.values() if by not in held}
+        if changed:
+            raise InputError(f"the study in {storage.removeprefix('sqlite:///')} was run with other settings "
+                             f"({', '.join(sorted(changed))} differ); give another --out, or --force to start over")
     if study.direction.name.lower() != direction:
         raise InputError(f"the study in {storage} maximizes the other way; --force to start over")
-    if held is None:
+    if held != identity:
         study.set_user_attr("identity", identity)
     return study
 

@@ -285,3 +285,13 @@ def test_a_renamed_rule_is_taken_with_a_warning_naming_the_line():
     with pytest.warns(UserWarning, match=r"my.yaml:3: rule 'pass' is now 'route'"):
         rules = RuleSet.from_yaml("rules:\n  - trait: routing\n    rule: pass\n", source="my.yaml")
     assert rules.entries[0].rule.name == "route"
+
+
+def test_a_binding_s_fingerprint_is_what_it_decides_not_the_text(bert_onnx):
+    graph = rulegraph.load(bert_onnx)
+    base = "rules:\n  - op: MatMul\n    inputs:\n      0: {from: Softmax}\n    rule: ah\n  - op: '*'\n    rule: gradient\n"
+    lacking = base.replace("rules:\n", "# another text\nrules:\n  - op: Conv\n    rule: zplus\n")
+    other = base.replace("rule: gradient", "rule: epsilon")
+    a, b, c = (RuleSet.from_yaml(t, source=f"{k}.yaml").bind(graph).fingerprint()
+               for k, t in (("a", base), ("b", lacking), ("c", other)))
+    assert a == b != c and len(a) == 64

@@ -138,9 +138,9 @@ def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp
             assert not (out / "evals" / f"tune-{r['trial']:04d}").exists()
     assert sum(r["same_as"] is not None for r in rows) == 2
     assert json.loads((out / "tune.json").read_text())["distinct"] == 2
-    assert ("info", "2 of 4 finished trials repeated a rule set an earlier trial scored (its score taken, no "
-                    "evaluation): 2 distinct rule sets were scored; repeats cost nothing, so more --trials explore "
-                    "more") in notes.said
+    assert ("info", "2 of 4 finished trials bound the model's nodes to the rules of an earlier trial (its score "
+                    "taken, no evaluation): 2 distinct rule sets were scored; repeats cost nothing, so more --trials "
+                    "explore more") in notes.said
     assert (out / "trials.png").stat().st_size > 0
     assert (out / "split.csv").read_text().count("\n") == 13
     assert (out / "tune.json").stat().st_size > 0
@@ -181,6 +181,33 @@ def test_a_stopped_run_resumes_and_more_trials_extend_it(files, tmp_path, monkey
     assert (out / "split.csv").read_text() == split_before         # refused before anything changed
     R.Tuning(settings(files, out, metric="lodds", trials=2, force=True)).run()      # --force: a new study
     assert len(pq.read_table(out / "trials.parquet")) == 2
+
+
+def test_a_study_resumes_after_its_start_changed_where_the_model_binds_as_before(files, tmp_path):
+    """An entry for an op the model lacks changes the start's text, not its rules: the study resumes (and records
+    the new text); a change of a rule the model's nodes take is refused. A study recorded before the bound
+    rules were part of its identity is judged by the text alone."""
+    from rulegraph.tune import search
+    out, start = tmp_path / "out", tmp_path / "start.yaml"
+    start.write_text(START)
+    R.Tuning(settings(files, out, start=str(start), trials=2)).run()
+    start.write_text(START.replace("rules:\n", "rules:\n  - op: Conv\n    rule: zplus\n"))
+    R.Tuning(settings(files, out, start=str(start), trials=3)).run()
+    assert len(pq.read_table(out / "trials.parquet")) == 3
+    start.write_text(START.replace("rule: stop", "rule: gradient"))
+    with pytest.raises(InputError, match=r"other settings \(start, start_rules differ\)"):
+        R.Tuning(settings(files, out, start=str(start), trials=4)).run()
+    older = tmp_path / "older.db"                   # an identity without start_rules, as earlier versions wrote
+    held = {"seed": 0, "start": "a"}
+    search.open_study(f"sqlite:///{older}", "maximize", held)
+    study = search.open_study(f"sqlite:///{older}", "maximize", {**held, "start_rules": "b"},
+                              equivalent={"start": "start_rules"})
+    assert study.user_attrs["identity"] == {**held, "start_rules": "b"}
+    with pytest.raises(InputError, match=r"\(start differ\)"):
+        search.open_study(f"sqlite:///{tmp_path / 'older2.db'}", "maximize", held)
+        search.open_study(f"sqlite:///{tmp_path / 'older2.db'}", "maximize", {"seed": 0, "start": "c",
+                                                                            "start_rules": "b"},
+                          equivalent={"start": "start_rules"})
 
 
 def test_a_trial_whose_constants_absorb_too_much_is_flagged_and_not_chosen(files, tmp_path):
