@@ -289,7 +289,8 @@ def test_a_renamed_rule_is_taken_with_a_warning_naming_the_line():
 
 def test_a_binding_s_fingerprint_is_what_it_decides_not_the_text(bert_onnx):
     graph = rulegraph.load(bert_onnx)
-    base = "rules:\n  - op: MatMul\n    inputs:\n      0: {from: Softmax}\n    rule: ah\n  - op: '*'\n    rule: gradient\n"
+    base = ("rules:\n  - op: MatMul\n    inputs:\n      0: {from: Softmax}\n    rule: ah\n"
+            "  - op: '*'\n    rule: gradient\n")
     lacking = base.replace("rules:\n", "# another text\nrules:\n  - op: Conv\n    rule: zplus\n")
     other = base.replace("rule: gradient", "rule: epsilon")
     a, b, c = (RuleSet.from_yaml(t, source=f"{k}.yaml").bind(graph).fingerprint()

@@ -32,7 +32,8 @@ FILES = {
     **{f"head-{g}": (HEAD, "gamma", f"{{gamma: {g}}}") for g in (0.25, 1.0, 4.0)},
     "blocks-head": BLOCKS,
     **{f"lower-{g}": (BLOCKS[0], "gamma", "{gamma: 0.0}\n    per_layer:\n"
-                                          f"      - {{blocks: \"0-2\", params: {{gamma: {g}}}}}") for g in (0.02, 0.05)},
+                                          f"      - {{blocks: \"0-2\", params: {{gamma: {g}}}}}")
+       for g in (0.02, 0.05)},
     "ab21": (DENSE, "alphabeta", "{alpha: 2.0, beta: 1.0}"),
     "ab1505": (DENSE, "alphabeta", "{alpha: 1.5, beta: 0.5}"),
     "zplus": (DENSE, "zplus", "{}"),
