@@ -268,3 +268,16 @@ def test_an_entry_whose_choices_bind_no_other_rule_is_named_inert(bert_onnx, cau
     names = [name for name, _ in space.inert(lm, cp_lrp)]
     assert names == (["activation.rule"] if module.config.model_type == "gpt2" else
                      ["linear.epsilon.epsilon", "norm.rule", "activation.rule"])
+
+
+def test_a_zero_or_log_parameter_is_one_panel_of_the_trials_plot(tmp_path):
+    from rulegraph.tune.plots import panels, trials_plot
+    names = ["d.rule", "d.gamma.gamma.zero", "d.gamma.gamma", "d.layer0.gamma.zero", "d.layer0.gamma"]
+    done = [{"state": "complete", "value": 0.4, "param.d.rule": "gradient"},
+            {"state": "complete", "value": 0.5, "param.d.rule": "gamma", "param.d.gamma.gamma.zero": True,
+             "param.d.layer0.gamma.zero": False, "param.d.layer0.gamma": 0.02},
+            {"state": "complete", "value": 0.3, "param.d.rule": "gamma", "param.d.gamma.gamma.zero": False,
+             "param.d.gamma.gamma": 0.5, "param.d.layer0.gamma.zero": True}]
+    assert panels(done, names) == ["d.rule", "d.gamma.gamma", "d.layer0.gamma"]
+    assert panels(done[:1], names) == ["d.rule"]
+    assert trials_plot(done, names, "aopc", tmp_path / "t.png").stat().st_size > 0
