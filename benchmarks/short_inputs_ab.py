@@ -1,11 +1,11 @@
-"""Two checkouts of rulegraph on short inputs, call by call interleaved, one thread: wall and CPU time.
+"""Two checkouts of rulegraph on short inputs, call by call interleaved (``--threads``, default one): wall, CPU time.
 
-    python benchmarks/short_inputs_ab.py OLD_FOLDER [--rounds 30]
+    python benchmarks/short_inputs_ab.py OLD_FOLDER [--rounds 30] [--threads 1]
         [--cases forward@94 lrp-ah-ln@94 attnlrp@128 gi@94 ...] [--out benchmarks/results/short_inputs_ab.md]
 
 ``OLD_FOLDER`` holds the other checkout's ``rulegraph/`` and ``rules/`` (``git archive REV rulegraph rules |
 tar -x -C OLD_FOLDER``); this checkout is the new one. One worker process per checkout (its folder first on
-``PYTHONPATH``, one torch thread) loads the demo model (MiniLM-L6 + head, float32, batch 1) and the
+``PYTHONPATH``, one torch thread unless ``--threads``) loads the demo model (MiniLM-L6 + head, float32, batch 1) and the
 references every worker times alike: torch autograd Gradient×Input on the Hugging Face module (no weight
 gradients, :func:`harness.gradient_times_input`) and the onnxruntime forward. The parent asks the two
 workers in turn, call by call, alternating which goes first, so a loaded machine slows both alike; and
@@ -34,7 +34,8 @@ from harness import REPO, machine, report
 WORKER = r'''
 import sys, time, warnings
 import torch
-torch.set_num_threads(1)
+threads = int(sys.argv[3])
+torch.set_num_threads(threads)
 warnings.filterwarnings("ignore")
 import onnxruntime as ort
 import rulegraph
@@ -60,7 +61,7 @@ def case(c):
     if kind == "ort":
         if session is None:
             options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
+            options.intra_op_num_threads = threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         numpy_feeds = {k: v.numpy() for k, v in feeds.items()}
@@ -78,7 +79,7 @@ def case(c):
     method, _, flag = kind.partition("/")
     return lambda: rulegraph.explain(graph, method, feeds, audit=flag != "noaudit")
 
-calls = {c: case(c) for c in sys.argv[3:]}
+calls = {c: case(c) for c in sys.argv[4:]}
 for call in calls.values():
     for _ in range(3):
         call()
@@ -100,7 +101,8 @@ def run_pair(args, env: dict, reverse: bool) -> dict[tuple[str, str], tuple[list
     order = (("new", REPO), ("old", args.old.resolve())) if reverse else (("old", args.old.resolve()), ("new", REPO))
     for name, folder in order:
         workers[name] = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(REPO / "benchmarks"), str(args.model.resolve()), *args.cases],
+            [sys.executable, "-c", WORKER, str(REPO / "benchmarks"), str(args.model.resolve()), str(args.threads),
+             *args.cases],
             cwd="/", text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env, PYTHONPATH=str(folder)))
     for w in workers.values():
         if w.stdout.readline().strip() != "ready":
@@ -126,10 +128,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=10, help="calls of each case per worker pair")
     parser.add_argument("--pairs", type=int, default=6, help="worker pairs, each started afresh")
     parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("--threads", type=int, default=1, help="torch's and onnxruntime's threads per worker")
     parser.add_argument("--model", type=Path, default=REPO / ".cache" / "sentiment-minilm" / "model.onnx")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "short_inputs_ab.md")
     args = parser.parse_args(argv)
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     times = {(n, c): ([], []) for n in ("old", "new") for c in args.cases}
     pair_ratios: dict[str, list[float]] = {c: [] for c in args.cases}
     for pair in range(args.pairs):
@@ -155,8 +158,8 @@ def main(argv=None) -> int:
                          f"{cpu['new', c] / cpu['new', reference]:.2f}×", "", ""])
     load = os.getloadavg()
     report(args.out, "Short inputs, two checkouts interleaved — demo model (MiniLM-L6 + head, float32, batch 1)",
-           [f"{machine(1)} · {args.pairs} worker pairs × {args.rounds} rounds, call by call interleaved · load average "
-            f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end (2 cores: measured under load)"],
+           [f"{machine(args.threads)} · {args.pairs} worker pairs × {args.rounds} rounds, call by call interleaved · load average "
+            f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end"],
            ["case", "old wall ms", "new wall ms", "new/old wall", "old CPU ms", "new CPU ms", "new/old CPU",
             "new/old CPU, median over pairs (range)"], rows)
     return 0

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from . import heap
 from .errors import InputError, ModelError, NumericalError
 from .ir import Graph, Node
 from .limits import InputLimits, check_tensor, tensor_budget
@@ -246,6 +247,7 @@ class Plan:
     """A graph prepared for one device and dtype. Build it with :func:`prepare`."""
 
     def __init__(self, graph: Graph, device: torch.device, dtype: torch.dtype):
+        heap.keep_freed()           # one explanation's freed values serve the next (rulegraph.heap)
         self.graph = graph
         self.device = device
         self.dtype = dtype
