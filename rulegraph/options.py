@@ -103,7 +103,8 @@ DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 
 #: options of every rule set, whatever its pass: what its scores explain (``rulegraph evaluate -o
 #: NAME.score=logprob``); :func:`rulegraph.explain`'s ``score=`` / ``contrast=`` take precedence where given
-#: ``logits=``: a causal language model's head at the positions explained only (the default), or at every one
+#: ``logits=``: the last layers at the positions explained only (the default: a causal language model's head,
+#: a classifier's layers after its pooled position), or at every one
 LOGITS = ("explained", "all")
 
 RULE_SET_OPTIONS: tuple[Option, ...] = (
@@ -111,8 +112,9 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
            "probability: a final Softmax's output itself, not its logits", ("logit", "logprob", "probability")),
     Option("contrast", str, None, "runner-up: explain z_A − z_B, B the highest other class (= log p_A − log p_B)",
            ("runner-up",)),
-    Option("logits", str, LOGITS[0], "a causal language model's vocabulary projection at the positions explained "
-           "only (e.output_tensor holds those rows, e.rows names them), or at every position", LOGITS, cli=False),
+    Option("logits", str, LOGITS[0], "the last layers at the positions explained only — a causal language model's "
+           "vocabulary projection (e.output_tensor holds those rows, e.rows names them), a classifier's layers "
+           "after the position its head reads — or at every position", LOGITS, cli=False),
     Option("replay", bool, False, "the forward and the relevance walk traced once per input shape and replayed "
            "(on a CUDA device as CUDA graphs: the host's work per node done once; rulegraph.passes.replay)",
            cli=False),

@@ -83,3 +83,113 @@ def _rank(graph: Graph, value: str) -> int | None:
     """The rank of a constant (``None`` for a value the weights compute: not known without running them)."""
     tensor = graph.constants.get(value)
     return None if tensor is None else tensor.dim()
+
+
+# -- a classifier's last layers at the position its head reads -----------------------------------------------
+def pooled(graph: Graph) -> Graph | None:
+    """``graph`` with the position its head reads picked before the row-wise ops that lead to it, not after:
+    a BERT-style classifier's pooler reads one position of the last layer's output (``Gather`` of a fixed
+    index), so that layer's feed-forward block, its output projection, residual additions and LayerNorms are
+    computed, and walked, for that position only (about a seventh of a 6-layer encoder's work); ``None``
+    where nothing moves. Each fixed-index ``Gather`` whose data every reader picks alike moves above the node
+    making it, where that node works row by row: a pointwise op (its other inputs fixed vectors or scalars), a
+    ``LayerNormalization`` over the last axis, a ``MatMul`` by a fixed matrix; the node then reads the picked
+    rows of each of its varying inputs, and the picking moves on from there. It stops at anything else (an
+    attention's reshapes: the picking stays there) and at a value another node reads whole. The ``Gather``
+    nodes it leaves are routing nodes, as :func:`head_rows`'s; the rows it drops receive no relevance from
+    the head in the first place, so every rule gives the kept rows what it gave them before (the callers check
+    that each node keeps its rule and that the output is the same, :func:`rulegraph.passes.base.pooled_rows`)."""
+    cache = graph.cache.canonized
+    if "pooled" not in cache:
+        cache["pooled"] = _pooled(graph)
+    return cache["pooled"]
+
+
+def _pooled(graph: Graph) -> Graph | None:
+    nodes = list(graph.nodes)
+    outputs = set(graph.outputs)
+    moved = False
+    for _ in range(256):                      # one node moved per round; a last block has some 20
+        step = _movable(graph, nodes, outputs)
+        if step is None:
+            break
+        nodes = step
+        moved = True
+    if not moved:
+        return None
+    return Graph(nodes, graph.inputs, list(graph.outputs), graph.constants, opset=graph.opset, name=graph.name,
+                 metadata=graph.metadata, source=graph.source)
+
+
+def _fixed_rank(graph: Graph, value: str) -> int | None:
+    """The rank of a value the weights fix (an initializer, or one an exporter shares through ``Identity``
+    nodes), ``None`` for any other."""
+    for _ in range(8):
+        if value in graph.constants:
+            return graph.constants[value].dim()
+        node = graph.producer.get(value)
+        if node is None or node.op != "Identity":
+            return None
+        value = node.inputs[0]
+    return None
+
+
+def _picks(node: Node, constants: dict) -> tuple | None:
+    """``(index value name, axis)`` of a ``Gather`` of fixed indices along a non-negative axis, else ``None``."""
+    if node.op != "Gather" or node.domain not in ("", "ai.onnx") or node.inputs[1] not in constants:
+        return None
+    axis = node.attrs.get("axis", 0)
+    return (node.inputs[1], axis) if axis >= 0 and constants[node.inputs[1]].dim() <= 1 else None
+
+
+def _row_wise(graph: Graph, node: Node) -> list[int] | None:
+    """The inputs of ``node`` that carry the positions, where it works row by row (see :func:`pooled`)."""
+    if node.domain not in ("", "ai.onnx") or not node.outputs[0] or any(node.outputs[1:]):
+        return None
+    moving = [k for k, v in enumerate(node.inputs) if v and v not in graph.constant_values]
+    fixed = [v for v in node.inputs if v and v in graph.constant_values]
+    if not moving:
+        return None
+    if node.op == "MatMul":
+        return [0] if moving == [0] and _fixed_rank(graph, node.inputs[1]) == 2 else None
+    if node.op == "LayerNormalization":
+        return [0] if moving == [0] and node.attrs.get("axis", -1) == -1 else None
+    spec = find(node.op)
+    if spec is None or not spec.pointwise or any(_fixed_rank(graph, v) not in (0, 1) for v in fixed):
+        return None
+    return moving
+
+
+def _movable(graph: Graph, nodes: list[Node], outputs: set[str]) -> list[Node] | None:
+    """``nodes`` with one picking moved above the node making its data (see :func:`pooled`), or ``None``."""
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for v in n.inputs:
+            if v:
+                readers.setdefault(v, []).append(n)
+    producer = {v: n for n in nodes for v in n.outputs if v}
+    for gather in nodes:
+        picks = _picks(gather, graph.constants)
+        data = gather.inputs[0]
+        maker = producer.get(data)
+        if picks is None or maker is None or data in outputs:
+            continue
+        if any(_picks(r, graph.constants) != picks for r in readers[data]):        # someone reads it whole
+            continue
+        carrying = _row_wise(graph, maker)
+        if carrying is None:
+            continue
+        pickers = {r.name for r in readers[data]}
+        picked = {k: f"{maker.inputs[k]}{SUFFIX}" for k in carrying}
+        index, axis = picks
+        new = [Node(f"{maker.name}{SUFFIX}::{k}", "Gather", (maker.inputs[k], index), (picked[k],), {"axis": axis},
+                    "", maker.scope) for k in carrying if not any(n.outputs == (picked[k],) for n in nodes)]
+        moved = Node(maker.name, maker.op, tuple(picked.get(k, v) for k, v in enumerate(maker.inputs)),
+                     (gather.outputs[0],), dict(maker.attrs), maker.domain, maker.scope)
+        rest = [n for n in nodes if n is not maker and n.name not in pickers]
+        # the other pickers' outputs are this one's: their readers read it instead
+        same = {r.outputs[0]: gather.outputs[0] for r in readers[data] if r is not gather}
+        rest = [Node(n.name, n.op, tuple(same.get(v, v) for v in n.inputs), n.outputs, n.attrs, n.domain, n.scope)
+                if any(v in same for v in n.inputs) else n for n in rest]
+        return [*rest, *new, moved]
+    return None

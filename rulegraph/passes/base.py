@@ -43,7 +43,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import torch
 
@@ -56,7 +56,7 @@ from ..options import LOGITS, PASS_OPTIONS, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
-from ..canonize.rows import head_rows
+from ..canonize.rows import head_rows, pooled
 from ..facts import roles
 from ..loaders.metadata import CAUSAL_TASKS, export_info
 from ..ops import lookup, unsupported
@@ -65,6 +65,7 @@ from ..loaders import load
 from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is loaders.metadata)
 from ..registry import Registry
 from ..rounding import measure
+from ..tolerances import tolerance
 from .replay import NOT_REPLAYED, Replay, refuse, run_forward
 from ..ruleset import Binding, RuleSet
 
@@ -235,8 +236,15 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
         refuse({name: options.get(name) for name in NOT_REPLAYED})
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     contrast=contrast, score=score, objective=objective, chosen=chosen,
-                    recycler=None if replay else Recycler(), logits=logits, replay=replay)
+                    recycler=None if replay else Recycler(), logits=logits, replay=replay,
+                    pool=poolable(chosen, options))
     return chosen().run(start, audit=audit, **options)
+
+
+def poolable(chosen: type[Pass], options: dict[str, Any]) -> bool:
+    """Whether the pass may run on a graph whose last layers hold the pooled position only: the relevance
+    pass, with no value recorded or conditioned (those read every position)."""
+    return chosen.name == "relevance" and not any(options.get(name) for name in NOT_REPLAYED)
 
 
 def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int] | None, *,
@@ -261,7 +269,7 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     options = chosen.resolve(options)
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     score=score, chosen=chosen, recycler=None if replay else Recycler(), logits=logits,
-                    rows=positions or (), replay=replay)
+                    rows=positions or (), replay=replay, pool=poolable(chosen, options))
     if targets is None:
         return chosen().run_many([start], audit=audit, **options)
     if positions is not None:
@@ -314,13 +322,15 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
             chosen: type[Pass] = Pass, recycler: Recycler | None = None, logits: str = EXPLAINED,
-            rows: Sequence[int] = (), replay: bool = False) -> Forward:
+            rows: Sequence[int] = (), replay: bool = False, pool: bool = False) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says. ``logits``: a causal language model's head computed only at the positions explained
     (``"explained"``: the explained one, the span's, and ``rows``, which later walks read) or at every
     position (``"all"``). ``replay``: the forward replayed for the inputs' shape (:mod:`rulegraph.passes.replay`,
-    traced the first time), and the walk after it."""
+    traced the first time), and the walk after it. ``pool`` (and ``logits`` ``"explained"``): a classifier's last
+    layers computed at the position its head reads (:func:`pooled_rows`), where that gives the same output and
+    every node keeps its rule."""
     check_arguments(inputs, target, position, contrast, score, objective)
     if replay and chosen.name != "relevance":
         raise InputError(f"replay: the {chosen.name} pass is not replayed (only the relevance pass is); drop replay")
@@ -331,17 +341,25 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     held = explained_rows(graph, output, inputs, position, objective, rows) if logits == EXPLAINED else None
     if held is not None:
         graph, binding, held = narrowed(graph, binding, ruleset, output, *held)
+    whole = (graph, binding) if pool and logits == EXPLAINED and held is None else None
+    if whole is not None:
+        graph, binding = pooled_rows(graph, binding, ruleset)
     if binding.unmatched and ruleset.on_unmatched == "warn":
         first = binding.unmatched[0]
         warnings.warn(f"{len(binding.unmatched)} node(s) have no rule; {chosen.unmatched} "
                       f"(first: {first.name!r}, op {first.op})", stacklevel=3)
-    plan = prepare(graph, device, dtype)
-    replayed = None
-    if replay:
-        values, replayed = run_forward(binding, plan, inputs, chosen.keeps(binding, plan), chosen.spills(binding, plan))
+
+    def run(graph: Graph, binding: Binding) -> tuple[Plan, Values, Replay | None]:
+        plan = prepare(graph, device, dtype)
+        keep, spill = chosen.keeps(binding, plan), chosen.spills(binding, plan)
+        if replay:
+            return plan, *run_forward(binding, plan, inputs, keep, spill)
+        return plan, plan.run(inputs, keep=keep, spill=spill, recycler=recycler), None
+
+    if whole is not None and graph is not whole[0]:
+        graph, binding, (plan, values, replayed) = _pooled_run(whole, (graph, binding), run, output, inputs)
     else:
-        values = plan.run(inputs, keep=chosen.keeps(binding, plan), spill=chosen.spills(binding, plan),
-                          recycler=recycler)
+        plan, values, replayed = run(graph, binding)
     if not has_batch_axis(values[output], inputs, output):     # one item's value: given a batch axis of 1, run again
         graph = with_batch_axis(graph, output)
         binding = ruleset.bind(graph)
@@ -401,6 +419,70 @@ def narrowed(graph: Graph, binding: Binding, ruleset: RuleSet, output: str, rows
     except RulegraphError:
         return graph, binding, None
     return rewritten, bound, rows
+
+
+def pooled_rows(graph: Graph, binding: Binding, ruleset: RuleSet) -> tuple[Graph, Binding]:
+    """``graph`` with its last layers computed at the position its head reads
+    (:func:`rulegraph.canonize.rows.pooled`) and its binding, where the rule set gives every node it keeps the
+    rule it had and each picking ``Gather`` it adds the rule of the one it moved; else ``graph`` and
+    ``binding`` as they were (and where the output was once found to differ, :func:`pooled_agrees`). Decided
+    once per graph and rule set."""
+    rewritten = pooled(graph)
+    if rewritten is None or graph.cache.canonized.get("pooled-agrees") is False:
+        return graph, binding
+    decided = rewritten.cache.canonized.setdefault("pooled-bindings", {})
+    held = decided.get(id(ruleset))
+    if held is None:
+        held = decided[id(ruleset)] = (ruleset, _same_rules(binding, rewritten, ruleset))
+    return (rewritten, held[1]) if held[1] is not None else (graph, binding)
+
+
+def _same_rules(binding: Binding, rewritten: Graph, ruleset: RuleSet) -> Binding | None:
+    try:
+        bound = ruleset.bind(rewritten)
+        bound.require_complete()
+    except RulegraphError:
+        return None
+
+    def rules(b: Binding) -> dict[str, str | None]:
+        return {n.name: (a.rule.describe() if (a := b.assignments.get(n.name)) is not None else None)
+                for n in b.reached}
+    before, after = rules(binding), rules(bound)
+    moved = {before[name] for name in before.keys() - after.keys()}        # the pickings it moved
+    same = all(rule == before[name] if name in before else rule in moved for name, rule in after.items())
+    return bound if same else None
+
+
+def _pooled_run(whole: tuple[Graph, Binding], pooled: tuple[Graph, Binding], run: Callable, output: str,
+                inputs: Mapping[str, Any]) -> tuple[Graph, Binding, tuple]:
+    """``run`` (the forward) on the pooled graph where its output is the whole graph's (:func:`pooled_agrees`),
+    else on the whole graph (whose error, if it fails too, is the one raised)."""
+    try:
+        done = run(*pooled)
+        if pooled_agrees(whole[0], output, done[1][output], inputs):
+            return *pooled, done
+        failed = False
+    except Exception:       # noqa: BLE001 — the whole graph runs next: its own error, or a verdict on the pooled one
+        failed = True
+    done = run(*whole)
+    if failed:
+        whole[0].cache.canonized["pooled-agrees"] = False         # these inputs run whole, not pooled
+    return *whole, done
+
+
+def pooled_agrees(whole: Graph, output: str, out: Tensor, inputs: Mapping[str, Any]) -> bool:
+    """Whether ``out``, the output the pooled graph computed, is the whole graph's for ``inputs`` within the
+    dtype's tolerance: checked on the first explanation of ``whole`` and remembered (a graph whose rows do not
+    work as :func:`rulegraph.canonize.rows.pooled` reads them fails here, or in the forward, not later)."""
+    cache = whole.cache.canonized
+    if "pooled-agrees" not in cache:
+        try:
+            expected = prepare(whole, out.device, out.dtype).run(inputs, keep=frozenset({output}))[output]
+            cache["pooled-agrees"] = expected.shape == out.shape and bool(torch.allclose(
+                out, expected, rtol=tolerance(out.dtype), atol=tolerance(out.dtype) * float(expected.abs().max())))
+        except Exception:       # noqa: BLE001 — the whole graph's own error comes when it runs again
+            cache["pooled-agrees"] = False
+    return cache["pooled-agrees"]
 
 
 #: ``score=PROBABILITY``: explain a final Softmax's (LogSoftmax's) output itself, not its logits
