@@ -242,7 +242,7 @@ class Tuning:
         path = self.out / "trials" / f"{trial.number:04d}.yaml"
         write_file(path, self.rule_text(chosen, f"rulegraph tune: trial {trial.number} of {self.s.start}"),
                    "a trial's rule file")
-        trial.set_user_attr("rules", str(path))
+        trial.set_user_attr("rules", path.relative_to(self.out).as_posix())     # (the folder can move)
         trial.set_user_attr("choice", chosen)
         ruleset = RuleSet.load(path)
         bound = self.bound(ruleset)
@@ -316,7 +316,7 @@ class Tuning:
         return out
 
     def validate(self, finalists: list) -> dict[int, float]:
-        methods = {f"trial-{t.number}": Path(t.user_attrs["rules"]) for t in finalists}
+        methods = {f"trial-{t.number}": self.out / t.user_attrs["rules"] for t in finalists}
         scores = self.score("validation", "evals/validation", methods)
         return {t.number: scores[f"trial-{t.number}"] for t in finalists}
 

@@ -123,6 +123,8 @@ def test_a_run_finds_the_planted_rule_and_reports_it_on_the_test_part(files, tmp
     assert f"paired difference tuned − {files[0] / 'start.yaml'} {result.paired['mean']:+.4g}" in header[3]
     rows = pq.read_table(out / "trials.parquet").to_pylist()
     assert [r["trial"] for r in rows] == [0, 1, 2, 3]
+    assert [r["rules"] for r in rows] == [f"trials/{n:04d}.yaml" for n in range(4)]     # within the folder
+    assert all((out / r["rules"]).is_file() for r in rows)
     assert sum(r["chosen"] for r in rows) == 1 and rows[result.trial]["param.sum.rule"] == "gradient"
     assert {r["param.sum.rule"] for r in rows} == {"stop", "gradient"}   # both were tried (seed 0)
     for r in rows:              # a stop's tokens carry nothing; the gradient's all of the logit
