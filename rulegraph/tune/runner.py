@@ -9,7 +9,7 @@ whose rule set binds the model's nodes to the rules an earlier finished trial's 
 z-rule, once its random start-up is over; and a choice for nodes the model lacks changes nothing) takes
 that trial's score and audit, not a second evaluation of the same rules (``same_as`` in
 ``trials.parquet``). A study resumes where the starting rule file's text changed but binds the model's
-nodes as before. Its
+nodes as before, and where the space file's text changed but samples the same (:meth:`Space.digest`). Its
 conservation is audited on a few texts of the tune part (:mod:`rulegraph.audit`): a trial whose
 constants absorb more than ``max_leak`` of the explained value, or whose rules break conservation
 where they claim to conserve (the audit's unexpected breaks), or — with ``conserving`` — break it
@@ -123,6 +123,7 @@ class Tuning:
         space_path = resolve_space(settings.space) if settings.space else default_space(self.start.models)
         self.space_text = read_text(Path(space_path), "search space", RuleFileError)
         space = load_space(space_path)
+        self.space_content = space.digest()
         if space.pass_name != self.start.pass_name:
             raise InputError(f"the search space {space_path} is for the {space.pass_name} pass, the rule set "
                              f"{settings.start} for the {self.start.pass_name} pass")
@@ -147,6 +148,7 @@ class Tuning:
         s = self.s
         return {**contents(s.model, s.data, s.tokenizer), "start": sha(self.start_text),
                 "start_rules": self.bound(self.start), "space": sha(self.space_text),
+                "space_content": self.space_content,
                 "metric": s.metric, "protocol": s.protocol, "seed": s.seed, "split": list(s.split),
                 "conserving": s.conserving, "max_leak": s.max_leak, "audit_texts": s.audit_texts, "prune": s.prune,
                 "settings": s.settings, "dtype": s.dtype}
@@ -171,9 +173,11 @@ class Tuning:
         self.graph = load(s.model)
         # the study first: one of other settings is refused before anything in DIR changes (the split is
         # a function of the settings it checks: the data by content, the seed, the shares). A starting rule
-        # file whose text changed resumes where it binds the model's nodes to the same rules.
+        # file whose text changed resumes where it binds the model's nodes to the same rules, a space whose
+        # text changed where it samples the same (Space.digest).
         study = search.open_study(f"sqlite:///{self.out / 'study.db'}", "maximize" if self.higher else "minimize",
-                                  self.identity(), s.prune, equivalent={"start": "start_rules"})
+                                  self.identity(), s.prune, equivalent={"start": "start_rules",
+                                                                        "space": "space_content"})
         parts = split_records(self.records, s.seed, s.split)
         self.paths = parts.write(self.out)
         self.sizes = parts.sizes()

@@ -44,6 +44,8 @@ mistake reported as ``file:line: what was wrong; valid: …``.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -178,6 +180,16 @@ class Space:
     models: str = "transformers"
     pass_name: str = "relevance"
     source: str = ""
+
+    def digest(self) -> str:
+        """SHA-256 of what the space samples and where (its models, pass, entries, candidate rules, params and
+        layers), not of how its file reads: a comment, a description or a line moved leaves it as it was."""
+        def params(ps: dict[str, Param]) -> dict:
+            return {k: [p.kind, p.value] for k, p in ps.items()}
+        content = [self.models, self.pass_name,
+                   [[i.id, i.selectors, {rule: params(ps) for rule, ps in i.choose.items()},
+                     [[layer.where, params(layer.params)] for layer in i.layers]] for i in self.items]]
+        return hashlib.sha256(json.dumps(content, sort_keys=True, default=repr).encode()).hexdigest()
 
     def at_depth(self, blocks: int) -> "Space":
         """The space for a model of ``blocks`` transformer blocks: each ``depth`` range of a ``per_layer`` item

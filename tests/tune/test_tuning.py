@@ -212,6 +212,20 @@ def test_a_study_resumes_after_its_start_changed_where_the_model_binds_as_before
                           equivalent={"start": "start_rules"})
 
 
+def test_a_study_resumes_after_its_spaces_text_changed_where_it_samples_the_same(files, tmp_path):
+    """A comment and a description in the space file resume the study; another candidate rule is refused."""
+    out, space = tmp_path / "out", tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    R.Tuning(settings(files, out, space=str(space), trials=2)).run()
+    space.write_text("# the planted space\ndescription: stop or pass on\n"
+                     + SPACE.replace("stop: {}", "stop: {}  # none"))
+    R.Tuning(settings(files, out, space=str(space), trials=3)).run()
+    assert len(pq.read_table(out / "trials.parquet")) == 3
+    space.write_text(SPACE + "      zero: {}\n")
+    with pytest.raises(InputError, match=r"other settings \(space, space_content differ\)"):
+        R.Tuning(settings(files, out, space=str(space), trials=4)).run()
+
+
 def test_a_trial_whose_constants_absorb_too_much_is_flagged_and_not_chosen(files, tmp_path):
     root = files[0]
     (root / "leaky.yaml").write_text("space:\n  - id: sum\n    op: ReduceSum\n    choose:\n"
