@@ -96,3 +96,13 @@ def test_a_pooled_forward_that_fails_runs_the_whole_graph():
     assert [n.op for n in pooled(graph).nodes] == ["Gather", "MatMul"]
     e = rulegraph.explain(graph, "gi", {"x": torch.ones(1, 4)}, target=0)
     assert graph.cache.canonized["pooled-agrees"] is False and e.output_value == pytest.approx([1.0])
+
+
+def test_a_value_read_twice_by_a_moved_node_is_picked_once():
+    nodes = [Node("sq", "Mul", ("x", "x"), ("h",)), Node("pick", "Gather", ("h", "zero"), ("y",), {"axis": 1})]
+    graph = Graph(nodes, [ValueInfo("x", torch.float32, [1, 3, 4])], ["y"], {"zero": torch.tensor(0)}, opset=17)
+    moved = pooled(graph)
+    assert [(n.op, n.inputs) for n in moved.nodes] == [("Gather", ("x", "zero")), ("Mul", (f"x{SUFFIX}",) * 2)]
+    x = torch.randn(1, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    e = rulegraph.explain(graph, "gi", {"x": x}, target=1, dtype=torch.float64)
+    assert e.output_value == pytest.approx([float(x[0, 0, 1] ** 2)])

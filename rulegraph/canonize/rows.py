@@ -182,8 +182,12 @@ def _movable(graph: Graph, nodes: list[Node], outputs: set[str]) -> list[Node] |
         pickers = {r.name for r in readers[data]}
         picked = {k: f"{maker.inputs[k]}{SUFFIX}" for k in carrying}
         index, axis = picks
-        new = [Node(f"{maker.name}{SUFFIX}::{k}", "Gather", (maker.inputs[k], index), (picked[k],), {"axis": axis},
-                    "", maker.scope) for k in carrying if not any(n.outputs == (picked[k],) for n in nodes)]
+        made = {picked[k]: producer.get(picked[k]) for k in carrying}          # a picking made by an earlier move
+        if any(n is not None and (n.inputs[1], n.attrs.get("axis", 0)) != picks for n in made.values()):
+            continue                                # (the same value picked otherwise elsewhere: left as it is)
+        new = {picked[k]: Node(f"{maker.name}{SUFFIX}::{k}", "Gather", (maker.inputs[k], index), (picked[k],),
+                               {"axis": axis}, "", maker.scope)
+               for k in reversed(carrying) if made[picked[k]] is None}       # (x · x: one picking, the first's name)
         moved = Node(maker.name, maker.op, tuple(picked.get(k, v) for k, v in enumerate(maker.inputs)),
                      (gather.outputs[0],), dict(maker.attrs), maker.domain, maker.scope)
         rest = [n for n in nodes if n is not maker and n.name not in pickers]
@@ -191,5 +195,5 @@ def _movable(graph: Graph, nodes: list[Node], outputs: set[str]) -> list[Node] |
         same = {r.outputs[0]: gather.outputs[0] for r in readers[data] if r is not gather}
         rest = [Node(n.name, n.op, tuple(same.get(v, v) for v in n.inputs), n.outputs, n.attrs, n.domain, n.scope)
                 if any(v in same for v in n.inputs) else n for n in rest]
-        return [*rest, *new, moved]
+        return [*rest, *new.values(), moved]
     return None
