@@ -80,9 +80,16 @@ def head_rows(graph: Graph, output: str, rows: Sequence[int]) -> Graph | None:
 
 
 def _rank(graph: Graph, value: str) -> int | None:
-    """The rank of a constant (``None`` for a value the weights compute: not known without running them)."""
-    tensor = graph.constants.get(value)
-    return None if tensor is None else tensor.dim()
+    """The rank of a value the weights fix: an initializer, or one an exporter shares through ``Identity``
+    nodes (``None`` for any other: not known without running the graph)."""
+    for _ in range(8):
+        if value in graph.constants:
+            return graph.constants[value].dim()
+        node = graph.producer.get(value)
+        if node is None or node.op != "Identity":
+            return None
+        value = node.inputs[0]
+    return None
 
 
 # -- a classifier's last layers at the position its head reads -----------------------------------------------
@@ -122,19 +129,6 @@ def _pooled(graph: Graph) -> Graph | None:
                  metadata=graph.metadata, source=graph.source)
 
 
-def _fixed_rank(graph: Graph, value: str) -> int | None:
-    """The rank of a value the weights fix (an initializer, or one an exporter shares through ``Identity``
-    nodes), ``None`` for any other."""
-    for _ in range(8):
-        if value in graph.constants:
-            return graph.constants[value].dim()
-        node = graph.producer.get(value)
-        if node is None or node.op != "Identity":
-            return None
-        value = node.inputs[0]
-    return None
-
-
 def _picks(node: Node, constants: dict) -> tuple | None:
     """``(index value name, axis)`` of a ``Gather`` of fixed indices along a non-negative axis, else ``None``."""
     if node.op != "Gather" or node.domain not in ("", "ai.onnx") or node.inputs[1] not in constants:
@@ -152,11 +146,11 @@ def _row_wise(graph: Graph, node: Node) -> list[int] | None:
     if not moving:
         return None
     if node.op == "MatMul":
-        return [0] if moving == [0] and _fixed_rank(graph, node.inputs[1]) == 2 else None
+        return [0] if moving == [0] and _rank(graph, node.inputs[1]) == 2 else None
     if node.op == "LayerNormalization":
         return [0] if moving == [0] and node.attrs.get("axis", -1) == -1 else None
     spec = find(node.op)
-    if spec is None or not spec.pointwise or any(_fixed_rank(graph, v) not in (0, 1) for v in fixed):
+    if spec is None or not spec.pointwise or any(_rank(graph, v) not in (0, 1) for v in fixed):
         return None
     return moving
 
