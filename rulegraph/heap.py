@@ -14,6 +14,7 @@ off glibc, and where ``RULEGRAPH_KEEP_HEAP=0``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -21,16 +22,14 @@ import platform
 PAD = 256 << 20
 ENVIRONMENT = "RULEGRAPH_KEEP_HEAP"
 _M_TOP_PAD = -2         # glibc's malloc.h
-_state: dict[str, bool] = {}
 
 
-def keep_freed(pad: int = PAD) -> bool:
-    """Leave ``pad`` freed bytes at the top of the C heap for the process's next allocations; whether it was
-    set (glibc only, once per process; ``RULEGRAPH_KEEP_HEAP=0`` turns it off)."""
-    if "set" not in _state:
-        _state["set"] = (os.environ.get(ENVIRONMENT, "1").strip() != "0" and platform.system() == "Linux"
-                         and platform.libc_ver()[0] == "glibc" and _mallopt(_M_TOP_PAD, pad))
-    return _state["set"]
+@functools.cache
+def keep_freed() -> bool:
+    """Leave :data:`PAD` freed bytes at the top of the C heap for the process's next allocations; whether it
+    was set (glibc only, once per process; ``RULEGRAPH_KEEP_HEAP=0`` turns it off)."""
+    return (os.environ.get(ENVIRONMENT, "1").strip() != "0" and platform.system() == "Linux"
+            and platform.libc_ver()[0] == "glibc" and _mallopt(_M_TOP_PAD, PAD))
 
 
 def _mallopt(option: int, value: int) -> bool:
