@@ -120,6 +120,11 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
            cli=False),
 )
 
+#: the relevance pass's options that read values inside the model, every position of them (recorded, selected,
+#: conditioned, drawn): a replay carries none out, and a graph computing its last layers at the pooled position
+#: only serves none
+READS_INSIDE = ("record", "at", "condition", "graph")
+
 #: the relevance pass's options reading inside the model (:mod:`rulegraph.inside`); what they ask is recorded in
 #: the explanation itself (``e.inside``, ``e.extra["condition"]``), not among its options
 INSIDE_OPTIONS: tuple[Option, ...] = (

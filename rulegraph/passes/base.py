@@ -52,7 +52,7 @@ from ..canonize import canonize
 from ..errors import InputError, ModelError, NumericalError, RulegraphError
 from ..explanation import Explanation, at_position, row_of
 from ..objective import QUANTITIES, Objective
-from ..options import LOGITS, PASS_OPTIONS, Option, resolve
+from ..options import LOGITS, PASS_OPTIONS, READS_INSIDE, Option, resolve
 from ..interpreter import Plan, Values, all_finite, prepare
 from ..ir import Graph
 from ..canonize.final_softmax import final_node, only, with_batch_axis
@@ -244,7 +244,7 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
 def poolable(chosen: type[Pass], options: dict[str, Any]) -> bool:
     """Whether the pass may run on a graph whose last layers hold the pooled position only: the relevance
     pass, with no value recorded or conditioned (those read every position)."""
-    return chosen.name == "relevance" and not any(options.get(name) for name in NOT_REPLAYED)
+    return chosen.name == "relevance" and not any(options.get(name) for name in READS_INSIDE)
 
 
 def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targets: str | Sequence[int] | None, *,

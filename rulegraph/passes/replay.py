@@ -32,6 +32,7 @@ import torch
 from ..errors import InputError
 from ..interpreter import Plan, Stage, Values
 from ..lifetimes import WalkCache
+from ..options import READS_INSIDE
 from ..ruleset import Binding
 
 Tensor = torch.Tensor
@@ -181,7 +182,7 @@ class Captured:
 
 
 #: the relevance pass's options a replay does not carry out (it records and conditions nothing)
-NOT_REPLAYED = ("record", "at", "condition", "graph")
+NOT_REPLAYED = READS_INSIDE
 
 
 def refuse(asked: dict[str, Any]) -> None:
