@@ -23,7 +23,7 @@ from pathlib import Path
 import onnxruntime as ort
 import torch
 
-from harness import REPO, gradient_times_input, interleave, machine, quartiles, report
+from harness import REPO, bert_gi, interleave, machine, quartiles, report
 
 sys.path.insert(0, str(REPO / "examples" / "sentiment"))
 
@@ -76,11 +76,7 @@ def main(argv=None) -> int:
         feeds = inputs_of_length(encoder, length)
         numpy_feeds = {k: v.numpy() for k, v in feeds.items()}
 
-        torch_gi = gradient_times_input(
-            module, lambda: module.bert.embeddings.word_embeddings(feeds["input_ids"]),
-            lambda words: module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
-                                 token_type_ids=feeds["token_type_ids"]).logits,
-            lambda logits: logits[0, logits[0].argmax()])
+        torch_gi = bert_gi(module, feeds)
         methods = {
             "onnxruntime forward": lambda: session.run(None, numpy_feeds),
             "rulegraph forward": lambda: plan.run(feeds, keep=frozenset()),

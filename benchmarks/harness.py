@@ -83,6 +83,59 @@ def gradient_times_input(module, embed: Callable, run: Callable, target: Callabl
     return call
 
 
+def random_feeds(length: int) -> dict[str, Any]:
+    """A BERT-style classifier's inputs for one text of ``length`` random token ids (seeded by the length): the
+    cost per node of an explanation does not depend on which tokens they are."""
+    import torch
+    ids = torch.randint(1000, 5000, (1, length), generator=torch.Generator().manual_seed(length))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+
+
+def bert_gi(module, feeds: dict) -> Callable[[], Any]:
+    """:func:`gradient_times_input` on a Hugging Face BERT-style classifier for ``feeds`` (input ids, mask, token
+    types): the word embeddings in, the predicted class's logit explained."""
+    return gradient_times_input(
+        module, lambda: module.bert.embeddings.word_embeddings(feeds["input_ids"]),
+        lambda words: module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
+                             token_type_ids=feeds["token_type_ids"]).logits,
+        lambda logits: logits[0, logits[0].argmax()])
+
+
+def serve(calls: dict[str, Callable[[], Any]], clocks: Callable[[], tuple[float, ...]]) -> None:
+    """A benchmark worker's loop: each call made three times to warm up, ``ready`` printed, then for each case
+    name read from stdin its call made and the change of each of ``clocks()`` over it printed on one line."""
+    for call in calls.values():
+        for _ in range(3):
+            call()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        call = calls[line.strip()]
+        before = clocks()
+        call()
+        print(*(b - a for a, b in zip(before, clocks())), flush=True)
+
+
+def in_turn(workers: dict[str, subprocess.Popen], order: list[str], cases: list[str],
+            rounds: int) -> dict[tuple[str, str], list[list[float]]]:
+    """The figures :func:`serve` prints, per worker and case: each case asked of the workers in turn, call by
+    call, in ``order`` and reversed every other round, so a loaded machine slows them alike; the workers then
+    closed. A worker that does not say ``ready`` stops the benchmark."""
+    for w in workers.values():
+        if w.stdout.readline().strip() != "ready":
+            raise SystemExit("a worker failed to start")
+    got: dict[tuple[str, str], list[list[float]]] = {(n, c): [] for n in order for c in cases}
+    for r in range(rounds):
+        for c in cases:
+            for n in order if r % 2 == 0 else order[::-1]:
+                workers[n].stdin.write(c + "\n")
+                workers[n].stdin.flush()
+                got[n, c].append([float(x) for x in workers[n].stdout.readline().split()])
+    for w in workers.values():
+        w.stdin.close()
+        w.wait()
+    return got
+
+
 def last_json(stdout: str) -> Any:
     """The last line of a child process's output that is a JSON object, read."""
     import json

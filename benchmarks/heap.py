@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import REPO, machine, report
+from harness import REPO, in_turn, machine, report
 
 WORKER = r'''
 import resource, sys, time, warnings
@@ -36,38 +36,20 @@ torch.set_num_threads(int(sys.argv[3]))
 warnings.filterwarnings("ignore")
 import rulegraph
 sys.path.insert(0, sys.argv[1])
-from harness import gradient_times_input
+from harness import bert_gi, random_feeds, serve
 model = sys.argv[2]
 graph = rulegraph.load(model)
 from transformers import BertForSequenceClassification
 module = BertForSequenceClassification.from_pretrained(model.rsplit("/", 1)[0] + "/hf",
                                                        attn_implementation="eager").eval()
 
-def feeds_of(n):
-    return {"input_ids": torch.randint(1000, 5000, (1, n), generator=torch.Generator().manual_seed(n)),
-            "attention_mask": torch.ones(1, n, dtype=torch.long), "token_type_ids": torch.zeros(1, n, dtype=torch.long)}
-
 def case(c):
     kind, n = c.split("@")
-    feeds = feeds_of(int(n))
-    if kind == "hf-gi":
-        return gradient_times_input(
-            module, lambda: module.bert.embeddings.word_embeddings(feeds["input_ids"]),
-            lambda words: module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
-                                 token_type_ids=feeds["token_type_ids"]).logits,
-            lambda logits: logits[0, logits[0].argmax()])
-    return lambda: rulegraph.explain(graph, kind, feeds)
+    feeds = random_feeds(int(n))
+    return bert_gi(module, feeds) if kind == "hf-gi" else lambda: rulegraph.explain(graph, kind, feeds)
 
-calls = {c: case(c) for c in sys.argv[4:]}
-for call in calls.values():
-    for _ in range(3):
-        call()
-print("ready", flush=True)
-for line in sys.stdin:
-    call = calls[line.strip()]
-    faults, wall = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-    call()
-    print(time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, flush=True)
+serve({c: case(c) for c in sys.argv[4:]},
+      lambda: (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt))
 '''
 
 CASES = ["hf-gi@94", "lrp-ah-ln@94", "gi@94", "hf-gi@128", "attnlrp@128"]
@@ -81,22 +63,9 @@ def run_pair(args, threads: int, reverse: bool) -> dict[tuple[str, str], tuple[l
         workers[way] = subprocess.Popen(
             [sys.executable, "-c", WORKER, str(REPO / "benchmarks"), str(args.model), str(threads), *args.cases],
             cwd="/", text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    for w in workers.values():
-        if w.stdout.readline().strip() != "ready":
-            raise SystemExit("a worker failed to start")
-    times = {(way, c): ([], []) for way in WAYS for c in args.cases}
-    for r in range(args.rounds):
-        for c in args.cases:
-            for way in WAYS if r % 2 == 0 else reversed(WAYS):
-                workers[way].stdin.write(c + "\n")
-                workers[way].stdin.flush()
-                wall, faults = workers[way].stdout.readline().split()
-                times[way, c][0].append(float(wall) * 1e3)
-                times[way, c][1].append(float(faults))
-    for w in workers.values():
-        w.stdin.close()
-        w.wait()
-    return times
+    got = in_turn(workers, list(WAYS), args.cases, args.rounds)
+    return {key: ([wall * 1e3 for wall, _ in figures], [faults for _, faults in figures])
+            for key, figures in got.items()}
 
 
 def calls(args, threads: int) -> list[list]:

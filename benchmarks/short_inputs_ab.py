@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import REPO, machine, report
+from harness import REPO, in_turn, machine, report
 
 WORKER = r'''
 import sys, time, warnings
@@ -40,22 +40,17 @@ warnings.filterwarnings("ignore")
 import onnxruntime as ort
 import rulegraph
 sys.path.insert(0, sys.argv[1])
-from harness import gradient_times_input
+from harness import bert_gi, random_feeds, serve
 model = sys.argv[2]
 graph = rulegraph.load(model)
 names = {i.name for i in graph.inputs}
 plan = rulegraph.prepare(graph)
 module = session = None
 
-def feeds_of(n):
-    f = {"input_ids": torch.randint(1000, 5000, (1, n), generator=torch.Generator().manual_seed(n)),
-         "attention_mask": torch.ones(1, n, dtype=torch.long), "token_type_ids": torch.zeros(1, n, dtype=torch.long)}
-    return {k: v for k, v in f.items() if k in names}
-
 def case(c):
     global module, session
     kind, n = c.split("@")
-    feeds = feeds_of(int(n))
+    feeds = {k: v for k, v in random_feeds(int(n)).items() if k in names}
     if kind == "forward":
         return lambda: plan.run(feeds, keep=frozenset())
     if kind == "ort":
@@ -71,24 +66,11 @@ def case(c):
             from transformers import BertForSequenceClassification
             module = BertForSequenceClassification.from_pretrained(model.rsplit("/", 1)[0] + "/hf",
                                                                    attn_implementation="eager").eval()
-        return gradient_times_input(
-            module, lambda: module.bert.embeddings.word_embeddings(feeds["input_ids"]),
-            lambda words: module(inputs_embeds=words, attention_mask=feeds["attention_mask"],
-                                 token_type_ids=feeds["token_type_ids"]).logits,
-            lambda logits: logits[0, logits[0].argmax()])
+        return bert_gi(module, feeds)
     method, _, flag = kind.partition("/")
     return lambda: rulegraph.explain(graph, method, feeds, audit=flag != "noaudit")
 
-calls = {c: case(c) for c in sys.argv[4:]}
-for call in calls.values():
-    for _ in range(3):
-        call()
-print("ready", flush=True)
-for line in sys.stdin:
-    call = calls[line.strip()]
-    wall, cpu = time.perf_counter(), time.process_time()
-    call()
-    print(time.perf_counter() - wall, time.process_time() - cpu, flush=True)
+serve({c: case(c) for c in sys.argv[4:]}, lambda: (time.perf_counter(), time.process_time()))
 '''
 
 CASES = ["forward@94", "forward@128", "ort@94", "ort@128", "hf-gi@94", "lrp-ah-ln@94", "gi@94", "attnlrp@128",
@@ -104,22 +86,9 @@ def run_pair(args, env: dict, reverse: bool) -> dict[tuple[str, str], tuple[list
             [sys.executable, "-c", WORKER, str(REPO / "benchmarks"), str(args.model.resolve()), str(args.threads),
              *args.cases],
             cwd="/", text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env, PYTHONPATH=str(folder)))
-    for w in workers.values():
-        if w.stdout.readline().strip() != "ready":
-            raise SystemExit("a worker failed to start")
-    times = {(n, c): ([], []) for n in workers for c in args.cases}
-    for r in range(args.rounds):
-        for c in args.cases:
-            for n in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                workers[n].stdin.write(c + "\n")
-                workers[n].stdin.flush()
-                wall, cpu = map(float, workers[n].stdout.readline().split())
-                times[n, c][0].append(wall * 1e3)
-                times[n, c][1].append(cpu * 1e3)
-    for w in workers.values():
-        w.stdin.close()
-        w.wait()
-    return times
+    got = in_turn(workers, ["old", "new"], args.cases, args.rounds)
+    return {key: ([wall * 1e3 for wall, _ in figures], [cpu * 1e3 for _, cpu in figures])
+            for key, figures in got.items()}
 
 
 def main(argv=None) -> int:
