@@ -157,3 +157,23 @@ def test_cuda_replay_of_a_language_model(causal_lm):
         eager = rulegraph.explain(path, "attnlrp", ids, dtype=torch.float64, device="cuda")
         replayed = rulegraph.explain(path, "attnlrp", ids, dtype=torch.float64, device="cuda", replay=True)
         same(replayed, eager, rounding=F64_ACROSS)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_cuda_pooled_position_equals_every_position(bert_onnx, dtype, tolerance):
+    """The classifier's last layers at the position its pooler reads (rulegraph.canonize.rows.pooled, the default)
+    against every position's (``logits="all"``), both on the GPU: the move is kept there (its output agreed) and
+    changes no figure beyond the products' rounding."""
+    from rulegraph.canonize.rows import SUFFIX
+    feeds = tiny.token_inputs(batch=2, length=9, pad=3)
+    rows = rulegraph.explain(bert_onnx, "attnlrp", feeds, dtype=dtype, device="cuda")
+    whole = rulegraph.explain(bert_onnx, "attnlrp", feeds, dtype=dtype, device="cuda", logits="all")
+    assert any(SUFFIX in n.name for n in rows.audit.nodes) and not any(SUFFIX in n.name for n in whole.audit.nodes)
+    scale = max(abs(v) for v in whole.output_value)
+    for x, y in zip(rows.output_value, whole.output_value, strict=True):
+        assert abs(x - y) <= tolerance * scale
+    for key, value in whole.relevance.items():
+        assert (rows.relevance[key] - value).abs().max() <= tolerance * scale
+    for field in ("input_total", "absorbed", "breaks"):
+        assert abs(getattr(rows.audit.conservation, field) - getattr(whole.audit.conservation, field)) \
+            <= tolerance * scale
