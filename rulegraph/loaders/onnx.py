@@ -151,8 +151,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
     the shapes the model declares."""
     graph = model.graph
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-        graph = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True).graph
+        graph = _symbolic_shapes(model)
     except Exception:  # noqa: BLE001  (a graph it cannot follow: onnx's inference, then the declared shapes)
         try:
             graph = onnx.shape_inference.infer_shapes(model).graph
@@ -160,6 +159,24 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
             pass
     return {v.name: _value_info(v).shape for v in (*graph.value_info, *graph.input, *graph.output)
             if v.type.tensor_type.elem_type in DTYPES and v.type.tensor_type.HasField("shape")}
+
+
+def _symbolic_shapes(model: onnx.ModelProto) -> onnx.GraphProto:
+    """onnxruntime's symbolic shape inference, its steps taken here: its ``infer_shapes`` saves a graph it
+    cannot follow to the file ``sym_shape_infer_temp.onnx`` in the working directory (a user's file of that
+    name overwritten) before it raises. Raises ValueError where it cannot follow the graph."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+    if (get_opset(model) or 0) < 7:
+        raise ValueError("symbolic shape inference needs opset 7 or later")
+    inference = SymbolicShapeInference(2**31 - 1, True, True, 0)    # int_max, auto_merge, guess_output_rank
+    inference._preprocess(model)
+    complete = False
+    while inference.run_:
+        complete = inference._infer_impl()
+    if not complete:
+        raise ValueError("incomplete symbolic shape inference")
+    inference._update_output_from_vi()
+    return inference.out_mp_.graph
 
 
 def _tensor(proto: onnx.TensorProto, external: ExternalData | None = None) -> torch.Tensor:

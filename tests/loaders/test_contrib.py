@@ -206,6 +206,22 @@ def test_group_query_attention(kv_heads, seqlens, present):
     _same_as_onnxruntime(_model(node, feeds, outputs, {}), feeds)
 
 
+def test_shape_inference_writes_nothing_in_the_working_directory(tmp_path, monkeypatch):
+    """onnxruntime's symbolic shape inference, asked by the contrib expansions, saves a graph it cannot
+    follow (this one: the cache outputs) as ``sym_shape_infer_temp.onnx`` where it runs: a user's file of that
+    name is kept, and no other file appears."""
+    feeds = {"q": _f(B, S, 32), "k": _f(B, S, 16), "v": _f(B, S, 16),
+             "seqlens_k": np.array([S - 1, S - 1], np.int32), "total": np.array([S], np.int32)}
+    outputs = ["y", "present_key", "present_value"]
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens_k", "total"], outputs,
+                            domain=DOMAIN, num_heads=4, kv_num_heads=2)
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "sym_shape_infer_temp.onnx"
+    mine.write_bytes(b"the user's own")
+    _same_as_onnxruntime(_model(node, feeds, outputs, {}), feeds)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name] and mine.read_bytes() == b"the user's own"
+
+
 @pytest.mark.parametrize("interleaved", [0, 1])
 @pytest.mark.parametrize("layout", ["BSD", "BNSH"])
 @pytest.mark.parametrize("positions", ["ids", "offset"])
