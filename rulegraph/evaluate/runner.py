@@ -36,7 +36,7 @@ from .. import methods
 from ..errors import InputError, RulegraphError, choices
 from ..loaders import load
 from ..methods.sequences import fixed_batch
-from ..passes.base import labels as model_labels
+from ..passes.base import decided, labels as model_labels
 from ..scale import Engine, engine as make_engine
 from ..scale.data import Example, Row, encode, read_rows
 from ..scale.job import DTYPES, Folder, Job, Worker, contents, is_causal, method_options, on_workers, read_files
@@ -174,9 +174,13 @@ class Evaluation:
                 raise InputError(f"metric {metric.name!r} scores span-QA answers: no record of {cfg.data} has an "
                                  "`answer` found in its text; drop it from --metrics, or give answers")
         description = {"protocol": {"name": cfg.protocol, **pr.fields(), "aopc_grid": list(self.grid)}}
-        rule_files = [m for m in cfg.methods if Path(m).suffix in (".yaml", ".yml")]
+        rule_sets = {name: m for name, m in self.methods.items() if m.rule_set}
+        rule_files = [m.rules for m in rule_sets.values() if isinstance(m.rules, str)
+                      and Path(m.rules).suffix in (".yaml", ".yml")]
+        # what each rule set decides on the model: a folder's rows of a rule file changed since are not resumed
+        members = {name: decided(graph, m.ruleset()) for name, m in rule_sets.items()}
         self.job.open(cfg.identity(), description, self.force, read_files(cfg.model, cfg.data, cfg.tokenizer,
-                                                                           *rule_files))
+                                                                           *rule_files), members)
         try:
             return self._run(graph, encoder, vocab, rows, examples, truncated, skipped, compute)
         finally:

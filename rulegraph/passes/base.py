@@ -221,6 +221,13 @@ def prepared(model: Any, rules: RuleSet | str) -> tuple[Graph, RuleSet]:
     return canonize(load(model), ruleset.canonize), ruleset
 
 
+def decided(model: Any, rules: RuleSet | str) -> str:
+    """What the rule set decides on ``model`` (:meth:`~rulegraph.ruleset.Binding.fingerprint`, on the graph its
+    canonizers make): equal for two rule files whose texts differ only where the model is not concerned."""
+    graph, ruleset = prepared(model, rules)
+    return ruleset.bind(graph).fingerprint()
+
+
 def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int | Sequence[int] | None = None, *,
           output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
           dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,

@@ -49,6 +49,8 @@ from .journal import Journal
 from .listener import Listener
 
 CONFIG = "config.json"
+#: the key of ``config.json`` under which each method's own identity is kept (:meth:`Folder.open`)
+MEMBERS = "members"
 
 
 def digest(path: str | Path) -> str:
@@ -126,12 +128,15 @@ class Folder:
         return (self.journal.path.name, CONFIG, *self.outputs)
 
     def open(self, identity: dict, description: dict | None = None, force: bool = False,
-             inputs: Iterable = ()) -> Journal:
+             inputs: Iterable = (), members: dict[str, str] | None = None) -> Journal:
         """Start, resume or refuse (see the module docstring). ``config.json`` holds ``identity``
         and ``description`` (context that does not decide the rows, e.g. a protocol's summary);
-        ``inputs``: the files the job reads."""
+        ``inputs``: the files the job reads. ``members``: method → what decides its rows beyond the identity
+        (what its rule set decides on the model): a method the folder holds rows of is refused where that
+        changed, while methods may come and go (``config.json`` keeps every method's, under ``members``)."""
         stored_at = self.path / CONFIG
-        description = description or {}
+        description = {**(description or {}), MEMBERS: {}}
+        members = members or {}
         for name in self.names():
             refuse_link(self.path / name)
             refuse_input(self.path / name, "", inputs)
@@ -146,14 +151,23 @@ class Folder:
                 for name in self.names():
                     (self.path / name).unlink(missing_ok=True)
             elif stored is not None:
+                held = stored.get(MEMBERS) if isinstance(stored.get(MEMBERS), dict) else {}
                 stored = {k: v for k, v in stored.items() if k not in description}
                 if stored != identity:
                     diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
                     raise InputError(f"{self.path} holds {self.holds} made with other settings ({', '.join(diff)}); "
                                      "pass --force to start over, or choose another --out")
+                changed = [name for name, value in members.items() if held.get(name, value) != value]
+                if changed:
+                    raise InputError(
+                        f"{self.path} holds {self.holds} of {', '.join(changed)} made with other rules (the rule "
+                        "file changed since, and binds the model otherwise); pass --force to start over, give the "
+                        "changed file another label (LABEL=FILE), or choose another --out")
+                members = {**held, **members}
             elif self.journal.path.exists() or any((self.path / name).exists() for name in self.outputs):
                 raise InputError(f"{self.path} holds {self.holds} without {CONFIG}; pass --force to overwrite them")
-            write_file(stored_at, json.dumps({**identity, **description}, indent=2) + "\n", CONFIG)
+            write_file(stored_at, json.dumps({**identity, **description, MEMBERS: members}, indent=2) + "\n",
+                       CONFIG)
         except BaseException:
             self.lock.release()
             raise
@@ -265,10 +279,11 @@ class Job:
         self.default_method = default_method        # the method of journal rows that do not name one
         self.done: set[tuple[int, str]] = set()
 
-    def open(self, identity: dict, description: dict | None = None, force: bool = False, inputs: Iterable = ()) -> None:
+    def open(self, identity: dict, description: dict | None = None, force: bool = False, inputs: Iterable = (),
+             members: dict[str, str] | None = None) -> None:
         """Open (and lock) the folder; :attr:`done` holds the (example, method) pairs the journal has;
-        ``inputs``: the files the job reads (never written over)."""
-        journal = self.folder.open(identity, description, force, inputs)
+        ``inputs``: the files the job reads (never written over); ``members``: :meth:`Folder.open`'s."""
+        journal = self.folder.open(identity, description, force, inputs, members)
         try:
             self.done = {(r["example"], r.get("method", self.default_method)) for r in journal.read(repair=True)}
         except BaseException:

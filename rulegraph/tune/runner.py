@@ -237,9 +237,8 @@ class Tuning:
     def bound(self, ruleset) -> str:
         """What ``ruleset`` decides on the model (:meth:`~rulegraph.ruleset.Binding.fingerprint`, on the graph
         its canonizers make)."""
-        from ..passes.base import prepared
-        graph, _ = prepared(self.graph, ruleset)
-        return ruleset.bind(graph).fingerprint()
+        from ..passes.base import decided
+        return decided(self.graph, ruleset)
 
     def objective(self, trial, chosen: dict) -> float:
         from ..ruleset import RuleSet

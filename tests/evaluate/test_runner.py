@@ -292,3 +292,26 @@ def test_summary_states_the_score_quantities_and_the_timing(model, data, tmp_pat
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert doc["scores"] == {"random": "random number in [0, 1)", "gi": "relevance (logit units)", "loo": "logit drop"}
     assert "warm-up" in doc["timing"]
+
+
+def test_a_rule_file_changed_since_refuses_to_mix_its_rows(model, data, tmp_path):
+    """A method read from a rule file is known by what it decides on the model (its binding's fingerprint):
+    a comment added resumes; another rule is refused, naming the method, before any row is written; the
+    changed file under another label, and a method added, evaluate beside the rows already there."""
+    rules = tmp_path / "mine.yaml"
+    rules.write_text("name: mine\nboundary: embeddings\nrules:\n  - trait: routing\n    rule: route\n"
+                     "  - op: \"*\"\n    rule: gradient\n")
+    out = tmp_path / "out"
+    Evaluation(config(model, data, methods=("gi", f"mine={rules}"), n=2), out, progress=False).run()
+    rules.write_text(rules.read_text() + "# a comment\n")
+    Evaluation(config(model, data, methods=(f"mine={rules}",), n=3), out, progress=False).run()
+    assert len(results(out)) == 2 * 2 + 1
+    rules.write_text(rules.read_text().replace("rule: gradient", "rule: epsilon"))
+    before = (out / runner.RESULTS).read_text()
+    with pytest.raises(InputError, match=rf"holds results of mine={rules} made with other rules"):
+        Evaluation(config(model, data, methods=("gi", f"mine={rules}"), n=4), out, progress=False).run()
+    assert (out / runner.RESULTS).read_text() == before
+    Evaluation(config(model, data, methods=(f"eps={rules}", "loo"), n=2), out, progress=False).run()
+    assert len(results(out)) == 2 * 2 + 1 + 2 * 2
+    stored = json.loads((out / job.CONFIG).read_text())[job.MEMBERS]
+    assert sorted(stored) == sorted(["gi", f"mine={rules}", f"eps={rules}"])        # (baselines have none)
