@@ -6,7 +6,8 @@ whose worker also scores each explanation. The driver
 
 1. opens the output folder (:class:`Folder`): a new one is started; one whose ``config.json``
    holds the same settings (the model, tokenizer and data by content digest) is resumed; one
-   holding other settings is refused, naming what differs (``force`` starts over);
+   holding other settings is refused, naming what differs (``force`` starts over), and so is one
+   holding rows of a rule set that now binds the model otherwise (``members``: methods may be added);
 2. cuts the work into tasks (:meth:`Job.tasks`): length-bucketed batches
    (:func:`~.batches.batches`) × methods, without the (example, method) pairs the journal
    holds; one example per task where a text must be explained alone (a causal LM, at its last
