@@ -3,8 +3,9 @@ from __future__ import annotations
 
 #: Examples are sorted by length inside windows of ``WINDOW × batch`` consecutive examples: batches
 #: pad little, and a run stopped early has covered (about) the first examples of the file, not the
-#: shortest ones.
-WINDOW = 4
+#: shortest ones. On 1,000 Rotten Tomatoes sentences at batch 16, windows of 4 batches padded 22 % of the
+#: tokens, of 16 batches 6 % (examples per second 1.13× those of 4: ``benchmarks/batch_window.py``).
+WINDOW = 16
 
 
 def batches(lengths: list[int], batch: int, batch_tokens: int, window: int = WINDOW) -> list[list[int]]:
