@@ -1,7 +1,7 @@
 """Time per explanation, rulegraph against LXT and Zennit, side by side in one run.
 
     .peers/bin/python benchmarks/peers_speed.py [--rounds 5] [--length 128] [--threads 2]
-        [--pairs attnlrp epsilon-gamma-box] [--out benchmarks/results/peers_speed.md]
+        [--pairs attnlrp epsilon-gamma-box] [--compiled] [--out benchmarks/results/peers_speed.md]
 
 Runs in the peers environment (``bash benchmarks/peers/setup.sh``); ``--pairs attnlrp`` needs only LXT
 (and transformers 4.x). Two pairs:
@@ -17,7 +17,8 @@ Runs in the peers environment (``bash benchmarks/peers/setup.sh``); ``--pairs at
 float32, batch 1, CPU. Rounds are interleaved (one explanation of each method per round)
 after one warm-up of each, so load from other processes falls on all alike; the table
 gives the median and the minimum. rulegraph runs with its conservation audit (as the CLI
-does) and without (``audit=False``).
+does) and without (``audit=False``); with ``--compiled`` also replayed with its traces compiled
+(``compiled=True``, the audit on), its first call (the trace and TorchInductor's compile) timed apart.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from importlib import metadata
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from harness import interleave, machine
@@ -39,7 +41,7 @@ MINILM = REPO / ".cache" / "sentiment-minilm"
 PEERS = {"epsilon-gamma-box": ("zennit", "Zennit"), "attnlrp": ("lxt", "LXT")}
 
 
-def bert_pair(length: int, folder: Path):
+def bert_pair(length: int, folder: Path, compiled: bool = False):
     """(rulegraph call, LXT call, description) for AttnLRP on one input of ``length`` tokens."""
     import transformers
     from transformers import BertConfig, BertForSequenceClassification
@@ -87,8 +89,10 @@ def bert_pair(length: int, folder: Path):
                            token_type_ids=feeds["token_type_ids"]).logits
         logits[0, logits[0].argmax()].backward()
         return (emb * emb.grad).sum(-1)
-    return {"rulegraph (audit)": ours(True), "rulegraph (no audit)": ours(False), "LXT": lxt}, \
-        f"AttnLRP, {what}, {length} tokens", transformers.__version__
+    calls = {"rulegraph (audit)": ours(True), "rulegraph (no audit)": ours(False)}
+    if compiled:
+        calls["rulegraph (audit, compiled)"] = lambda: rulegraph.explain(graph, "attnlrp", feeds, compiled=True)
+    return {**calls, "LXT": lxt}, f"AttnLRP, {what}, {length} tokens", transformers.__version__
 
 
 def resnet_pair(folder: Path):
@@ -132,20 +136,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pairs", nargs="+", choices=["epsilon-gamma-box", "attnlrp"],
                     default=["epsilon-gamma-box", "attnlrp"], help="which comparisons to run")
+    ap.add_argument("--compiled", action="store_true", help="AttnLRP also with compiled=True (a first call of tens "
+                    "of seconds: the trace and TorchInductor's compile)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "peers_speed.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     for pair in args.pairs:                     # fail early when a peer is missing
         __import__(PEERS[pair][0])
-    builders = {"epsilon-gamma-box": resnet_pair, "attnlrp": lambda folder: bert_pair(args.length, folder)}
+    builders = {"epsilon-gamma-box": resnet_pair,
+                "attnlrp": lambda folder: bert_pair(args.length, folder, args.compiled)}
     sections = []
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for pair in args.pairs:
             calls, title, version = builders[pair](Path(tmp))
+            firsts = {}
+            for k in [k for k in calls if "compiled" in k]:       # the trace and the compile, timed apart
+                start = time.perf_counter()
+                calls[k]()
+                firsts[k] = time.perf_counter() - start
             times = interleave(calls, args.rounds, warmup=1)
             rows = [(k, statistics.median(v) / 1e3, min(v) / 1e3) for k, v in times.items()]
-            sections.append((title, rows))
+            sections.append((title, rows, firsts))
             for k, med, lo in rows:
                 print(f"{title}: {k:22s} median {med * 1000:8.1f} ms  min {lo * 1000:8.1f} ms", flush=True)
     lines = ["# rulegraph vs LXT and Zennit: time per explanation", "",
@@ -154,12 +166,13 @@ def main() -> None:
              f"{args.rounds} interleaved rounds after a warm-up · load average {load_before:.1f} → "
              f"{os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs; other processes share them)", "",
              "`.peers/bin/python benchmarks/peers_speed.py "
-             f"--rounds {args.rounds} --length {args.length} --threads {args.threads} --pairs {' '.join(args.pairs)}`",
-             ""]
-    for title, rows in sections:
+             f"--rounds {args.rounds} --length {args.length} --threads {args.threads} --pairs {' '.join(args.pairs)}"
+             f"{' --compiled' if args.compiled else ''}`", ""]
+    for title, rows, firsts in sections:
         peer = rows[-1][1]
         lines += [f"## {title}", "", "| method | median (ms) | min (ms) | vs peer (median) |", "|---|---:|---:|---:|"]
         lines += [f"| {k} | {med * 1000:.1f} | {lo * 1000:.1f} | {med / peer:.2f}× |" for k, med, lo in rows]
+        lines += [f"| {k}: first call (trace and compile) | {s * 1000:.0f} | | |" for k, s in firsts.items()]
         lines.append("")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

@@ -118,6 +118,9 @@ RULE_SET_OPTIONS: tuple[Option, ...] = (
     Option("replay", bool, False, "the forward and the relevance walk traced once per input shape and replayed "
            "(on a CUDA device as CUDA graphs: the host's work per node done once; rulegraph.passes.replay)",
            cli=False),
+    Option("compiled", bool, False, "replayed, on a CPU, with the traced forward and walk compiled by TorchInductor "
+           "once per input shape (half a minute or more the first time; rulegraph.passes.replay): for many inputs "
+           "of one shape", cli=False),
 )
 
 #: the relevance pass's options that read values inside the model, every position of them (recorded, selected,

@@ -66,7 +66,7 @@ from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is l
 from ..registry import Registry
 from ..rounding import measure
 from ..tolerances import tolerance
-from .replay import NOT_REPLAYED, Replay, refuse, run_forward
+from .replay import COMPILED, NOT_REPLAYED, Replay, refuse, run_forward
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
@@ -232,13 +232,15 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
           output: str | None = None, position: int | Sequence[int] | None = None, device: str = "cpu",
           dtype: torch.dtype = torch.float32, audit: bool = True, contrast: int | Sequence[int] | None = None,
           score: str = "logit", objective: Objective | None = None, logits: str = EXPLAINED, replay: bool = False,
-          **options: Any) -> Explanation:
+          compiled: bool = False, **options: Any) -> Explanation:
     """``rules`` applied to ``model``'s output for ``inputs``: the prologue (:func:`forward`), then
     the pass the rule set names with its ``options`` (see :func:`rulegraph.explain`, which takes
-    text, token and class names, and any method, and calls this for rule sets)."""
+    text, token and class names, and any method, and calls this for rule sets). ``compiled``: replayed, the
+    traces compiled (:mod:`rulegraph.passes.replay`)."""
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
+    replay = COMPILED if compiled else replay
     if replay:
         refuse({name: options.get(name) for name in NOT_REPLAYED})
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
@@ -258,7 +260,7 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
                   target: int | Sequence[int] | None = None, output: str | None = None,
                   position: int | Sequence[int] | None = None, positions: Sequence[int] | None = None,
                   device: str = "cpu", dtype: torch.dtype = torch.float32, audit: bool = True, score: str = "logit",
-                  contrast: None = None, logits: str = EXPLAINED, replay: bool = False,
+                  contrast: None = None, logits: str = EXPLAINED, replay: bool = False, compiled: bool = False,
                   **options: Any) -> list[Explanation]:
     """``rules`` applied for many targets from **one forward**, each with its own audit: the pass's
     :meth:`Pass.run_many` on the forward seeded for each (:meth:`Forward.retarget`; the relevance pass walks
@@ -269,7 +271,7 @@ def apply_targets(model: Any, rules: RuleSet | str, inputs: dict[str, Any], targ
     to 1e-12 relative)."""
     if contrast is not None:
         raise InputError("targets=… explains each of several classes; give it without a contrast")
-    if replay:
+    if replay or compiled:
         refuse({"targets=…": True})
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
@@ -329,18 +331,21 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
             chosen: type[Pass] = Pass, recycler: Recycler | None = None, logits: str = EXPLAINED,
-            rows: Sequence[int] = (), replay: bool = False, pool: bool = False) -> Forward:
+            rows: Sequence[int] = (), replay: bool | str = False, pool: bool = False) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says. ``logits``: a causal language model's head computed only at the positions explained
     (``"explained"``: the explained one, the span's, and ``rows``, which later walks read) or at every
     position (``"all"``). ``replay``: the forward replayed for the inputs' shape (:mod:`rulegraph.passes.replay`,
-    traced the first time), and the walk after it. ``pool`` (and ``logits`` ``"explained"``): a classifier's last
-    layers computed at the position its head reads (:func:`pooled_rows`), where that gives the same output and
-    every node keeps its rule."""
+    traced the first time), and the walk after it; :data:`~rulegraph.passes.replay.COMPILED`: the traces compiled.
+    ``pool`` (and ``logits`` ``"explained"``): a classifier's last layers computed at the position its head reads
+    (:func:`pooled_rows`), where that gives the same output and every node keeps its rule."""
     check_arguments(inputs, target, position, contrast, score, objective)
     if replay and chosen.name != "relevance":
         raise InputError(f"replay: the {chosen.name} pass is not replayed (only the relevance pass is); drop replay")
+    if replay == COMPILED and torch.device(device).type != "cpu":
+        raise InputError(f"compiled: replays on {device} are captured as CUDA graphs, not compiled; drop compiled "
+                         "and give replay")
     if logits not in LOGITS:
         raise InputError(f"logits must be one of {', '.join(map(repr, LOGITS))}; got {logits!r}")
     admitted = admit(graph, ruleset, output, score)
@@ -360,7 +365,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         plan = prepare(graph, device, dtype)
         keep, spill = chosen.keeps(binding, plan), chosen.spills(binding, plan)
         if replay:
-            return plan, *run_forward(binding, plan, inputs, keep, spill)
+            return plan, *run_forward(binding, plan, inputs, keep, spill, compiled=replay == COMPILED)
         return plan, plan.run(inputs, keep=keep, spill=spill, recycler=recycler), None
 
     if whole is not None and graph is not whole[0]:

@@ -15,8 +15,10 @@ graph and rule set, never baked in. The walk is traced with the audit's sums kep
 every conserving node's mass is measured, and a pair of tensors is summed once per edge, not once per memory;
 the figures equal the walk's within rounding. The CPU runs the traced graphs op by op: the same relevance, bit
 for bit, and no faster (``benchmarks/results/replay-cpu.md``); it is there so that the traces are tested where
-CUDA is not. (Compiled by TorchInductor, a trace runs faster on the CPU, but only after a compile of tens of
-seconds per input shape: ``benchmarks/replay_compiled.py``.)
+CUDA is not. With ``compiled=True`` the CPU's traces are compiled by TorchInductor (:func:`_compiled`):
+faster (AttnLRP with the audit at 128 tokens 0.78× / 0.71× the interpreter's time at one / two threads), after
+a compile of tens of seconds per input shape (``benchmarks/peers_speed.py --compiled``,
+``benchmarks/replay_compiled.py``).
 
 Not replayed (refused, naming the option): several targets walked at once (``targets=``), values recorded or
 conditioned (``record``, ``at``, ``condition``, ``graph``), mixtures of experts (their audit records), and
@@ -39,21 +41,24 @@ Tensor = torch.Tensor
 
 #: input shapes whose traces are kept per binding and plan (the oldest dropped first)
 KEPT = 4
+#: ``replay``'s value where the traces are compiled (``explain(…, compiled=True)``)
+COMPILED = "compiled"
 
 
 def run_forward(binding: Binding, plan: Plan, inputs: dict[str, Any], keep: frozenset[str],
-                spill: frozenset[str]) -> tuple[Values, "Replay"]:
+                spill: frozenset[str], compiled: bool = False) -> tuple[Values, "Replay"]:
     """The forward's values for ``inputs`` (what :meth:`Plan.run` returns), from the replay of their input
-    shape; the first time, the plan runs as always and its value steps are traced for the next."""
+    shape; the first time, the plan runs as always and its value steps are traced for the next (``compiled``:
+    and compiled, :func:`_compiled`)."""
     feeds = plan.feeds(inputs)
-    key = (tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items()), keep, spill)
+    key = (tuple((k, tuple(v.shape), v.dtype) for k, v in feeds.items()), keep, spill, compiled)
     replays = WalkCache.of(binding.walks, plan).replays
     replay = replays.get(key)
     if replay is not None:
         replays.move_to_end(key)
         return replay.forward(feeds), replay
     values = plan.run_feeds(feeds, keep=keep, spill=spill)       # the shape steps' results kept, then traced
-    replay = replays[key] = Replay.traced(plan, feeds, values, keep, spill)
+    replay = replays[key] = Replay.traced(plan, feeds, values, keep, spill, compiled)
     if len(replays) > KEPT:
         replays.popitem(last=False)
     return replay.forward(feeds), replay        # (a walk captured on these reads the forward's outputs in place)
@@ -69,13 +74,14 @@ class Replay:
     fixed: dict[str, Any]               # what it returns that is the same for every input of the shape
     statics: dict
     graph: Callable[..., tuple[Tensor, ...]]
+    compiled: bool = False              # the traces compiled (:func:`_compiled`)
     walks: dict[tuple, "_Walk"] = field(default_factory=dict)
 
     @classmethod
     def traced(cls, plan: Plan, feeds: dict[str, Tensor], values: Values, keep: frozenset[str],
-               spill: frozenset[str]) -> Replay:
+               spill: frozenset[str], compiled: bool = False) -> Replay:
         """The forward of ``feeds``' shape traced (``values``: the plan's run on them, whose shape steps'
-        results and static arguments hold for every input of that shape)."""
+        results and static arguments hold for every input of that shape); ``compiled``: and compiled."""
         names = tuple(feeds)
         computed = [v for v in values if v not in plan.constants and v not in feeds]
         kept = tuple(v for v in computed if plan.stage.get(v) == Stage.VALUE)
@@ -90,7 +96,8 @@ class Replay:
             return tuple(env[v] for v in kept)
 
         graph = _trace(forward, [feeds[n] for n in names], "the forward")
-        return cls(plan, names, kept, fixed, values.statics, _captured(graph, [feeds[n] for n in names]))
+        return cls(plan, names, kept, fixed, values.statics,
+                   _captured(graph, [feeds[n] for n in names], compiled=compiled), compiled)
 
     def forward(self, feeds: dict[str, Tensor]) -> Values:
         out = self.graph(*(feeds[n] for n in self.feeds))
@@ -109,7 +116,7 @@ class Replay:
         if walk is None:
             function, shapes = traced()
             graph = _captured(_trace(function, args, "the relevance walk"), args,
-                              pool=getattr(self.graph, "pool", None), shared=1)
+                              pool=getattr(self.graph, "pool", None), shared=1, compiled=self.compiled)
             walk = self.walks[key] = _Walk(graph, shapes[0])
         return walk.graph(*args), walk.shape
 
@@ -147,10 +154,26 @@ def _reads_data(e: BaseException) -> bool:
         "Cannot access data pointer" in str(e)
 
 
-def _captured(graph, args: list[Tensor], pool=None, shared: int | None = None):
+def _captured(graph, args: list[Tensor], pool=None, shared: int | None = None, compiled: bool = False):
     """``graph`` as it replays on ``args``' device: captured as a CUDA graph there (:class:`Captured`), else
-    the traced graph itself."""
-    return Captured(graph, args, pool, shared) if args[0].is_cuda else graph
+    the traced graph itself, or compiled (:func:`_compiled`)."""
+    if args[0].is_cuda:
+        return Captured(graph, args, pool, shared)
+    return _compiled(graph, args) if compiled else graph
+
+
+def _compiled(graph, args: list[Tensor]):
+    """A traced graph compiled by TorchInductor for ``args``' shapes (``torch.compile``: C++ kernels, the
+    elementwise work fused), compiled now, on ``args``. On a CPU it runs a short input's walk in about 0.6× the
+    traced graph's time, after a compile of tens of seconds (``benchmarks/replay_compiled.py``); its sums are
+    taken in other orders (float32 results within about 1e-6 of the interpreter's)."""
+    function = torch.compile(graph, fullgraph=True, dynamic=False)
+    try:
+        function(*args)
+    except Exception as e:      # noqa: BLE001 — no C++ compiler, a kernel it cannot build
+        raise InputError(f"compiled: TorchInductor could not compile the replay ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:200] if str(e) else ''}); explain without compiled") from None
+    return function
 
 
 class Captured:

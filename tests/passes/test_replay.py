@@ -75,6 +75,7 @@ def test_a_language_model_is_replayed_at_its_explained_position(causal_lm):
     (dict(record=["input_ids"]), "record is not replayed"),
     (dict(at="op Softmax"), "at is not replayed"),
     (dict(replay="maybe"), "option attnlrp.replay must be"),
+    (dict(compiled=True, device="cuda"), "compiled: replays on cuda are captured as CUDA graphs, not compiled"),
 ])
 def test_what_is_not_replayed_is_refused_before_any_work(bert_onnx, asked, says, monkeypatch):
     def traced(*_):
@@ -116,3 +117,22 @@ def test_an_image_model_replays_and_a_shape_the_data_decides_is_refused(family, 
     for _ in range(2):
         same(rulegraph.explain(path, "attnlrp", feeds, dtype=F64, replay=True), eager, rounding=1e-12)
 
+
+
+def test_a_compiled_replay_equals_the_interpreter_and_compiles_once_per_shape(bert_onnx, monkeypatch):
+    """``compiled=True``: the traces compiled by TorchInductor (C++ kernels) on the CPU, once per input shape;
+    its sums taken in other orders, every figure equal to the interpreter's within rounding (float64)."""
+    compiles = []
+    real = replay_module._compiled
+    monkeypatch.setattr(replay_module, "_compiled", lambda graph, args: compiles.append(1) or real(graph, args))
+    graph = rulegraph.load(bert_onnx)
+    for seed in (1, 2):                             # compiled, then replayed from the compiled traces
+        feeds = tiny.token_inputs(batch=2, length=7, pad=2, seed=seed)
+        compiled = rulegraph.explain(graph, "attnlrp", feeds, dtype=F64, compiled=True)
+        eager = rulegraph.explain(graph, "attnlrp", feeds, dtype=F64)
+        for key in eager.relevance:
+            torch.testing.assert_close(compiled.relevance[key], eager.relevance[key], rtol=1e-12, atol=1e-14)
+        same(compiled, eager, rounding=1e-12)
+    assert len(compiles) == 2                       # the forward and the walk, once
+    with pytest.raises(InputError, match="targets=… is not replayed"):
+        rulegraph.explain(graph, "attnlrp", tiny.token_inputs(length=7), targets="all", compiled=True)
