@@ -1,6 +1,6 @@
 """Time per explanation on the demo model, side by side in one process.
 
-    python benchmarks/explain_speed.py [--rounds 30] [--lengths 94 512] [--threads 1]
+    python benchmarks/explain_speed.py [--rounds 30] [--lengths 94 512] [--threads 1] [--compiled]
         [--out benchmarks/results/explain_speed.md]
 
 Rows: onnxruntime forward; rulegraph forward; rulegraph ``lrp-ah-ln`` explain (with
@@ -10,7 +10,9 @@ float32, batch 1, on real text cut to the given token count. The methods run
 interleaved, round after round, so a busy machine slows them alike; the table shows
 the median and the interquartile range. The autograd baseline computes no weight gradients
 (:func:`harness.gradient_times_input`), as an explanation needs none. Targets: explain ≤ 1.2×
-torch GI and ≤ 3× onnxruntime forward; rulegraph's forward ≤ 1.3× onnxruntime's.
+torch GI and ≤ 3× onnxruntime forward; rulegraph's forward ≤ 1.3× onnxruntime's. ``--compiled``: also the
+explanation with the audit replayed from traces TorchInductor compiled (``compiled=True``), its first call at
+each length (the trace and the compile) timed apart.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import onnxruntime as ort
@@ -32,6 +35,9 @@ from train import ensure_model  # noqa: E402
 
 import rulegraph  # noqa: E402
 from rulegraph.text import TextEncoder  # noqa: E402
+
+
+COMPILED_ROW = "rulegraph explain lrp-ah-ln (with audit, compiled)"
 
 
 def inputs_of_length(encoder: TextEncoder, length: int) -> dict[str, torch.Tensor]:
@@ -53,6 +59,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[94, 512])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch's and onnxruntime's threads (issue 29's forward target is at 1)")
+    parser.add_argument("--compiled", action="store_true", help="also compiled=True (a first call of tens of "
+                        "seconds per length)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "explain_speed.md")
     args = parser.parse_args(argv)
     threads = args.threads
@@ -84,6 +92,13 @@ def main(argv=None) -> int:
             "rulegraph explain lrp-ah-ln (no audit)": lambda: rulegraph.explain(graph, rules, feeds, audit=False),
             "torch autograd GI (HF module, no weight gradients)": torch_gi,
         }
+        first = None
+        if args.compiled:
+            compiled = COMPILED_ROW
+            methods = {compiled: lambda: rulegraph.explain(graph, rules, feeds, compiled=True), **methods}
+            start = time.perf_counter()
+            methods[compiled]()
+            first = time.perf_counter() - start
         times = interleave(methods, args.rounds if length <= 128 else max(5, args.rounds // 3))
         for name, ts in times.items():
             median, q1, q3 = quartiles(ts)
@@ -95,6 +110,10 @@ def main(argv=None) -> int:
         rows.append([length, "ratio explain / onnxruntime forward (target ≤ 3)", f"**{explain / ort_forward:.2f}×**", ""])
         rows.append([length, "ratio rulegraph forward / onnxruntime forward (target ≤ 1.3)",
                      f"**{statistics.median(times['rulegraph forward']) / ort_forward:.2f}×**", ""])
+        if first is not None:
+            rows.append([length, "ratio compiled explain / torch GI",
+                         f"**{statistics.median(times[COMPILED_ROW]) / gi:.2f}×**", ""])
+            rows.append([length, "compiled explain: first call (trace and compile)", f"{first:.1f} s", ""])
     report(args.out, "explain speed — demo model (MiniLM-L6 + head, float32, batch 1)",
            [f"{machine(threads)} · {args.rounds} rounds (fewer above 128 tokens), interleaved"],
            ["tokens", "method", "median", "IQR"], rows)
