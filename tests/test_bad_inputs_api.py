@@ -55,7 +55,7 @@ CASES = [
     ("device-unknown", dict(device="gpu"), InputError, "unknown device 'gpu'"),
     ("device-unsupported", dict(device="meta"), InputError, "device 'meta' is not supported"),
     ("dtype-int", dict(dtype=torch.int32), InputError, "dtype must be one of float32, float64, bfloat16, float16"),
-    ("pass-option", dict(groups="word"), InputError, "method 'lrp-ah-ln' has no option 'groups'; valid: at, condition, contrast, graph, logits, record, replay, score"),
+    ("pass-option", dict(groups="word"), InputError, "method 'lrp-ah-ln' has no option 'groups'; valid: at, compiled, condition, contrast, graph, logits, record, replay, score"),
     ("text-and-inputs", dict(text="w1 w2"), InputError, "give inputs or text"),
     ("text-not-str", dict(inputs=None, text=b"w1"), InputError, "text must be a str"),
     ("no-inputs", dict(inputs=None), InputError, "give the model's inputs"),
