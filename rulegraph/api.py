@@ -11,6 +11,8 @@ the graph as its rule set sees it (a baseline's is ``gi``): rule sets by :func:`
 from __future__ import annotations
 
 import numbers
+import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -92,6 +94,10 @@ def explain(model: Any, method: RuleSet | Method | str, inputs: dict[str, Any] |
     if "options" in options and "options" not in declared and isinstance(options["options"], dict):
         given = ", ".join(f"{k}={v!r}" for k, v in options["options"].items())
         raise InputError(f"give {method.name}'s options as keywords ({given}), not options={{…}}")
+    if (options.get("replay") or options.get("compiled")) and isinstance(model, (str, os.PathLike)):
+        warnings.warn(f"replay: the model given by its path ({model}) is loaded, and its forward and walk traced, "
+                      "afresh at every call; load it once (graph = rulegraph.load(path)) and explain the graph",
+                      stacklevel=2)
     graph = method.prepared(model)[0]       # the one prologue: loaded, canonized as the method's rule set asks
     picture = None
     pictured = export_info(graph).image_tokens is not None         # a vision–language model: a picture and a text

@@ -136,3 +136,16 @@ def test_a_compiled_replay_equals_the_interpreter_and_compiles_once_per_shape(be
     assert len(compiles) == 2                       # the forward and the walk, once
     with pytest.raises(InputError, match="targets=… is not replayed"):
         rulegraph.explain(graph, "attnlrp", tiny.token_inputs(length=7), targets="all", compiled=True)
+
+
+def test_a_model_given_by_its_path_is_warned_of(bert_onnx, recwarn):
+    """Replays are kept with the loaded graph: a path loads anew at every call, which a warning says; a loaded
+    graph replays without one."""
+    feeds = tiny.token_inputs(length=6)
+    with pytest.warns(UserWarning, match=r"replay: the model given by its path .* load it once"):
+        rulegraph.explain(str(bert_onnx), "attnlrp", feeds, replay=True)
+    recwarn.clear()
+    graph = rulegraph.load(bert_onnx)
+    rulegraph.explain(graph, "attnlrp", feeds, replay=True)
+    rulegraph.explain(str(bert_onnx), "attnlrp", feeds)
+    assert not [w for w in recwarn if "replay:" in str(w.message)]
