@@ -94,10 +94,9 @@ def main(argv=None) -> int:
         }
         first = None
         if args.compiled:
-            compiled = COMPILED_ROW
-            methods = {compiled: lambda: rulegraph.explain(graph, rules, feeds, compiled=True), **methods}
+            methods = {COMPILED_ROW: lambda: rulegraph.explain(graph, rules, feeds, compiled=True), **methods}
             start = time.perf_counter()
-            methods[compiled]()
+            methods[COMPILED_ROW]()
             first = time.perf_counter() - start
         times = interleave(methods, args.rounds if length <= 128 else max(5, args.rounds // 3))
         for name, ts in times.items():

@@ -66,7 +66,7 @@ from ..loaders.metadata import labels  # noqa: F401  (re-exported: its home is l
 from ..registry import Registry
 from ..rounding import measure
 from ..tolerances import tolerance
-from .replay import COMPILED, NOT_REPLAYED, Replay, refuse, run_forward
+from .replay import NOT_REPLAYED, Replay, refuse, run_forward
 from ..ruleset import Binding, RuleSet
 
 Tensor = torch.Tensor
@@ -240,12 +240,12 @@ def apply(model: Any, rules: RuleSet | str, inputs: dict[str, Any], target: int 
     graph, ruleset = prepared(model, rules)
     chosen = pass_of(ruleset)
     options = chosen.resolve(options)
-    replay = COMPILED if compiled else replay
+    replay = replay or compiled
     if replay:
         refuse({name: options.get(name) for name in NOT_REPLAYED})
     start = forward(graph, ruleset, inputs, target, output=output, position=position, device=device, dtype=dtype,
                     contrast=contrast, score=score, objective=objective, chosen=chosen,
-                    recycler=None if replay else Recycler(), logits=logits, replay=replay,
+                    recycler=None if replay else Recycler(), logits=logits, replay=replay, compiled=compiled,
                     pool=poolable(chosen, options))
     return chosen().run(start, audit=audit, **options)
 
@@ -331,19 +331,19 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
             output: str | None, position: int | None, device: str, dtype: torch.dtype,
             contrast: int | Sequence[int] | None = None, score: str = "logit", objective: Objective | None = None,
             chosen: type[Pass] = Pass, recycler: Recycler | None = None, logits: str = EXPLAINED,
-            rows: Sequence[int] = (), replay: bool | str = False, pool: bool = False) -> Forward:
+            rows: Sequence[int] = (), replay: bool = False, compiled: bool = False, pool: bool = False) -> Forward:
     """The shared prologue (see the module docstring) for the pass ``chosen``: its :meth:`Pass.keeps` and
     :meth:`Pass.spills` say what the forward keeps, its ``unmatched`` what the warning about nodes without
     a rule says. ``logits``: a causal language model's head computed only at the positions explained
     (``"explained"``: the explained one, the span's, and ``rows``, which later walks read) or at every
     position (``"all"``). ``replay``: the forward replayed for the inputs' shape (:mod:`rulegraph.passes.replay`,
-    traced the first time), and the walk after it; :data:`~rulegraph.passes.replay.COMPILED`: the traces compiled.
+    traced the first time), and the walk after it; ``compiled``: the traces compiled, on a CPU.
     ``pool`` (and ``logits`` ``"explained"``): a classifier's last layers computed at the position its head reads
     (:func:`pooled_rows`), where that gives the same output and every node keeps its rule."""
     check_arguments(inputs, target, position, contrast, score, objective)
     if replay and chosen.name != "relevance":
         raise InputError(f"replay: the {chosen.name} pass is not replayed (only the relevance pass is); drop replay")
-    if replay == COMPILED and torch.device(device).type != "cpu":
+    if compiled and torch.device(device).type != "cpu":
         raise InputError(f"compiled: replays on {device} are captured as CUDA graphs, not compiled; drop compiled "
                          "and give replay")
     if logits not in LOGITS:
@@ -365,7 +365,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
         plan = prepare(graph, device, dtype)
         keep, spill = chosen.keeps(binding, plan), chosen.spills(binding, plan)
         if replay:
-            return plan, *run_forward(binding, plan, inputs, keep, spill, compiled=replay == COMPILED)
+            return plan, *run_forward(binding, plan, inputs, keep, spill, compiled=compiled)
         return plan, plan.run(inputs, keep=keep, spill=spill, recycler=recycler), None
 
     if whole is not None and graph is not whole[0]:

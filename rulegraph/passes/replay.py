@@ -41,8 +41,6 @@ Tensor = torch.Tensor
 
 #: input shapes whose traces are kept per binding and plan (the oldest dropped first)
 KEPT = 4
-#: ``replay``'s value where the traces are compiled (``explain(…, compiled=True)``)
-COMPILED = "compiled"
 
 
 def run_forward(binding: Binding, plan: Plan, inputs: dict[str, Any], keep: frozenset[str],

@@ -136,7 +136,7 @@ class Folder:
         (what its rule set decides on the model): a method the folder holds rows of is refused where that
         changed, while methods may come and go (``config.json`` keeps every method's, under ``members``)."""
         stored_at = self.path / CONFIG
-        description = {**(description or {}), MEMBERS: {}}
+        description = description or {}
         members = members or {}
         for name in self.names():
             refuse_link(self.path / name)
@@ -152,7 +152,8 @@ class Folder:
                 for name in self.names():
                     (self.path / name).unlink(missing_ok=True)
             elif stored is not None:
-                held = stored.get(MEMBERS) if isinstance(stored.get(MEMBERS), dict) else {}
+                held = stored.pop(MEMBERS, None)
+                held = held if isinstance(held, dict) else {}
                 stored = {k: v for k, v in stored.items() if k not in description}
                 if stored != identity:
                     diff = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import InputError, RuleFileError, choices, read_text
 from ..files import FolderLock, write_file
+from ..passes.base import decided
 from ..scale.listener import Listener
 from . import search
 from .space import Space, default_space, load as load_space, rounded, space_path as resolve_space
@@ -147,7 +148,7 @@ class Tuning:
             return hashlib.sha256(text.encode()).hexdigest()
         s = self.s
         return {**contents(s.model, s.data, s.tokenizer), "start": sha(self.start_text),
-                "start_rules": self.bound(self.start), "space": sha(self.space_text),
+                "start_rules": decided(self.graph, self.start), "space": sha(self.space_text),
                 "space_content": self.space_content,
                 "metric": s.metric, "protocol": s.protocol, "seed": s.seed, "split": list(s.split),
                 "conserving": s.conserving, "max_leak": s.max_leak, "audit_texts": s.audit_texts, "prune": s.prune,
@@ -234,12 +235,6 @@ class Tuning:
                        f"({self.s.metric} under the {self.s.protocol} protocol).")
         return self.space.rule_text(self.start_text, chosen, name=name, description=description, header=header)
 
-    def bound(self, ruleset) -> str:
-        """What ``ruleset`` decides on the model (:meth:`~rulegraph.ruleset.Binding.fingerprint`, on the graph
-        its canonizers make)."""
-        from ..passes.base import decided
-        return decided(self.graph, ruleset)
-
     def objective(self, trial, chosen: dict) -> float:
         from ..ruleset import RuleSet
         path = self.out / "trials" / f"{trial.number:04d}.yaml"
@@ -248,7 +243,7 @@ class Tuning:
         trial.set_user_attr("rules", path.relative_to(self.out).as_posix())     # (the folder can move)
         trial.set_user_attr("choice", chosen)
         ruleset = RuleSet.load(path)
-        bound = self.bound(ruleset)
+        bound = decided(self.graph, ruleset)
         trial.set_user_attr("rules_bound", bound)
         same = next((t for t in search.finished(trial.study) if t.user_attrs.get("rules_bound") == bound), None)
         if same is not None:            # the model's nodes bound to the same rules as a finished trial's: its score
