@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import REPO, machine, report
+from harness import REPO, machine, report, rt_sentences
 
 #: a job's command line with ``batches``' window set first (argv[1]: the window)
 JOB = ("import sys\nimport rulegraph.scale.batches\nsys.modules['rulegraph.scale.batches'].batches.__defaults__ = "
@@ -54,9 +54,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "batch_window.md")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp())
-    data = work / "rt.csv"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results" / "tune-demo" / "make_data.py"),
-                    str(args.examples), str(data)], check=True, capture_output=True)
+    data = rt_sentences(args.examples, work)
     tokens = padded(args.model, data, args.windows, 16)
     rates: dict[int, list[float]] = {w: [] for w in args.windows}
     for r in range(args.runs):

@@ -83,6 +83,15 @@ def gradient_times_input(module, embed: Callable, run: Callable, target: Callabl
     return call
 
 
+def rt_sentences(n: int, folder: Path) -> Path:
+    """``folder/rt.csv``: the first ``n`` held-out Rotten Tomatoes sentences with their labels, as
+    ``benchmarks/results/tune-demo/make_data.py`` writes them (a dataset job's input)."""
+    path = folder / "rt.csv"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results" / "tune-demo" / "make_data.py"), str(n),
+                    str(path)], check=True, capture_output=True)
+    return path
+
+
 def random_feeds(length: int) -> dict[str, Any]:
     """A BERT-style classifier's inputs for one text of ``length`` random token ids (seeded by the length): the
     cost per node of an explanation does not depend on which tokens they are."""

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import REPO, in_turn, machine, report
+from harness import REPO, in_turn, machine, report, rt_sentences
 
 WORKER = r'''
 import resource, sys, time, warnings
@@ -91,9 +91,7 @@ DATASET = ("import resource, sys\nfrom rulegraph.cli import main\nrc = main(sys.
 def dataset(args) -> list[list]:
     """explain-dataset three times each way, alternated: examples/s (the job's figure) and peak RSS."""
     work = Path(tempfile.mkdtemp())
-    data = work / "rt.csv"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results" / "tune-demo" / "make_data.py"),
-                    str(args.dataset), str(data)], check=True, capture_output=True)
+    data = rt_sentences(args.dataset, work)
     got: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
     for r in range(3):
         for way in WAYS if r % 2 == 0 else reversed(WAYS):
