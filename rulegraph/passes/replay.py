@@ -26,6 +26,7 @@ the decomposition pass.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -164,14 +165,36 @@ def _compiled(graph, args: list[Tensor]):
     """A traced graph compiled by TorchInductor for ``args``' shapes (``torch.compile``: C++ kernels, the
     elementwise work fused), compiled now, on ``args``. On a CPU it runs a short input's walk in about 0.6× the
     traced graph's time, after a compile of tens of seconds (``benchmarks/replay_compiled.py``); its sums are
-    taken in other orders (float32 results within about 1e-6 of the interpreter's)."""
+    taken in other orders (float32 results within about 1e-6 of the interpreter's). Compiled and run with
+    :func:`_scatters_in_aten`."""
     function = torch.compile(graph, fullgraph=True, dynamic=False)
+
+    def run(*tensors: Tensor):
+        with _scatters_in_aten():
+            return function(*tensors)
     try:
-        function(*args)
+        run(*args)
     except Exception as e:      # noqa: BLE001 — no C++ compiler, a kernel it cannot build
         raise InputError(f"compiled: TorchInductor could not compile the replay ({type(e).__name__}: "
                          f"{str(e).splitlines()[0][:200] if str(e) else ''}); explain without compiled") from None
-    return function
+    return run
+
+
+@contextmanager
+def _scatters_in_aten():
+    """torch's deterministic mode, in which TorchInductor leaves scatters (``index_add``, ``index_put``,
+    ``scatter_add``: the walk's way back through a Gather) to ATen's kernels instead of generating them: its
+    generated scatter adds atomically, in an order that varies with the threads, and wrote out of its buffer's
+    bounds on a Bloom's walk (a transposed tile of a Gather's relevance added with the wrong stride: the heap
+    corrupted, the process aborted; ``tests/passes/test_replay.py``). Compiled and run alike, as TorchDynamo's
+    guards see the mode; the caller's setting restored after."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 class Captured:

@@ -118,7 +118,6 @@ def test_an_image_model_replays_and_a_shape_the_data_decides_is_refused(family, 
         same(rulegraph.explain(path, "attnlrp", feeds, dtype=F64, replay=True), eager, rounding=1e-12)
 
 
-
 def test_a_compiled_replay_equals_the_interpreter_and_compiles_once_per_shape(bert_onnx, monkeypatch):
     """``compiled=True``: the traces compiled by TorchInductor (C++ kernels) on the CPU, once per input shape;
     its sums taken in other orders, every figure equal to the interpreter's within rounding (float64)."""
@@ -136,6 +135,27 @@ def test_a_compiled_replay_equals_the_interpreter_and_compiles_once_per_shape(be
     assert len(compiles) == 2                       # the forward and the walk, once
     with pytest.raises(InputError, match="targets=… is not replayed"):
         rulegraph.explain(graph, "attnlrp", tiny.token_inputs(length=7), targets="all", compiled=True)
+
+
+def test_a_compiled_walk_back_through_gathers_stays_in_bounds(tmp_path):
+    """A Bloom's walk takes each head's query, key and value back through a Gather of its fused projection
+    from a transposed view; TorchInductor's own scatter code for it wrote past its buffer (the heap corrupted,
+    the process aborted) and adds in an order that varies with the threads. Compiled, the walk leaves scatters
+    to ATen's kernels (torch's deterministic mode, the caller's setting restored): equal to the interpreter,
+    the same bytes at every call."""
+    import architectures
+    chosen = architectures.BY_NAME["bloom"]
+    _, path = architectures.export(chosen, tmp_path)
+    feeds = architectures.feeds(chosen, path)
+    graph = rulegraph.load(path)
+    eager = rulegraph.explain(graph, "attnlrp", feeds, dtype=F64)
+    assert not torch.are_deterministic_algorithms_enabled()
+    first = rulegraph.explain(graph, "attnlrp", feeds, dtype=F64, compiled=True)
+    again = rulegraph.explain(graph, "attnlrp", feeds, dtype=F64, compiled=True)
+    assert not torch.are_deterministic_algorithms_enabled()
+    same(first, eager, rounding=1e-12)
+    for key in eager.relevance:
+        assert torch.equal(first.boundary[key], again.boundary[key])
 
 
 def test_a_model_given_by_its_path_is_warned_of(bert_onnx, recwarn):
