@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import REPO, machine, report, rt_sentences
+from harness import REPO, job_lengths, machine, report, rt_sentences
 
 #: a job's command line with ``batches``' window set first (argv[1]: the window)
 JOB = ("import sys\nimport rulegraph.scale.batches\nsys.modules['rulegraph.scale.batches'].batches.__defaults__ = "
@@ -31,13 +31,8 @@ JOB = ("import sys\nimport rulegraph.scale.batches\nsys.modules['rulegraph.scale
 
 def padded(model: Path, data: Path, windows: list[int], batch: int) -> dict[int, tuple[int, int, int]]:
     """Per window: (batches, tokens, padded tokens) of the job's batches over ``data``."""
-    from rulegraph.loaders import load
     from rulegraph.scale.batches import batches
-    from rulegraph.scale.data import encode, read_rows
-    from rulegraph.text import TextEncoder
-    graph = load(str(model))
-    examples, _ = encode(read_rows(data), TextEncoder.for_model(graph, str(model), None))
-    lengths = [e.length for e in examples]
+    lengths = job_lengths(model, data)
     out = {}
     for w in windows:
         cut = batches(lengths, batch, 8192, window=w)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from harness import REPO, interleave, machine, report
+from harness import REPO, interleave, machine, random_feeds, report
 
 
 def main(argv=None) -> int:
@@ -39,10 +39,7 @@ def main(argv=None) -> int:
     in_mode = replay._scatters_in_aten
     graphs = {"in deterministic mode (as shipped)": (rulegraph.load(args.model), in_mode),
               "without it": (rulegraph.load(args.model), contextlib.nullcontext)}
-    generator = torch.Generator().manual_seed(0)
-    feeds = {"input_ids": torch.randint(1000, 2000, (1, args.length), generator=generator),
-             "attention_mask": torch.ones(1, args.length, dtype=torch.long),
-             "token_type_ids": torch.zeros(1, args.length, dtype=torch.long)}
+    feeds = random_feeds(args.length)
 
     def call(name: str):
         graph, mode = graphs[name]

@@ -25,17 +25,13 @@ from pathlib import Path
 
 import torch
 
-from harness import REPO, interleave, machine, report, rt_sentences
+from harness import REPO, interleave, job_lengths, machine, random_feeds, report, rt_sentences
 
 
 def shapes(model: Path, data: Path, batch: int) -> collections.Counter:
     """The job's batches over ``data``, counted by (examples, padded length)."""
-    from rulegraph.loaders import load
     from rulegraph.scale.batches import batches
-    from rulegraph.scale.data import encode, read_rows
-    from rulegraph.text import TextEncoder
-    examples, _ = encode(read_rows(data), TextEncoder.for_model(load(str(model)), str(model), None))
-    lengths = [e.length for e in examples]
+    lengths = job_lengths(model, data)
     return collections.Counter((len(b), max(lengths[i] for i in b)) for b in batches(lengths, batch, 8192))
 
 
@@ -43,10 +39,7 @@ def timed(graph, rules, batch: int, length: int, rounds: int) -> tuple[float, fl
     """Milliseconds per explanation of a ``batch`` × ``length`` batch by the interpreter and compiled (medians,
     interleaved), and the compiled one's first call in seconds."""
     import rulegraph
-    generator = torch.Generator().manual_seed(0)
-    feeds = {"input_ids": torch.randint(1000, 2000, (batch, length), generator=generator),
-             "attention_mask": torch.ones(batch, length, dtype=torch.long),
-             "token_type_ids": torch.zeros(batch, length, dtype=torch.long)}
+    feeds = random_feeds(length, batch)
     start = time.perf_counter()
     rulegraph.explain(graph, rules, feeds, compiled=True)
     first = time.perf_counter() - start

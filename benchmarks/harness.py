@@ -92,11 +92,21 @@ def rt_sentences(n: int, folder: Path) -> Path:
     return path
 
 
-def random_feeds(length: int) -> dict[str, Any]:
-    """A BERT-style classifier's inputs for one text of ``length`` random token ids (seeded by the length): the
-    cost per node of an explanation does not depend on which tokens they are."""
+def job_lengths(model: Path, data: Path) -> list[int]:
+    """The token count of each record of ``data`` as a dataset job on ``model`` counts it (what
+    :func:`rulegraph.scale.batches.batches` cuts its batches by)."""
+    from rulegraph.loaders import load
+    from rulegraph.scale.data import encode, read_rows
+    from rulegraph.text import TextEncoder
+    examples, _ = encode(read_rows(data), TextEncoder.for_model(load(str(model)), str(model), None))
+    return [e.length for e in examples]
+
+
+def random_feeds(length: int, batch: int = 1) -> dict[str, Any]:
+    """A BERT-style classifier's inputs for ``batch`` texts of ``length`` random token ids (seeded by the length):
+    the cost per node of an explanation does not depend on which tokens they are."""
     import torch
-    ids = torch.randint(1000, 5000, (1, length), generator=torch.Generator().manual_seed(length))
+    ids = torch.randint(1000, 5000, (batch, length), generator=torch.Generator().manual_seed(length))
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
 
 

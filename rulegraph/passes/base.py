@@ -341,6 +341,7 @@ def forward(graph: Graph, ruleset: RuleSet, inputs: dict[str, Any], target: int 
     ``pool`` (and ``logits`` ``"explained"``): a classifier's last layers computed at the position its head reads
     (:func:`pooled_rows`), where that gives the same output and every node keeps its rule."""
     check_arguments(inputs, target, position, contrast, score, objective)
+    replay = replay or compiled                 # (compiled traces are replayed)
     if replay and chosen.name != "relevance":
         raise InputError(f"replay: the {chosen.name} pass is not replayed (only the relevance pass is); drop replay")
     if compiled and torch.device(device).type != "cpu":
